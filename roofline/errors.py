@@ -1,0 +1,47 @@
+"""The project's error types.
+
+Every error a user can cause derives from :class:`RooflineError`, so a script can
+catch one type and the CLI can turn any of them into one line on stderr.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class RooflineError(Exception):
+    """Base class for every error `roofline` raises on bad input."""
+
+
+class SpecError(RooflineError):
+    """A device spec file or model config is missing, malformed or invalid.
+
+    The message names the file, the field and the offending value.
+    """
+
+
+class UnknownSpecError(RooflineError):
+    """A field the vendor does not publish was needed for this computation."""
+
+
+class UnitError(RooflineError):
+    """A quantity string has no unit, an unknown unit or the wrong kind of unit."""
+
+
+class NotFoundError(RooflineError):
+    """An unknown device, model or format id."""
+
+
+class WorkloadError(RooflineError):
+    """A workload argument is out of range (negative, non-finite, ...)."""
+
+
+class InfeasibleError(RooflineError):
+    """A single (non-sweep) evaluation does not fit in memory or is impossible."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Return ' (did you mean 'x'?)' for the closest choice, or ''."""
+    close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""

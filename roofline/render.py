@@ -1,0 +1,133 @@
+"""Results to rich tables and JSON-ready dicts. The only module that formats numbers for people."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from .hardware import COMPUTE_CLASSES, Device
+from .model import ModelSpec
+from .units import format_quantity
+
+
+def _q(value: float | None, kind: str) -> str:
+    return "unknown" if value is None else format_quantity(value, kind)
+
+
+def jsonable(value: Any) -> Any:
+    """numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+# ------------------------------------------------------------------ devices
+def device_dict(dev: Device) -> dict[str, Any]:
+    return {
+        "id": dev.id, "name": dev.name, "vendor": dev.vendor, "status": dev.status, "aliases": list(dev.aliases),
+        "memory": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "bandwidth_bytes_per_s": t.bandwidth_bytes_per_s}
+                   for t in dev.memory],
+        "peak_flop_per_s": dict(dev.peak_flop_per_s), "native": list(dev.native),
+        "tdp_w": dev.tdp_w, "idle_w": dev.idle_w,
+        "scale_up": {"bandwidth_bytes_per_s": dev.scale_up.bandwidth_bytes_per_s, "latency_s": dev.scale_up.latency_s},
+        "host": {"bandwidth_bytes_per_s": dev.host.bandwidth_bytes_per_s, "latency_s": dev.host.latency_s},
+        "sources": dict(dev.sources), "path": dev.path,
+    }
+
+
+def devices_table(devices: list[Device]) -> Table:
+    t = Table(title="Devices", caption="Dense peaks; rates decimal (TB/s = 1e12 B/s); 'unknown' = not published.")
+    for col in ("id", "status", "memory tiers (capacity @ bandwidth)", "BF16 dense", "FP8 dense", "FP4 dense", "TDP"):
+        t.add_column(col, justify="left" if col in ("id", "status") or col.startswith("memory") else "right")
+    for d in devices:
+        tiers = "; ".join(f"{m.name} {_q(m.capacity_bytes, 'bytes')} @ {_q(m.bandwidth_bytes_per_s, 'bytes_per_s')}"
+                          for m in d.memory)
+        peaks = [_q(d.peak_flop_per_s.get(c), "flop_per_s") if c in d.peak_flop_per_s else "—"
+                 for c in ("bf16", "fp8", "fp4")]
+        t.add_row(d.id, d.status, tiers, *peaks, _q(d.tdp_w, "w"))
+    return t
+
+
+def device_table(dev: Device) -> Table:
+    t = Table(title=f"{dev.name} ({dev.id}, {dev.status})", caption=f"Spec file: {dev.path}")
+    t.add_column("field")
+    t.add_column("value", justify="right")
+    t.add_column("source")
+    rows: list[tuple[str, str]] = []
+    for m in dev.memory:
+        rows += [(f"{m.name}.capacity", _q(m.capacity_bytes, "bytes")),
+                 (f"{m.name}.bandwidth", _q(m.bandwidth_bytes_per_s, "bytes_per_s"))]
+    for c in COMPUTE_CLASSES:
+        if c in dev.peak_flop_per_s:
+            native = "" if c in dev.native else " (not native)"
+            rows.append((f"compute.{c}", _q(dev.peak_flop_per_s[c], "flop_per_s") + native))
+    rows += [("power.tdp", _q(dev.tdp_w, "w")), ("power.idle", _q(dev.idle_w, "w")),
+             ("scale_up.bandwidth", _q(dev.scale_up.bandwidth_bytes_per_s, "bytes_per_s")),
+             ("scale_up.latency", _q(dev.scale_up.latency_s, "s")),
+             ("host.bandwidth", _q(dev.host.bandwidth_bytes_per_s, "bytes_per_s")),
+             ("host.latency", _q(dev.host.latency_s, "s"))]
+    for path, value in rows:
+        t.add_row(path, value, dev.sources.get(path, ""))
+    return t
+
+
+# ------------------------------------------------------------------- models
+def model_dict(m: ModelSpec) -> dict[str, Any]:
+    return {
+        "id": m.id, "family": m.family, "total_params": m.total_params, "active_params": m.active_params,
+        "active_params_without_embedding": m.active_params_without_embedding, "mtp_params": m.mtp_params,
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
+        "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "vocab_size": m.vocab_size,
+        "num_experts": m.num_experts, "experts_per_token": m.experts_per_token,
+        "num_sliding_layers": m.num_sliding_layers, "sliding_window": m.sliding_window, "mla": m.is_mla,
+        "kv_cache_bytes_per_token_bf16": m.kv_cache_bytes_per_token("bf16"),
+        "param_breakdown": m.param_breakdown(), "source": m.source,
+    }
+
+
+def _b(n: float) -> str:
+    return f"{n / 1e9:.3f} B" if n >= 1e8 else f"{n / 1e6:.2f} M"
+
+
+def models_table(models: list[ModelSpec]) -> Table:
+    t = Table(title="Models", caption="Parameters derived from the architecture; active = all but unrouted experts "
+                                      "(with the embedding table); KV per token for bf16, full-attention layers.")
+    for col in ("id", "family", "total", "active", "layers", "attention", "experts (k of E)", "KV/token"):
+        t.add_column(col, justify="left" if col in ("id", "family", "attention") else "right")
+    for m in models:
+        attn = "MLA" if m.is_mla else f"GQA {m.num_heads}/{m.num_kv_heads}"
+        if m.num_sliding_layers:
+            attn += f", {m.num_sliding_layers} sliding ({m.sliding_window})"
+        experts = f"{m.experts_per_token} of {m.num_experts}" if m.is_moe else "dense"
+        t.add_row(m.id, m.family, _b(m.total_params), _b(m.active_params), str(m.num_layers), attn, experts,
+                  format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
+    return t
+
+
+def model_table(m: ModelSpec) -> Table:
+    t = Table(title=f"{m.id} ({m.family})", caption=f"Config: {m.source}")
+    t.add_column("component")
+    t.add_column("parameters", justify="right")
+    for k, v in m.param_breakdown().items():
+        if v:
+            t.add_row(k, _b(v))
+    t.add_row("total", _b(m.total_params), style="bold")
+    t.add_row("active per token", _b(m.active_params))
+    t.add_row("active, without embedding", _b(m.active_params_without_embedding))
+    if m.num_mtp_layers:
+        t.add_row(f"MTP modules ({m.num_mtp_layers}, not in total)", _b(m.mtp_params))
+    t.add_row("KV cache per token (bf16)", format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
+    return t

@@ -1,0 +1,25 @@
+import io
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+from rich.console import Console
+
+settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def run_cli():
+    """Run the CLI in-process; returns (exit status, stdout, stderr)."""
+    from roofline.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        buf = io.StringIO()
+        console = Console(file=buf, width=160, color_system=None, soft_wrap=True)
+        err = io.StringIO()
+        code = main(list(argv), console=console, err_console=Console(file=err, width=160, color_system=None))
+        return code, buf.getvalue(), err.getvalue()
+
+    return run

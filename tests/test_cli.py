@@ -1,0 +1,72 @@
+"""The command line: listings, JSON shape, one-line errors with the right exit status."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from test_hardware_specs import REQUIRED as DEVICES
+from test_models import REQUIRED as MODELS
+
+
+def test_devices_json_lists_every_required_id_with_sources(run_cli):
+    code, out, _ = run_cli("devices", "--json")
+    assert code == 0
+    data = json.loads(out)
+    ids = {d["id"] for d in data}
+    assert set(DEVICES) <= ids
+    for d in data:
+        assert d["sources"] and all(u.startswith("http") for u in d["sources"].values())
+
+
+def test_models_json_has_counts(run_cli):
+    code, out, _ = run_cli("models", "--json")
+    data = {m["id"]: m for m in json.loads(out)}
+    assert set(MODELS) <= set(data)
+    assert data["gpt-oss-120b"]["total_params"] == pytest.approx(116.83e9, rel=0.01)
+    assert data["mixtral-8x7b"]["active_params"] == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_tables_render(run_cli):
+    for args in (("devices",), ("models",), ("show", "h100"), ("show", "gpt-oss-120b")):
+        code, out, err = run_cli(*args)
+        assert code == 0 and not err
+    assert "hbm.bandwidth" in run_cli("show", "h200-sxm")[1]
+    assert "experts" in run_cli("show", "deepseek-r1")[1]
+
+
+def test_show_accepts_paths(run_cli, tmp_path):
+    from roofline.hardware import specs_dir
+    code, out, _ = run_cli("show", str(specs_dir() / "corsair.toml"), "--json")
+    assert code == 0 and json.loads(out)["id"] == "corsair"
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (("show", "h10"), 1, "neither a device nor a model"),
+    (("frobnicate",), 2, "invalid choice"),
+    (("devices", "--bogus"), 2, "unrecognized arguments"),
+    (("show", "/no/such/file.toml"), 1, "no such file"),
+])
+def test_errors_are_one_line(run_cli, args, code, needle):
+    got, out, err = run_cli(*args)
+    assert got == code
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_spec_file_one_line_no_traceback(tmp_path):
+    bad = tmp_path / "h100-sxm.toml"
+    bad.write_text('schema = 1\nid = "h100-sxm"\n')
+    p = subprocess.run([sys.executable, "-m", "roofline.cli", "show", str(bad)], capture_output=True, text=True)
+    assert p.returncode == 1
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert str(bad) in p.stderr
+
+
+def test_help_does_not_import_heavy_modules():
+    code = ("import sys, roofline.cli as c\n"
+            "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('sympy', 'scipy', 'matplotlib') if m in sys.modules]\n"
+            "assert not heavy, heavy")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr

@@ -1,0 +1,221 @@
+"""Spec lint (every shipped file), the loader's errors, and fuzzing of the loader."""
+
+import copy
+import math
+import tomllib
+from pathlib import Path
+
+import attrs
+import pytest
+from hypothesis import given, strategies as st
+
+import roofline as rl
+from roofline.errors import NotFoundError, RooflineError, SpecError, UnknownSpecError
+from roofline.hardware import device_from_dict, specs_dir
+
+REQUIRED = ["a100-sxm-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "gb200", "b300", "l40s", "mi300x",
+            "mi325x", "mi355x", "tpu-v5e", "tpu-v6e", "tpu-7x", "gaudi3", "trainium2", "trainium3", "corsair",
+            "groq-lpu", "groq-3-lpu", "cerebras-wse-3", "sn40l", "rubin", "rubin-cpx", "xeon-6980p", "sohu",
+            "majestic-prometheus", "tensordyne-napier"]
+SPEC_FILES = sorted(specs_dir().glob("*.toml"))
+
+
+def test_every_required_device_ships():
+    assert set(REQUIRED) <= set(rl.list_devices())
+
+
+@pytest.mark.parametrize("path", SPEC_FILES, ids=lambda p: p.stem)
+def test_spec_file_lint(path: Path):
+    dev = rl.load_device(path)
+    raw = tomllib.loads(path.read_text())
+    assert dev.id == path.stem
+    # every known number has a source URL; every compute peak states its basis
+    for t in dev.memory:
+        for field, value in (("capacity", t.capacity_bytes), ("bandwidth", t.bandwidth_bytes_per_s)):
+            if value is not None:
+                assert dev.sources[f"{t.name}.{field}"].startswith("http")
+    for cls, value in dev.peak_flop_per_s.items():
+        if value is not None:
+            assert dev.sources[f"compute.{cls}"].startswith("http")
+            assert raw["compute"]["peak"][cls]["basis"] in ("dense", "dense-from-sparse", "unstated")
+    # plausible ranges (SI units): catches a unit slip of 1000x
+    for t in dev.memory:
+        if t.bandwidth_bytes_per_s is not None:
+            assert 1e10 <= t.bandwidth_bytes_per_s <= 1e17
+        if t.capacity_bytes is not None:
+            assert 1e7 <= t.capacity_bytes <= 1e15
+    for v in dev.peak_flop_per_s.values():
+        assert v is None or 1e12 <= v <= 1e18
+    assert dev.tdp_w is None or 100 <= dev.tdp_w <= 30000
+    assert dev.status in ("shipping", "announced")
+
+
+def test_aliases_are_unique_and_resolve():
+    seen = {}
+    for d in rl.list_devices():
+        for a in rl.load_device(d).aliases:
+            assert a not in seen, f"alias {a} used by {seen.get(a)} and {d}"
+            seen[a] = d
+            assert rl.load_device(a).id == d
+
+
+def test_dense_peaks_from_published_sparse():
+    # NVIDIA quotes 1,979 TFLOP/s with 2:4 sparsity for H100 BF16; dense is 989.4 (scaling book "Rooflines").
+    h100 = rl.load_device("h100-sxm")
+    assert h100.get("compute.bf16") == pytest.approx(989.4e12)
+    assert h100.get("compute.bf16") / h100.get("hbm.bandwidth") == pytest.approx(295.3, abs=0.1)
+
+
+def test_capacity_conventions():
+    # nvidia-smi reports 81,559 MiB for H100-80GB and 143,771 MiB for H200 (theory.md §0).
+    assert rl.load_device("h100").get("hbm.capacity") == pytest.approx(85.52e9, rel=1e-3)
+    assert rl.load_device("h200").get("hbm.capacity") == pytest.approx(150.75e9, rel=1e-3)
+    corsair = rl.load_device("corsair")
+    assert [t.name for t in corsair.memory] == ["sram", "lpddr"]
+    assert corsair.get("sram.capacity") == 2e9 and corsair.get("sram.bandwidth") == 150e12
+    assert rl.load_device("groq-lpu").get("sram.capacity") == 230e6
+    assert rl.load_device("groq-3-lpu").get("sram.capacity") == 500e6
+    assert [t.name for t in rl.load_device("sn40l").memory] == ["sram", "hbm", "ddr"]
+    assert rl.load_device("majestic-prometheus").get("dram.capacity") == 128e12
+
+
+def test_unknown_field_raises_with_how_to_supply():
+    with pytest.raises(UnknownSpecError, match=r"corsair: compute.bf16 is not published.*--set corsair.compute.bf16"):
+        rl.load_device("corsair").get("compute.bf16")
+    with pytest.raises(UnknownSpecError, match="sohu: hbm.bandwidth"):
+        rl.load_device("sohu").get("hbm.bandwidth")
+
+
+def test_override_and_evolve():
+    c = rl.load_device("corsair")
+    fast = rl.override(c, "sram.bandwidth", "300 TB/s")
+    assert fast.get("sram.bandwidth") == 300e12 and c.get("sram.bandwidth") == 150e12
+    b = rl.override(rl.load_device("b200"), "hbm.capacity", "288GB")
+    assert b.get("hbm.capacity") == 288e9
+    assert rl.override(c, "compute.bf16", "600 TFLOP/s").compute_rate_flop_per_s("bf16") == 600e12
+    with pytest.raises(NotFoundError, match="did you mean"):
+        rl.override(c, "sram.bandwith", "1 TB/s")
+    with pytest.raises(RooflineError):
+        rl.override(c, "sram.bandwidth", "-1 TB/s")
+    with pytest.raises(ValueError):  # attrs validation still applies to evolve
+        attrs.evolve(c, tdp_w=-5.0)
+
+
+# ------------------------------------------------------------ bad spec files
+def _good() -> dict:
+    return tomllib.loads((specs_dir() / "h100-sxm.toml").read_text())
+
+
+def _write(tmp_path, text, name="h100-sxm.toml"):
+    p = tmp_path / name
+    p.write_text(text) if isinstance(text, str) else p.write_bytes(text)
+    return p
+
+
+def _dump(d: dict) -> str:
+    import json
+
+    def val(v):
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f'"{k}" = {val(x)}' for k, x in v.items()) + " }"
+        return json.dumps(v)
+    lines, tables = [], []
+    for k, v in d.items():
+        if isinstance(v, list) and v and isinstance(v[0], dict):
+            for item in v:
+                tables.append(f"[[{k}]]\n" + "\n".join(f'"{a}" = {val(b)}' for a, b in item.items()))
+        elif isinstance(v, dict) and k in ("sources", "compute", "power", "links", "floors", "derates"):
+            tables.append(f"[{k}]\n" + "\n".join(f'"{a}" = {val(b)}' for a, b in v.items()))
+        else:
+            lines.append(f'"{k}" = {val(v)}')
+    return "\n".join(lines) + "\n\n" + "\n\n".join(tables) + "\n"
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d["memory"][0].pop("bandwidth"), "hbm.bandwidth"),
+    (lambda d: d["memory"][0]["bandwidth"].update(value="3.35"), "hbm.bandwidth"),          # no unit
+    (lambda d: d["memory"][0]["bandwidth"].update(value="3.35 TB"), "hbm.bandwidth"),       # wrong unit
+    (lambda d: d["memory"][0]["capacity"].update(value="0 GB"), "hbm.capacity"),            # zero
+    (lambda d: d["power"]["tdp"].update(value="-700 W"), "power.tdp"),                     # negative
+    (lambda d: d["power"]["tdp"].update(value="inf W"), "power.tdp"),                       # non-finite
+    (lambda d: d["compute"]["peak"].update(fp5={"value": "1 TFLOP/s", "source": "product", "basis": "dense"}),
+     "compute.peak.fp5"),                                                                   # unknown dtype
+    (lambda d: d["compute"]["peak"]["bf16"].pop("basis"), "compute.bf16.basis"),            # dense/sparse unstated
+    (lambda d: d["compute"]["peak"]["bf16"].pop("source"), "compute.bf16"),                 # no source
+    (lambda d: d["power"]["tdp"].update(source="a blog"), "power.tdp"),                     # not a URL
+    (lambda d: d.update(status="rumoured"), "status"),
+    (lambda d: d.update(id="H100"), "id"),
+    (lambda d: d.pop("links"), "links"),
+])
+def test_bad_spec_file_names_file_field_value(tmp_path, mutate, field):
+    d = _good()
+    mutate(d)
+    p = _write(tmp_path, _dump(d))
+    with pytest.raises(SpecError) as e:
+        rl.load_device(p)
+    msg = str(e.value)
+    assert str(p) in msg and field in msg
+
+
+def test_roundtrip_of_dump_helper(tmp_path):
+    assert rl.load_device(_write(tmp_path, _dump(_good()))).get("hbm.bandwidth") == 3.35e12
+
+
+@pytest.mark.parametrize("content", ["schema = = 1", b"\xff\xfe\x00binary", "", "schema = 1\n"])
+def test_unparseable_or_empty_files(tmp_path, content):
+    with pytest.raises(SpecError, match="h100-sxm.toml"):
+        rl.load_device(_write(tmp_path, content))
+
+
+def test_missing_path_and_directory(tmp_path):
+    with pytest.raises(SpecError, match="no such file"):
+        rl.load_device(tmp_path / "nope.toml")
+    d = tmp_path / "dir.toml"
+    d.mkdir()
+    with pytest.raises(SpecError, match="directory"):
+        rl.load_device(d)
+
+
+def test_unknown_id_suggests():
+    with pytest.raises(NotFoundError, match="did you mean 'h100'"):
+        rl.load_device("h10O")
+
+
+_leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=12),
+                    st.just("unknown"), st.just("1 TB/s"), st.lists(st.text(max_size=4), max_size=2),
+                    st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=2))
+
+
+def _paths(d, prefix=()):
+    for k, v in d.items():
+        yield prefix + (k,)
+        if isinstance(v, dict):
+            yield from _paths(v, prefix + (k,))
+
+
+@given(st.data())
+def test_fuzz_loader_only_raises_spec_errors(data):
+    d = _good()
+    memory = copy.deepcopy(d["memory"])
+    paths = list(_paths(d))
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        target = d
+        for k in path[:-1]:
+            target = target.get(k) if isinstance(target, dict) else None
+            if not isinstance(target, dict):
+                break
+        else:
+            if data.draw(st.booleans()):
+                target.pop(path[-1], None)
+            else:
+                target[path[-1]] = data.draw(_leaves)
+    if data.draw(st.booleans()):
+        d["memory"] = data.draw(st.one_of(st.just([]), st.lists(_leaves, max_size=2), st.just(memory)))
+    try:
+        dev = device_from_dict(d, origin="fuzz.toml", stem="h100-sxm")
+    except SpecError as e:
+        assert "fuzz.toml" in str(e)
+        return
+    for t in dev.memory:
+        assert t.capacity_bytes is None or (math.isfinite(t.capacity_bytes) and t.capacity_bytes > 0)

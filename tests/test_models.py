@@ -1,0 +1,150 @@
+"""Model presets against published parameter counts, KV sizes, and HF-config errors."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import roofline as rl
+from roofline.configs import _presets_dir
+from roofline.errors import NotFoundError, RooflineError, SpecError
+from roofline.precision import get_format
+
+REQUIRED = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.3-70b",
+            "llama-3.1-405b", "mixtral-8x7b", "falcon-180b", "qwen3-32b", "qwen3-235b-a22b", "deepseek-r1",
+            "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-draft-1.6b"]
+
+
+def test_every_required_preset_ships():
+    assert set(REQUIRED) <= set(rl.list_models())
+
+
+# Published totals. Sources: OpenAI gpt-oss model card (arXiv 2508.10925, Table 1: 116.83B total, 5.13B active,
+# counted without the embedding); Meta Llama 3.1 model card (8.03B / 70.6B / 405.9B on the HF model pages);
+# Mistral "Mixtral of experts" (arXiv 2401.04088: 46.7B total, 12.9B active); DeepSeek-V3 report
+# (arXiv 2412.19437: 671B total, 37B activated); Qwen3 technical report (arXiv 2505.09388: 235B / 22B);
+# Meta Llama 2 paper (arXiv 2307.09288: 7B/13B/70B nominal, so not asserted to 1%).
+@pytest.mark.parametrize("model,total", [
+    ("gpt-oss-120b", 116.83e9), ("gpt-oss-20b", 20.91e9), ("llama-3.1-8b", 8.03e9), ("llama-3.1-70b", 70.6e9),
+    ("llama-3.3-70b", 70.6e9), ("llama-3.1-405b", 405.9e9), ("mixtral-8x7b", 46.7e9), ("deepseek-r1", 671e9),
+    ("qwen3-235b-a22b", 235e9), ("qwen3-32b", 32.8e9),
+])
+def test_total_params_match_published_within_1pct(model, total):
+    assert rl.load_model(model).total_params == pytest.approx(total, rel=0.01)
+
+
+@pytest.mark.parametrize("model,active,with_embedding", [
+    ("gpt-oss-120b", 5.13e9, False),     # OpenAI counts active without the embedding table
+    ("gpt-oss-20b", 3.61e9, False),
+    ("mixtral-8x7b", 12.9e9, True),      # Mistral's 12.9B includes it (12.75B without)
+    ("qwen3-235b-a22b", 22e9, True),
+])
+def test_active_params_match_published_within_1pct(model, active, with_embedding):
+    m = rl.load_model(model)
+    ours = m.active_params if with_embedding else m.active_params_without_embedding
+    assert ours == pytest.approx(active, rel=0.01)
+
+
+def test_deepseek_active_params_within_published_rounding():
+    # "37B activated" is given to two digits: [36.5B, 37.5B). Ours: 36.63B without the embedding,
+    # 37.55B with it; DeepSeek does not say which, so only the rounding interval is asserted.
+    m = rl.load_model("deepseek-r1")
+    assert 36.5e9 <= m.active_params_without_embedding < 37.5e9
+    assert m.active_params == pytest.approx(37e9, rel=0.015)
+
+
+def test_component_counts_sum_to_total():
+    for mid in rl.list_models():
+        m = rl.load_model(mid)
+        assert sum(m.param_breakdown().values()) == m.total_params
+        assert 0 < m.active_params <= m.total_params
+
+
+def test_gpt_oss_detailed_count():
+    # theory.md §2.7: attention 26,550,144 per layer incl. biases and sinks; one expert 24.89M.
+    m = rl.load_model("gpt-oss-120b")
+    assert m.attention_params_per_layer() == 26_550_144
+    assert m.expert_params() == 24_891_840
+    assert m.num_sliding_layers == 18 and m.sliding_window == 128
+
+
+def test_gpt_oss_checkpoint_size():
+    # MXFP4 experts + BF16 rest = 65.25 GB, the published ~60.8 GiB checkpoint (theory.md §2.10).
+    m = rl.load_model("gpt-oss-120b")
+    parts = m.param_breakdown()
+    expert = parts["experts"] * get_format("mxfp4").bytes_per_element
+    rest = (m.total_params - parts["experts"]) * get_format("bf16").bytes_per_element
+    assert (expert + rest) / 2**30 == pytest.approx(60.8, rel=0.01)
+
+
+def test_kv_cache_bytes():
+    # theory.md §2.9: Llama-70B 327,680 B/token; DeepSeek-V3 MLA 70,272 B/token; gpt-oss full layers 36,864.
+    assert rl.load_model("llama-3.1-70b").kv_cache_bytes_per_token("bf16") == 327_680
+    assert rl.load_model("deepseek-r1").kv_cache_bytes_per_token("bf16") == 70_272
+    g = rl.load_model("gpt-oss-120b")
+    assert g.kv_cache_bytes_per_token("bf16") == 36_864
+    # sliding layers hold only their window: 9.44 MB at 128 tokens, 306.7 MB at 8,192 (theory.md §2.4 table)
+    got = g.kv_cache_bytes([128, 1024, 8192, 131072], "bf16")
+    np.testing.assert_allclose(got / 1e6, [9.437, 42.47, 306.7, 4835.0], rtol=2e-3)
+    assert g.kv_cache_bytes(8192, "fp8") == pytest.approx(g.kv_cache_bytes(8192, "bf16") / 2)
+
+
+def test_draft_shares_vocabulary_with_target():
+    assert rl.load_model("gpt-oss-draft-1.6b").vocab_size == rl.load_model("gpt-oss-120b").vocab_size
+    assert rl.load_model("gpt-oss-draft-1.6b").total_params == pytest.approx(1.6e9, rel=0.03)
+
+
+def test_config_path_and_dict(tmp_path):
+    cfg = json.loads((_presets_dir() / "llama-3.1-8b.json").read_text())
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    assert rl.load_model(str(tmp_path / "m" / "config.json")).total_params == rl.load_model("llama-3.1-8b").total_params
+    assert rl.model_from_hf_config(cfg).total_params == rl.load_model("llama-3.1-8b").total_params
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda c: c.update(model_type="mamba"), "unsupported architecture 'mamba'"),
+    (lambda c: c.pop("hidden_size"), "missing required key 'hidden_size'"),
+    (lambda c: c.update(num_hidden_layers="32"), "'num_hidden_layers'"),
+    (lambda c: c.update(num_hidden_layers=-1), "'num_hidden_layers'"),
+    (lambda c: c.update(num_key_value_heads=5), "multiple of num_key_value_heads"),
+])
+def test_bad_configs_name_file_and_key(tmp_path, edit, match):
+    cfg = json.loads((_presets_dir() / "llama-3.1-8b.json").read_text())
+    edit(cfg)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match=match) as e:
+        rl.load_model(str(p))
+    assert str(p) in str(e.value)
+
+
+def test_unparseable_config_and_unknown_preset(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text("{not json")
+    with pytest.raises(SpecError, match="JSON does not parse"):
+        rl.load_model(str(p))
+    with pytest.raises(NotFoundError, match="did you mean 'llama-3.1-8b'"):
+        rl.load_model("llama-3.1-8")
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-3, 300000), st.floats(allow_nan=True),
+                    st.text(max_size=8), st.lists(st.integers(-1, 40), max_size=3))
+
+
+@given(st.sampled_from(REQUIRED), st.dictionaries(st.text(max_size=3), _values, max_size=2), st.data())
+def test_fuzz_configs_only_raise_project_errors(preset, extra, data):
+    cfg = json.loads((_presets_dir() / f"{preset}.json").read_text())
+    for key in data.draw(st.lists(st.sampled_from(sorted(cfg)), max_size=3)):
+        if data.draw(st.booleans()):
+            cfg.pop(key, None)
+        else:
+            cfg[key] = data.draw(_values)
+    cfg.update(extra)
+    try:
+        m = rl.model_from_hf_config(cfg)
+    except RooflineError:
+        return
+    assert m.total_params > 0 and math.isfinite(m.kv_cache_bytes_per_token("bf16"))
