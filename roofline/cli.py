@@ -26,6 +26,26 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
+def _pos_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
 def _print_json(console: Console, data: Any) -> None:
     console.file.write(json.dumps(render.jsonable(data), indent=2) + "\n")
 
@@ -76,6 +96,76 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def parse_ints(text: str, what: str) -> list[int]:
+    """'1,8,64' or '1..8' (inclusive) or a mix: '1,2,4..6'."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            if ".." in part:
+                lo, hi = (int(x) for x in part.split("..", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UsageError(f"{what}: cannot read {text!r} (expected e.g. 1,8,64 or 1..8)") from None
+    if not out or len(out) > 100_000:
+        raise UsageError(f"{what}: {text!r} gives no values or too many")
+    return out
+
+
+def apply_sets(device: Any, sets: list[str]) -> Any:
+    """Apply --set ID.FIELD=VALUE overrides that name this device (by id or alias)."""
+    from .hardware import override
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        dev_id, dot, path = key.strip().partition(".")
+        if not sep or not dot or not path or not value.strip():
+            raise UsageError(f"--set {item!r}: expected ID.FIELD=VALUE, e.g. corsair.sram.bandwidth=300TB/s")
+        if dev_id.lower() in (device.id, *device.aliases):
+            device = override(device, path, value.strip())
+    return device
+
+
+def _device_arg(name: str, sets: list[str]) -> Any:
+    return apply_sets(load_device(name), sets)
+
+
+def cmd_stage(args: argparse.Namespace, console: Console) -> int:
+    import numpy as np
+
+    from . import stages
+    batch = np.array(parse_ints(args.batch, "--batch"))
+    model = load_model(args.model)
+    device = _device_arg(args.device, args.set)
+    fmt = dict(weights=args.weights, experts=args.experts, kv=args.kv, activations=args.activations, tp=args.tp,
+               ep=args.ep)
+    prompt = args.prompt if args.prompt is not None else args.context
+    results = [stages.prefill(model, device, prompt=prompt, batch=batch, chunk=args.chunk, **fmt),
+               stages.decode_step(model, device, batch=batch, context=args.context, **fmt)]
+    if args.gamma is not None:
+        results.append(stages.verify(model, device, batch=batch, context=args.context, gamma=args.gamma, **fmt))
+    from .engine import require_feasible
+    for r in results:
+        if not np.any(r.fits):
+            require_feasible(r)  # nothing fits: one clear error instead of a table of OOM rows
+    if args.json:
+        _print_json(console, {"model": model.id, "device": device.id, "stages": [render.stage_dict(r) for r in results]})
+        return 0
+    from .params import DEFAULT_PARAMS as P
+    f = results[0].formats
+    caption = (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
+               f"time = max(compute, memory) + comm + fixed; {P.memory_bandwidth_fraction:.0%} of peak bandwidth, "
+               f"{P.compute_fraction:.0%} of peak FLOP/s, {P.step_overhead_s * 1e6:.0f} us/pass + "
+               f"{P.layer_overhead_s * 1e6:.0f} us/layer; ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B (datasheet); "
+               f"uniform expert routing; {P.usable_memory_fraction:.0%} of memory usable. Spec: {device.path}")
+    for r in results:
+        console.print(render.stage_table(r, caption))
+    return 0
+
+
 # ------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="roofline", description="How fast, and at what energy, an LLM runs on given hardware, "
@@ -93,6 +183,22 @@ def build_parser() -> argparse.ArgumentParser:
     add("models", cmd_models, "list the shipped model presets with parameter counts")
     sp = add("show", cmd_show, "show one device or model (id, alias, or path to a .toml spec / config.json)")
     sp.add_argument("name")
+    sp = add("stage", cmd_stage, "per-stage time, bounds, binding resource and memory of a model on a device")
+    sp.add_argument("model", help="model preset id or path to a config.json")
+    sp.add_argument("device", help="device id or path to a .toml spec")
+    sp.add_argument("--batch", default="1", help="batch sizes: 1,8,64 or 1..8 (default 1)")
+    sp.add_argument("--context", type=_nonneg_int, default=8192, help="tokens in the KV cache at decode (default 8192)")
+    sp.add_argument("--prompt", type=_pos_int, default=None, help="prefill length (default: --context)")
+    sp.add_argument("--chunk", type=_pos_int, default=None, help="chunked-prefill chunk size")
+    sp.add_argument("--gamma", type=_nonneg_int, default=None, help="also show verify of gamma+1 tokens")
+    sp.add_argument("--tp", type=_pos_int, default=1, help="tensor-parallel devices (default 1)")
+    sp.add_argument("--ep", type=_pos_int, default=1, help="expert-parallel degree (divides --tp)")
+    sp.add_argument("--weights", default="bf16", help="non-expert weight format (default bf16)")
+    sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's, else --weights)")
+    sp.add_argument("--kv", default="bf16", help="KV-cache format (default bf16)")
+    sp.add_argument("--activations", default="bf16", help="activation format (default bf16)")
+    sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE",
+                    help="what-if override of a spec field, e.g. h200-sxm.hbm.bandwidth=6TB/s (repeatable)")
     return p
 
 

@@ -206,6 +206,9 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
         raise SpecError(f"{origin}: unsupported architecture {model_type!r} (key 'model_type'); "
                         f"supported: {', '.join(sorted(_BUILDERS))}")
     fields = _BUILDERS[model_type](k)
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4" and fields.get("num_experts"):
+        fields["checkpoint_expert_format"] = "mxfp4"  # gpt-oss: only the experts are MXFP4
     try:
         return ModelSpec(id=id or str(cfg.get("_name_or_path") or model_type), source=str(cfg.get("_source", origin)),
                          **fields)

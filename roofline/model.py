@@ -64,6 +64,7 @@ class ModelSpec:
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
     num_mtp_layers: int = attrs.field(default=0, validator=_nonneg)
+    checkpoint_expert_format: str | None = None
     source: str = ""
 
     @num_kv_heads.validator

@@ -131,3 +131,53 @@ def model_table(m: ModelSpec) -> Table:
         t.add_row(f"MTP modules ({m.num_mtp_layers}, not in total)", _b(m.mtp_params))
     t.add_row("KV cache per token (bf16)", format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
     return t
+
+
+# ------------------------------------------------------------------- stages
+STAGE_FIELDS = ("batch", "new_tokens", "context", "time_s", "time_serial_s", "compute_s", "memory_s",
+                "communication_s", "overhead_s", "bound", "intensity_flop_per_byte", "memory_per_device_bytes",
+                "weights_per_device_bytes", "kv_per_device_bytes", "fits", "flop_per_device", "bytes_per_device")
+
+
+def stage_rows(r: Any) -> list[dict[str, Any]]:
+    """One dict per workload point (arrays flattened in C order)."""
+    cols = {f: np.asarray(getattr(r, f)) for f in STAGE_FIELDS}
+    cols["tokens_per_s"] = np.asarray(r.tokens_per_s)
+    cols["per_sequence_tokens_per_s"] = np.asarray(r.per_sequence_tokens_per_s)
+    shape = np.broadcast_shapes(*(c.shape for c in cols.values()))
+    flat = {k: np.broadcast_to(v, shape).ravel() for k, v in cols.items()}
+    rows = []
+    for i in range(int(np.prod(shape)) if shape else 1):
+        rows.append({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in flat.items()})
+    return rows
+
+
+def stage_dict(r: Any) -> dict[str, Any]:
+    return {"stage": r.stage, "model": r.model_id, "group": r.group, "passes": r.passes,
+            "formats": {"weights": r.formats.weights, "experts": r.formats.experts or r.formats.weights,
+                        "kv": r.formats.kv, "activations": r.formats.activations},
+            "ridge_flop_per_byte": r.ridge_flop_per_byte, "usable_per_device_bytes": r.usable_per_device_bytes,
+            "memory_by_tier_s": {k: v for k, v in r.memory_by_tier_s.items()}, "rows": stage_rows(r)}
+
+
+def _ms(v: float) -> str:
+    return "—" if not math.isfinite(v) else (f"{v * 1e3:.3g}" if v * 1e3 < 1000 else f"{v * 1e3:,.0f}")
+
+
+def stage_table(r: Any, caption: str) -> Table:
+    per_user = r.stage.startswith(("decode", "draft", "verify"))
+    rows = stage_rows(r)
+    n, ctx = rows[0]["new_tokens"], rows[0]["context"]
+    where = f"{n:.0f} new tokens/seq after {ctx:.0f} cached" if r.stage != "decode" else f"context {ctx:.0f}"
+    t = Table(title=f"{r.stage}: {r.model_id} on {r.group}, {where}", caption=caption)
+    cols = ["batch", "time ms", "compute ms", "memory ms", "comm ms", "fixed ms", "bound", "FLOP/B", "mem/device",
+            "tok/s/user" if per_user else "tok/s/seq", "tok/s"]
+    for c in cols:
+        t.add_column(c, justify="left" if c == "bound" else "right")
+    for row in rows:
+        ok = row["fits"]
+        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), _ms(row["compute_s"]), _ms(row["memory_s"]),
+                  _ms(row["communication_s"]), _ms(row["overhead_s"]), str(row["bound"]),
+                  f"{row['intensity_flop_per_byte']:.3g}", format_quantity(row["memory_per_device_bytes"], "bytes"),
+                  f"{row['per_sequence_tokens_per_s']:.4g}" if ok else "—", f"{row['tokens_per_s']:.4g}" if ok else "—")
+    return t

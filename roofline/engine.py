@@ -1,0 +1,364 @@
+"""Time of one forward pass on a device group: the physics core behind :mod:`roofline.stages`.
+
+One forward pass (:func:`roofline.work.forward_work`) is turned into time on a
+group of ``tp`` identical devices:
+
+    T_lower = max(T_compute, max_i T_mem,i) + T_comm + T_fixed      (overlapped)
+    T_upper = T_compute + sum_i T_mem,i + T_comm + T_fixed           (serial)
+
+``time_s`` is the overlapped form; both are reported (scaling book "Rooflines":
+``max`` lower bound, sum upper bound, never more than 2x apart before the
+additive terms). T_mem,i is the traffic from memory tier i at the achieved
+bandwidth; data is placed fastest tier first (weights, then KV, then
+workspace) and spilled bytes are re-read from the slower tier every pass
+(theory.md §1.4). T_compute runs each component at the rate of its compute
+class (weight-only and non-native formats are dequantised and multiplied at
+the activation rate, theory.md §0, §8 item 2). T_comm is the exposed
+tensor-parallel all-reduce (two per layer, Megatron) and expert all-to-all
+(theory.md §5.1-5.4). T_fixed is the per-pass and per-layer overhead
+(:mod:`roofline.params`).
+
+Points that do not fit in memory come back as NaN with ``fits == False``; a
+call whose workload arguments are all scalars raises :class:`InfeasibleError`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .configs import load_model
+from .errors import InfeasibleError, UnknownSpecError, WorkloadError
+from .hardware import Device, load_device
+from .model import ModelSpec
+from .params import DEFAULT_PARAMS, EngineParams
+from .precision import Format
+from .units import format_quantity
+from .work import Formats, Work, forward_work
+
+Array = NDArray[np.float64]
+
+
+@attrs.frozen(kw_only=True)
+class DeviceGroup:
+    """``tp`` identical devices running one model replica with tensor parallelism.
+
+    Expert weights are split over all ``tp`` devices; ``ep`` > 1 says the MoE
+    layers use expert parallelism (all-to-all of token activations) over ``ep``
+    of them instead of tensor-parallel all-reduce.
+    """
+
+    device: Device
+    tp: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    ep: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+
+    @ep.validator
+    def _ep(self, _a: attrs.Attribute, v: int) -> None:
+        if v > self.tp or self.tp % v:
+            raise WorkloadError(f"ep ({v}) must divide tp ({self.tp}): experts are spread over the tp devices")
+
+    @property
+    def count(self) -> int:
+        return self.tp
+
+    def describe(self) -> str:
+        s = f"{self.tp}x {self.device.id}" if self.tp > 1 else self.device.id
+        return s + (f" (TP{self.tp}, EP{self.ep})" if self.ep > 1 else (f" (TP{self.tp})" if self.tp > 1 else ""))
+
+
+@attrs.frozen(kw_only=True)
+class StageResult:
+    """Time, bounds and memory of one stage; every numeric field broadcasts with the workload.
+
+    Times are seconds for the whole stage (for ``draft``, all gamma steps).
+    ``bound`` names the largest term: ``compute``, ``memory:<tier>``,
+    ``communication`` or ``overhead``. Per-device quantities are for one device
+    of the group. Infeasible points are NaN with ``fits`` False.
+    """
+
+    stage: str
+    model_id: str
+    group: str
+    formats: Formats
+    batch: Array
+    new_tokens: Array
+    context: Array
+    time_s: Array
+    time_serial_s: Array
+    compute_s: Array
+    memory_s: Array
+    memory_serial_s: Array
+    memory_by_tier_s: dict[str, Array]
+    communication_s: Array
+    overhead_s: Array
+    bound: NDArray[np.str_]
+    flop_per_device: Array
+    bytes_per_device: Array
+    intensity_flop_per_byte: Array
+    ridge_flop_per_byte: float
+    weights_per_device_bytes: Array
+    kv_per_device_bytes: Array
+    memory_per_device_bytes: Array
+    usable_per_device_bytes: float
+    fits: NDArray[np.bool_]
+    passes: int = 1
+
+    @property
+    def tokens_per_s(self) -> Array:
+        """Tokens processed per second by the whole batch (batch * new tokens / time)."""
+        return self.batch * self.new_tokens / self.time_s
+
+    @property
+    def per_sequence_tokens_per_s(self) -> Array:
+        """Tokens per second one sequence sees in this stage (new tokens / time)."""
+        return self.new_tokens / self.time_s
+
+
+# ------------------------------------------------------------------ helpers
+def _resolve(model: ModelSpec | str, device: Device | DeviceGroup | str, tp: int, ep: int) -> tuple[ModelSpec, DeviceGroup]:
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    if isinstance(device, DeviceGroup):
+        return m, device
+    dev = device if isinstance(device, Device) else load_device(device)
+    for name, v in (("tp", tp), ("ep", ep)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
+    return m, DeviceGroup(device=dev, tp=int(tp), ep=int(ep))
+
+
+def compute_class(fmt: Format, activation: Format, device: Device) -> tuple[str, bool]:
+    """The compute class a matmul with weights in ``fmt`` runs at, and whether it dequantises.
+
+    A native, non-weight-only format computes at its own rate (FP8 on Hopper,
+    NVFP4/MXFP4 on Blackwell: activations quantised to match). Otherwise the
+    weights are dequantised to the activation format (int4 weight-only, MXFP4
+    on Hopper: BF16 rate; theory.md §0).
+    """
+    if not fmt.weight_only and device.supports(fmt.compute):
+        return fmt.compute, False
+    return activation.compute, fmt.name != activation.name
+
+
+def _rate(device: Device, cls: str) -> float:
+    if not device.supports(cls):
+        raise UnknownSpecError(
+            f"{device.id} has no native {cls} units (native: {', '.join(device.native) or 'none'}); choose formats "
+            f"it runs natively (e.g. --weights/--kv/--activations {_suggest(device)}) or supply "
+            f"--set {device.id}.compute.{cls}=VALUE")
+    return device.get(f"compute.{cls}")
+
+
+def _suggest(device: Device) -> str:
+    for cls, fmt in (("bf16", "bf16"), ("fp8", "fp8"), ("int8", "mxint8"), ("fp16", "fp16")):
+        if cls in device.native:
+            return fmt
+    return "?"
+
+
+def _kv_shards(model: ModelSpec, tp: int) -> int:
+    """KV heads split over TP ranks only while tp <= n_kv; MLA's single latent is replicated (theory.md §2.9)."""
+    return 1 if model.is_mla else min(tp, model.num_kv_heads)
+
+
+def stored_weight_bytes(model: ModelSpec, formats: Formats) -> float:
+    """Bytes of all stored weights (every expert), non-expert and expert formats apart."""
+    experts = model.param_breakdown()["experts"]
+    return ((model.total_params - experts) * formats.weight.bytes_per_element
+            + experts * formats.expert.bytes_per_element)
+
+
+def workspace_per_sequence_bytes(model: ModelSpec, formats: Formats, tp: int, new_tokens: ArrayLike,
+                                 logits_per_seq: ArrayLike) -> Array:
+    """Transient activations per sequence and device: the residual stream and the widest MLP
+    intermediate for each new token (4d + 2*d_ff_widest elements) plus fp32 logits."""
+    widest = max(model.intermediate_size, model.experts_per_token * model.expert_intermediate_size, model.hidden_size)
+    n = np.asarray(new_tokens, dtype=float)
+    return (formats.activation.bytes_per_element * n * (4 * model.hidden_size + 2 * widest)
+            + 4.0 * np.asarray(logits_per_seq, dtype=float) * model.vocab_size) / tp
+
+
+def _allreduce_s(bytes_: Array, p: int, bw: float, hop_s: float, params: EngineParams) -> Array:
+    """Ring all-reduce: t0 + 2(p-1) t_hop + 2(p-1)/p * M / W (GenZ collective_times.py; theory.md §5.1)."""
+    return params.collective_base_s + 2 * (p - 1) * hop_s + 2 * (p - 1) / p * bytes_ / bw
+
+
+def _alltoall_s(bytes_: Array, p: int, bw: float, hop_s: float, params: EngineParams) -> Array:
+    """All-to-all sending (p-1)/p of ``bytes_`` off each device: t0 + (p-1) t_hop + bytes (p-1)/p / W."""
+    return params.collective_base_s + (p - 1) * hop_s + (p - 1) / p * bytes_ / bw
+
+
+# --------------------------------------------------------------- one pass
+def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: ArrayLike,
+                  new_tokens: ArrayLike, prefix_tokens: ArrayLike, logits_per_seq: ArrayLike,
+                  mla_absorbed: bool, stage: str, params: EngineParams = DEFAULT_PARAMS,
+                  on_infeasible: str = "auto") -> StageResult:
+    """Time one forward pass on ``group`` (see the module docstring for the model)."""
+    dev, tp = group.device, group.tp
+    work: Work = forward_work(model, formats, batch=batch, new_tokens=new_tokens, prefix_tokens=prefix_tokens,
+                              logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
+    B, n, p = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, new_tokens, prefix_tokens)))
+    mbu = dev.memory_bandwidth_fraction or params.memory_bandwidth_fraction
+    mfu = dev.compute_fraction or params.compute_fraction
+    act = formats.activation
+
+    # ---- compute: each component at its class's rate, plus dequantisation on the vector units
+    w_cls, w_deq = compute_class(formats.weight, act, dev)
+    e_cls, e_deq = compute_class(formats.expert, act, dev)
+    classes = {"attention_proj": w_cls, "attention_core": act.compute, "mlp": w_cls, "experts": e_cls,
+               "shared_experts": w_cls, "router": w_cls, "lm_head": w_cls}
+    compute = np.zeros_like(work.tokens)
+    for comp, flop in work.flop.items():
+        if np.any(flop > 0):
+            compute = compute + flop / tp / (_rate(dev, classes[comp]) * mfu)
+    deq = np.zeros_like(work.tokens)
+    for fmt, dequantised, comps in ((formats.weight, w_deq, ("attention", "mlp", "shared_experts", "router", "lm_head")),
+                                    (formats.expert, e_deq, ("experts",))):
+        if dequantised:
+            deq = deq + sum(work.weight_bytes[c] for c in comps) / fmt.bytes_per_element
+    if np.any(deq > 0) and params.dequant_ops_per_element > 0:
+        compute = compute + deq / tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * mfu)
+
+    # ---- memory: per-device residency, placement over tiers, traffic per tier
+    imbalance = params.expert_imbalance if group.ep > 1 else 1.0
+    w_read = (work.weight_bytes_total - work.weight_bytes["experts"] + imbalance * work.weight_bytes["experts"]) / tp
+    stored = stored_weight_bytes(model, formats) / tp
+    shards = _kv_shards(model, tp)
+    kv_dev = B * model.kv_cache_bytes(p + n, formats.kv) / shards
+    kv_read, kv_write = work.kv_read_bytes / shards, work.kv_write_bytes / shards
+    ws = B * workspace_per_sequence_bytes(model, formats, tp, n, np.asarray(logits_per_seq, dtype=float))
+    act_bytes = work.activation_bytes / tp
+
+    remaining = {"w": np.full_like(kv_dev, stored), "kv": kv_dev.copy(), "ws": ws.copy()}
+    traffic_by_tier: dict[str, Array] = {}
+    usable_total = 0.0
+    for tier in dev.memory:
+        if not any(np.any(r > 0) for r in remaining.values()):
+            break
+        free = np.full_like(kv_dev, dev.get(f"{tier.name}.capacity") * params.usable_memory_fraction)
+        usable_total += float(free.flat[0])
+        placed = {}
+        for key in ("w", "kv", "ws"):
+            placed[key] = np.minimum(remaining[key], free)
+            free = free - placed[key]
+            remaining[key] = remaining[key] - placed[key]
+        traffic = (w_read * placed["w"] / stored + (kv_read + kv_write) * _safe_div(placed["kv"], kv_dev)
+                   + act_bytes * _safe_div(placed["ws"], ws))
+        if np.any(traffic > 0):
+            traffic_by_tier[tier.name] = traffic / (dev.get(f"{tier.name}.bandwidth") * mbu)
+    fits = np.all([r <= 1e-6 * (stored + 1) for r in remaining.values()], axis=0)
+    for tier in dev.memory[len(traffic_by_tier):]:
+        if tier.capacity_bytes is not None:
+            usable_total += tier.capacity_bytes * params.usable_memory_fraction
+    mem_times = list(traffic_by_tier.values()) or [np.zeros_like(kv_dev)]
+    memory = np.maximum.reduce(mem_times)
+    memory_serial = np.add.reduce(mem_times)
+
+    # ---- communication (exposed) and fixed overheads
+    comm = np.zeros_like(kv_dev)
+    if tp > 1:
+        bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
+        hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
+        msg = work.tokens * model.hidden_size * act.bytes_per_element
+        n_ar = 2 * model.num_layers - (model.num_moe_layers if group.ep > 1 else 0)
+        comm = n_ar * _allreduce_s(msg, tp, bw, hop, params)
+        if group.ep > 1:
+            a2a = work.tokens * model.experts_per_token * model.hidden_size * act.bytes_per_element
+            comm = comm + 2 * model.num_moe_layers * _alltoall_s(a2a, group.ep, bw, hop, params)
+    step = dev.step_floor_s if dev.step_floor_s is not None else params.step_overhead_s
+    layer = dev.layer_floor_s if dev.layer_floor_s is not None else params.layer_overhead_s
+    overhead = np.full_like(kv_dev, step + layer * model.num_layers)
+
+    flop_dev = work.flop_total / tp
+    bytes_dev = w_read + kv_read + kv_write + act_bytes
+    main_cls = w_cls if not model.is_moe else e_cls
+    ridge = dev.peak_flop_per_s.get(main_cls) or math.nan
+    first_bw = dev.memory[0].bandwidth_bytes_per_s
+    ridge = ridge / first_bw if first_bw else math.nan
+    result = _finish(stage=stage, model_id=model.id, group=group.describe(), formats=formats, B=B, n=n, context=p,
+                     compute=compute, memory=memory, memory_serial=memory_serial, by_tier=traffic_by_tier,
+                     comm=comm, overhead=overhead, flop=flop_dev, bytes_=bytes_dev, ridge=ridge, weights=stored,
+                     kv=kv_dev, total=stored + kv_dev + ws, usable=usable_total, fits=fits)
+    return _check_feasible(result, on_infeasible, (batch, new_tokens, prefix_tokens))
+
+
+def _safe_div(a: Array, b: Array) -> Array:
+    return np.divide(a, b, out=np.zeros_like(a), where=b > 0)
+
+
+def _finish(*, stage: str, model_id: str, group: str, formats: Formats, B: Array, n: Array,
+            context: Array, compute: Array, memory: Array, memory_serial: Array, by_tier: dict[str, Array],
+            comm: Array, overhead: Array, flop: Array, bytes_: Array, ridge: float, weights: Array | float,
+            kv: Array, total: Array, usable: float, fits: NDArray[np.bool_], passes: int = 1) -> StageResult:
+    nan = np.where(fits, 1.0, np.nan)
+    time = (np.maximum(compute, memory) + comm + overhead) * nan
+    serial = (compute + memory_serial + comm + overhead) * nan
+    terms = [compute, *by_tier.values(), comm, overhead]
+    labels = ["compute", *(f"memory:{t}" for t in by_tier), "communication", "overhead"]
+    idx = np.argmax(np.stack(np.broadcast_arrays(*terms)), axis=0)
+    bound = np.where(fits, np.asarray(labels)[idx], "does not fit")
+    return StageResult(
+        stage=stage, model_id=model_id, group=group, formats=formats, batch=B, new_tokens=n,
+        context=context, time_s=time, time_serial_s=serial, compute_s=compute * nan, memory_s=memory * nan,
+        memory_serial_s=memory_serial * nan, memory_by_tier_s={k: v * nan for k, v in by_tier.items()},
+        communication_s=comm * nan, overhead_s=overhead * nan, bound=bound, flop_per_device=flop,
+        bytes_per_device=bytes_, intensity_flop_per_byte=_safe_div(flop, bytes_), ridge_flop_per_byte=ridge,
+        weights_per_device_bytes=np.broadcast_to(np.asarray(weights, dtype=float), kv.shape).copy(),
+        kv_per_device_bytes=kv, memory_per_device_bytes=total, usable_per_device_bytes=usable, fits=fits,
+        passes=passes)
+
+
+def _check_feasible(r: StageResult, on_infeasible: str, inputs: tuple[ArrayLike, ...]) -> StageResult:
+    if on_infeasible not in ("auto", "raise", "nan"):
+        raise WorkloadError(f"on_infeasible must be 'auto', 'raise' or 'nan', got {on_infeasible!r}")
+    scalar = all(np.ndim(x) == 0 for x in inputs)
+    if np.all(r.fits) or on_infeasible == "nan" or (on_infeasible == "auto" and not scalar):
+        return r
+    return require_feasible(r)
+
+
+def require_feasible(r: StageResult) -> StageResult:
+    """Return ``r`` if every point fits, else raise :class:`InfeasibleError` describing the first that does not."""
+    if np.all(r.fits):
+        return r
+    i = np.unravel_index(np.argmin(r.fits), r.fits.shape) if r.fits.ndim else ()
+    need = float(np.asarray(r.memory_per_device_bytes)[i])
+    raise InfeasibleError(
+        f"{r.model_id} does not fit on {r.group} for {r.stage}: needs {format_quantity(need, 'bytes')} per device "
+        f"(weights {format_quantity(float(np.asarray(r.weights_per_device_bytes)[i]), 'bytes')}, "
+        f"KV {format_quantity(float(np.asarray(r.kv_per_device_bytes)[i]), 'bytes')}) but "
+        f"{format_quantity(r.usable_per_device_bytes, 'bytes')} is usable; use more devices (--tp), "
+        f"a smaller format, or a smaller batch/context")
+
+
+def combine(results: list[StageResult], masks: list[Array], *, stage: str) -> StageResult:
+    """Sum sequential passes (chunked prefill, gamma draft steps); ``masks`` say where each pass happens."""
+    first = results[0]
+    zero = np.zeros_like(first.time_s)
+
+    def total(get: Callable[[StageResult], Array]) -> Array:
+        return sum((np.where(m, np.nan_to_num(get(r)), 0.0) for r, m in zip(results, masks)), zero)
+
+    fits = np.all([np.where(m, r.fits, True) for r, m in zip(results, masks)], axis=0)
+    tiers = {t for r in results for t in r.memory_by_tier_s}
+    by_tier = {t: total(lambda r, t=t: r.memory_by_tier_s.get(t, zero)) for t in tiers}
+    mem_peak = np.maximum.reduce([np.where(m, r.memory_per_device_bytes, 0.0) for r, m in zip(results, masks)])
+    kv_peak = np.maximum.reduce([np.where(m, r.kv_per_device_bytes, 0.0) for r, m in zip(results, masks)])
+    compute, memory = total(lambda r: r.compute_s), total(lambda r: r.memory_s)
+    comm, overhead = total(lambda r: r.communication_s), total(lambda r: r.overhead_s)
+    lower = total(lambda r: r.time_s)
+    upper = total(lambda r: r.time_serial_s)
+    flop, bytes_ = total(lambda r: r.flop_per_device), total(lambda r: r.bytes_per_device)
+    out = _finish(stage=stage, model_id=first.model_id, group=first.group, formats=first.formats,
+                  B=first.batch, n=total(lambda r: r.new_tokens), context=first.context, compute=compute,
+                  memory=memory, memory_serial=total(lambda r: r.memory_serial_s), by_tier=by_tier, comm=comm,
+                  overhead=overhead, flop=flop, bytes_=bytes_, ridge=first.ridge_flop_per_byte,
+                  weights=first.weights_per_device_bytes, kv=kv_peak, total=mem_peak,
+                  usable=first.usable_per_device_bytes, fits=fits, passes=len(results))
+    # per-pass max(compute, memory) summed is the overlapped time (kernels do not overlap across passes)
+    nan = np.where(fits, 1.0, np.nan)
+    return attrs.evolve(out, time_s=lower * nan, time_serial_s=upper * nan)
+
