@@ -18,13 +18,18 @@ from .errors import (InfeasibleError, NotFoundError, RooflineError, SpecError, U
                      WorkloadError)
 from .hardware import Device, Link, MemoryTier, list_devices, load_device, override
 from .model import ModelSpec
+from .params import DEFAULT_PARAMS, EngineParams
 from .precision import Format, get_format, list_formats
+from .stages import DeviceGroup, StageResult, decode_step, draft, draft_head, max_batch, prefill, verify
+from .work import Formats, forward_work
 from .units import parse_quantity
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Device", "Format", "InfeasibleError", "Link", "MemoryTier", "ModelSpec", "NotFoundError", "RooflineError",
-    "SpecError", "UnitError", "UnknownSpecError", "WorkloadError", "get_format", "list_devices", "list_formats",
-    "list_models", "load_device", "load_model", "model_from_hf_config", "override", "parse_quantity",
+    "DEFAULT_PARAMS", "Device", "DeviceGroup", "EngineParams", "Format", "Formats", "InfeasibleError", "Link",
+    "MemoryTier", "ModelSpec", "NotFoundError", "RooflineError", "SpecError", "StageResult", "UnitError",
+    "UnknownSpecError", "WorkloadError", "decode_step", "draft", "draft_head", "forward_work", "get_format",
+    "list_devices", "list_formats", "list_models", "load_device", "load_model", "max_batch", "model_from_hf_config",
+    "override", "parse_quantity", "prefill", "verify",
 ]

@@ -207,7 +207,8 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
     """Entry point; returns the exit status (0 ok, 1 bad input, 2 usage error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    out = console or Console(no_color=bool(os.environ.get("NO_COLOR")) or None, soft_wrap=False)
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
+    out = console or Console(no_color=bool(os.environ.get("NO_COLOR")) or None, width=width)
     err = err_console or Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         args = build_parser().parse_args(argv)

@@ -36,8 +36,10 @@ class EngineParams:
       weight-only kernels (int4/int8 weight-only, FP4 on chips without FP4
       units), executed at the device's fp32 rate: the reason weight-only decode
       is slower than its bytes suggest (DESIGN.md).
-    * ``usable_memory_fraction``: share of each tier an engine may fill
-      (vLLM's ``gpu_memory_utilization`` default 0.9).
+    * ``usable_memory_fraction``: share of each tier an engine may fill with
+      weights, KV and workspace; theory.md §3.3 uses u = 0.9-0.95 (vLLM's
+      ``gpu_memory_utilization`` defaults to 0.9, TensorRT-LLM gives 0.9 of the
+      memory left after the weights to the KV cache).
     * ``expert_imbalance``: busiest expert shard / mean under expert parallelism (>= 1).
     """
 
@@ -49,7 +51,7 @@ class EngineParams:
     collective_base_s: float = attrs.field(default=5e-6, validator=_nonneg)
     link_hop_latency_s: float = attrs.field(default=1e-6, validator=_nonneg)
     dequant_ops_per_element: float = attrs.field(default=4.0, validator=_nonneg)
-    usable_memory_fraction: float = attrs.field(default=0.90, validator=_frac)
+    usable_memory_fraction: float = attrs.field(default=0.95, validator=_frac)
     expert_imbalance: float = attrs.field(default=1.0, validator=attrs.validators.ge(1))
 
 

@@ -164,20 +164,24 @@ def _ms(v: float) -> str:
     return "—" if not math.isfinite(v) else (f"{v * 1e3:.3g}" if v * 1e3 < 1000 else f"{v * 1e3:,.0f}")
 
 
+def _rate(v: float) -> str:
+    return "—" if not math.isfinite(v) else (f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
+
+
 def stage_table(r: Any, caption: str) -> Table:
     per_user = r.stage.startswith(("decode", "draft", "verify"))
     rows = stage_rows(r)
     n, ctx = rows[0]["new_tokens"], rows[0]["context"]
     where = f"{n:.0f} new tokens/seq after {ctx:.0f} cached" if r.stage != "decode" else f"context {ctx:.0f}"
     t = Table(title=f"{r.stage}: {r.model_id} on {r.group}, {where}", caption=caption)
-    cols = ["batch", "time ms", "compute ms", "memory ms", "comm ms", "fixed ms", "bound", "FLOP/B", "mem/device",
+    cols = ["batch", "time ms", "comp ms", "mem ms", "comm ms", "fixed ms", "bound", "FLOP/B", "mem/dev",
             "tok/s/user" if per_user else "tok/s/seq", "tok/s"]
     for c in cols:
-        t.add_column(c, justify="left" if c == "bound" else "right")
+        t.add_column(c, justify="left" if c == "bound" else "right", min_width=12 if c == "bound" else len(c))
     for row in rows:
         ok = row["fits"]
         t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), _ms(row["compute_s"]), _ms(row["memory_s"]),
                   _ms(row["communication_s"]), _ms(row["overhead_s"]), str(row["bound"]),
                   f"{row['intensity_flop_per_byte']:.3g}", format_quantity(row["memory_per_device_bytes"], "bytes"),
-                  f"{row['per_sequence_tokens_per_s']:.4g}" if ok else "—", f"{row['tokens_per_s']:.4g}" if ok else "—")
+                  _rate(row["per_sequence_tokens_per_s"]), _rate(row["tokens_per_s"]))
     return t

@@ -70,3 +70,44 @@ def test_help_does_not_import_heavy_modules():
             "assert not heavy, heavy")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_stage_command_matches_python_api(run_cli):
+    import numpy as np
+
+    import roofline as rl
+    code, out, err = run_cli("stage", "gpt-oss-120b", "h200-sxm", "--batch", "1,64,256", "--context", "8192", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    decode = next(s for s in data["stages"] if s["stage"] == "decode")
+    api = rl.decode_step("gpt-oss-120b", "h200-sxm", batch=np.array([1, 64, 256]), context=8192)
+    for row, t, fits, bound in zip(decode["rows"], api.time_s, api.fits, api.bound):
+        assert row["fits"] == bool(fits) and row["bound"] == bound
+        assert (row["time_s"] is None and not fits) or row["time_s"] == pytest.approx(float(t))
+    assert decode["formats"]["experts"] == "mxfp4"
+    code, out, _ = run_cli("stage", "gpt-oss-120b", "h200-sxm", "--batch", "1,64,256", "--context", "8192")
+    assert code == 0 and "memory:hbm" in out and "decode" in out and "prefill" in out
+
+
+def test_stage_what_if_set(run_cli):
+    def decode_time(*extra):
+        code, out, err = run_cli("stage", "llama-3.1-8b", "h100", "--batch", "1", "--json", *extra)
+        assert code == 0, err
+        return json.loads(out)["stages"][1]["rows"][0]["time_s"]
+    assert decode_time("--set", "h100.hbm.bandwidth=6.7TB/s") < decode_time()
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (("stage", "gpt-oss-120b", "h200-sxm", "--weights", "fp9"), 1, "unknown format 'fp9'"),
+    (("stage", "gpt-oss-120b", "h200-sxm", "--batch", "-4"), 1, "batch must be >= 1"),
+    (("stage", "gpt-oss-120b", "h200-sxm", "--batch", "x"), 2, "--batch"),
+    (("stage", "llama-3.1-70b", "h100-sxm", "--batch", "1"), 1, "does not fit on h100-sxm"),
+    (("stage", "llama-3.1-8b", "h100-sxm", "--tp", "0"), 2, "must be >= 1"),
+    (("stage", "llama-3.1-8b", "h100-sxm", "--set", "h100.hbm.bandwidth"), 2, "ID.FIELD=VALUE"),
+    (("stage", "llama-3.1-8b", "h100-sxm", "--set", "h100.hbm.bandwidth=fast"), 1, "cannot read a number"),
+    (("stage", "nope-7b", "h100-sxm"), 1, "unknown model"),
+])
+def test_stage_errors_one_line(run_cli, args, code, needle):
+    got, out, err = run_cli(*args)
+    assert got == code, err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -1,0 +1,202 @@
+"""Stage engine: hypothesis properties, published golden values, infeasibility and errors."""
+
+import itertools
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import assume, given, strategies as st
+
+import roofline as rl
+from roofline import stages
+from roofline.errors import InfeasibleError, NotFoundError, UnknownSpecError, WorkloadError
+from roofline.params import DEFAULT_PARAMS
+
+H100 = rl.load_device("h100-sxm")
+H200 = rl.load_device("h200-sxm")
+A100 = rl.load_device("a100-sxm-80gb")
+PURE = attrs.evolve(DEFAULT_PARAMS, memory_bandwidth_fraction=1.0, compute_fraction=1.0, step_overhead_s=0.0,
+                    layer_overhead_s=0.0, collective_base_s=0.0, link_hop_latency_s=0.0, dequant_ops_per_element=0.0)
+
+CASES = [("llama-3.1-8b", "h100-sxm", {}), ("gpt-oss-120b", "h200-sxm", {}), ("mixtral-8x7b", "h100-sxm", {"tp": 2}),
+         ("deepseek-r1", "b200", {"tp": 8, "ep": 4, "experts": "nvfp4"}), ("gpt-oss-draft-1.6b", "l40s", {})]
+case = st.sampled_from(CASES)
+batch = st.integers(1, 96)
+context = st.integers(0, 16_384)
+
+
+def _decode(c, **kw):
+    model, dev, extra = c
+    return stages.decode_step(model, kw.pop("device", dev), **{**extra, **kw}, on_infeasible="nan")
+
+
+@given(case, batch, batch, context)
+def test_time_non_decreasing_in_batch(c, b1, b2, L):
+    lo, hi = sorted((b1, b2))
+    t1, t2 = _decode(c, batch=lo, context=L), _decode(c, batch=hi, context=L)
+    assume(bool(t2.fits))
+    assert t2.time_s >= t1.time_s * (1 - 1e-12)
+
+
+@given(case, batch, context, context)
+def test_time_non_decreasing_in_context(c, b, L1, L2):
+    lo, hi = sorted((L1, L2))
+    t1, t2 = _decode(c, batch=b, context=lo), _decode(c, batch=b, context=hi)
+    assume(bool(t2.fits))
+    assert t2.time_s >= t1.time_s * (1 - 1e-12)
+
+
+@given(case, batch, context, st.floats(1.01, 10))
+def test_faster_memory_and_compute_never_slower(c, b, L, k):
+    dev = rl.load_device(c[1])
+    base = _decode(c, batch=b, context=L)
+    assume(bool(base.fits))
+    faster_mem = rl.override(dev, "hbm.bandwidth" if dev.memory[0].name == "hbm" else f"{dev.memory[0].name}.bandwidth",
+                             dev.memory[0].bandwidth_bytes_per_s * k)
+    assert _decode(c, batch=b, context=L, device=faster_mem).time_s <= base.time_s * (1 + 1e-12)
+    cls = "fp4" if c[2].get("experts") == "nvfp4" else "bf16"
+    faster_fpu = rl.override(dev, f"compute.{cls}", dev.get(f"compute.{cls}") * k)
+    assert _decode(c, batch=b, context=L, device=faster_fpu).time_s <= base.time_s * (1 + 1e-12)
+
+
+@given(case, batch, context)
+def test_doubling_bandwidth_halves_memory_time(c, b, L):
+    dev = rl.load_device(c[1])
+    base = _decode(c, batch=b, context=L)
+    assume(bool(base.fits))
+    fast = dev
+    for t in dev.memory:
+        fast = rl.override(fast, f"{t.name}.bandwidth", t.bandwidth_bytes_per_s * 2)
+    assert _decode(c, batch=b, context=L, device=fast).memory_s == pytest.approx(base.memory_s / 2, rel=1e-12)
+
+
+@given(case, batch, context)
+def test_bounds_ordered(c, b, L):
+    r = _decode(c, batch=b, context=L)
+    assume(bool(r.fits))
+    assert r.time_s <= r.time_serial_s * (1 + 1e-12) <= 2 * r.time_s * (1 + 1e-12)
+    assert r.time_s >= max(r.compute_s, r.memory_s)
+
+
+def test_memory_time_non_decreasing_in_bytes_per_parameter():
+    ts = [stages.decode_step("llama-3.1-8b", H100, batch=8, context=2048, weights=w).memory_s
+          for w in ("int4-g128", "int4-g32", "fp8", "bf16", "fp32")]
+    assert all(a <= b for a, b in zip(ts, ts[1:]))
+    assert stages.decode_step("llama-3.1-8b", H100, batch=8, context=2048, weights="fp32").time_s >= \
+        stages.decode_step("llama-3.1-8b", H100, batch=8, context=2048, weights="bf16").time_s
+
+
+def test_memory_bound_time_ignores_flops():
+    r = stages.decode_step("llama-3.1-8b", H100, batch=1, context=1024)
+    assert r.bound == "memory:hbm"
+    fast = rl.override(H100, "compute.bf16", 10 * H100.get("compute.bf16"))
+    assert stages.decode_step("llama-3.1-8b", fast, batch=1, context=1024).time_s == r.time_s
+
+
+def test_array_call_equals_stacked_scalar_calls():
+    B, L = np.array([1, 16, 64]), np.array([0, 2048, 30000])
+    for fn, kw in ((stages.decode_step, {}), (stages.verify, {"gamma": 3}), (stages.draft, {"gamma": 4})):
+        grid = fn("gpt-oss-120b", H200, batch=B[:, None], context=L[None, :], on_infeasible="nan", **kw)
+        for (i, b), (j, l) in itertools.product(enumerate(B), enumerate(L)):
+            one = fn("gpt-oss-120b", H200, batch=int(b), context=int(l), on_infeasible="nan", **kw)
+            np.testing.assert_equal(grid.time_s[i, j], one.time_s)
+            assert grid.bound[i, j] == one.bound
+    S = np.array([100, 5000])
+    grid = stages.prefill("llama-3.1-8b", H100, prompt=S, chunk=2048)
+    for i, s in enumerate(S):
+        assert grid.time_s[i] == stages.prefill("llama-3.1-8b", H100, prompt=int(s), chunk=2048).time_s
+
+
+# ----------------------------------------------------------- golden values
+def test_h100_bf16_ridge():
+    # scaling book "Rooflines": 989.4e12 / 3.35e12 = 295 FLOP/B (B_crit ~ 298 with 1e15)
+    r = stages.decode_step("llama-3.1-8b", H100, batch=1, context=1)
+    assert r.ridge_flop_per_byte == pytest.approx(295.3, abs=0.1)
+
+
+def test_decode_turns_compute_bound_past_the_ridge_batch():
+    # theory.md §3.3: with BF16 weights decode becomes compute-bound near B* ~ pi/beta ~ 295 at short context
+    lo = stages.decode_step("llama-3.1-8b", H100, batch=200, context=1, params=PURE)
+    hi = stages.decode_step("llama-3.1-8b", H100, batch=400, context=1, params=PURE)
+    assert lo.bound == "memory:hbm" and hi.bound == "compute"
+
+
+def test_llama70b_bf16_does_not_fit_one_h100_but_fits_h200():
+    # theory.md §1.4: 141.1 GB of BF16 weights against 85.5 GB of HBM; one H200 (150.75 GB) holds it
+    with pytest.raises(InfeasibleError, match="does not fit on h100-sxm"):
+        stages.decode_step("llama-3.1-70b", H100, batch=1, context=1024)
+    r = stages.decode_step("llama-3.1-70b", H200, batch=1, context=1024)
+    assert r.fits and r.weights_per_device_bytes == pytest.approx(141.1e9, rel=1e-3)
+    assert stages.decode_step("llama-3.1-70b", H100, batch=1, context=1024, tp=2).fits
+    # theory.md §3.3 worked example 1: TP2 on 2 x H100 at L = 2,048 and u = 0.95 holds B_max = 31
+    assert stages.max_batch("llama-3.1-70b", H100, context=2048, tp=2) == 31
+
+
+def test_sweep_marks_infeasible_points_with_nan():
+    r = stages.decode_step("gpt-oss-120b", H200, batch=np.array([1, 64, 4096]), context=8192)
+    assert list(r.fits) == [True, True, False]
+    assert np.isnan(r.time_s[2]) and r.bound[2] == "does not fit" and np.isfinite(r.time_s[:2]).all()
+    assert stages.max_batch("gpt-oss-120b", H200, context=8192) > 64
+
+
+# gpt-fast README (pytorch-labs/gpt-fast @c9f683e, A100-80GB, batch 1): measured tokens/s never exceed our
+# bandwidth bound (peak HBM bandwidth, no overheads).
+GPT_FAST = [("llama-2-7b", "bf16", 1, 104.9), ("llama-2-7b", "int4-g32", 1, 196.8), ("llama-2-70b", "int4-g32", 1, 25.25),
+            ("llama-3.1-8b", "int8", 1, 137.64), ("llama-2-7b", "bf16", 2, 168.84), ("llama-2-7b", "bf16", 8, 328.43),
+            ("llama-2-70b", "bf16", 4, 38.01), ("llama-3.1-8b", "bf16", 8, 276.01), ("llama-2-70b", "int8", 8, 80.44),
+            ("llama-3.1-405b", "int8", 8, 15.6)]
+
+
+@pytest.mark.parametrize("model,weights,tp,measured", GPT_FAST)
+def test_gpt_fast_batch1_never_faster_than_bandwidth_bound(model, weights, tp, measured):
+    r = stages.decode_step(model, A100, batch=1, context=205, weights=weights, tp=tp, params=PURE)
+    assert measured <= float(r.per_sequence_tokens_per_s)
+
+
+def test_prefill_8k_is_compute_bound_on_h100():
+    r = stages.prefill("llama-3.1-8b", H100, prompt=8192)
+    assert r.bound == "compute" and r.intensity_flop_per_byte > r.ridge_flop_per_byte
+
+
+def test_tensor_parallel_small_model_is_latency_bound():
+    # DESIGN.md: TP over 8 GPUs on a small model is bound by per-layer all-reduce latency, not bandwidth.
+    r = stages.decode_step("llama-3.1-8b", A100, batch=1, context=205, tp=8)
+    assert r.communication_s > 0.3 * r.memory_s
+
+
+def test_spill_to_slower_tier_is_reread_every_step():
+    corsair = rl.load_device("corsair")
+    fmt = dict(weights="mxint8", kv="mxint8", activations="mxint8")
+    small = stages.decode_step("gpt-oss-draft-1.6b", corsair, batch=1, context=1024, **fmt)
+    assert small.bound == "memory:sram" or small.bound == "overhead"
+    big = stages.decode_step("llama-3.1-8b", corsair, batch=1, context=1024, **fmt)  # 8.3 GB > 1.8 GB usable SRAM
+    assert big.bound == "memory:lpddr" and big.time_s > 10 * small.time_s
+
+
+# ---------------------------------------------------------------- errors
+@pytest.mark.parametrize("kw,err", [
+    ({"batch": -1}, WorkloadError), ({"batch": 0}, WorkloadError), ({"batch": float("nan")}, WorkloadError),
+    ({"batch": 2.5}, WorkloadError), ({"context": -5}, WorkloadError), ({"context": float("inf")}, WorkloadError),
+    ({"weights": "fp9"}, NotFoundError), ({"kv": "nope"}, NotFoundError), ({"tp": 0}, WorkloadError),
+    ({"tp": 1.5}, WorkloadError), ({"tp": 4, "ep": 3}, WorkloadError), ({"batch": "x"}, WorkloadError),
+])
+def test_bad_arguments(kw, err):
+    args = {"batch": 1, "context": 128, **kw}
+    with pytest.raises(err):
+        stages.decode_step("llama-3.1-8b", H100, **args)
+
+
+def test_unknown_device_and_unsupported_compute():
+    with pytest.raises(NotFoundError):
+        stages.decode_step("llama-3.1-8b", "h1000", batch=1, context=1)
+    with pytest.raises(UnknownSpecError, match="corsair has no native bf16.*mxint8"):
+        stages.decode_step("gpt-oss-draft-1.6b", "corsair", batch=1, context=1)
+    with pytest.raises(UnknownSpecError, match="sohu: compute.fp8 is not published.*--set sohu.compute.fp8"):
+        stages.decode_step("llama-3.1-8b", "sohu", batch=1, context=1, weights="fp8", activations="fp8")
+    sohu = rl.override(rl.load_device("sohu"), "compute.fp8", "2 PFLOP/s")
+    with pytest.raises(UnknownSpecError, match="sohu: hbm.bandwidth"):
+        stages.decode_step("llama-3.1-8b", sohu, batch=1, context=1, weights="fp8", activations="fp8")
+    with pytest.raises(UnknownSpecError, match="l40s: scale_up.bandwidth"):
+        stages.decode_step("llama-3.1-8b", "l40s", batch=1, context=1, tp=2)
+    with pytest.raises(WorkloadError, match="gamma"):
+        stages.verify("llama-3.1-8b", H100, batch=1, context=1, gamma=-1)
