@@ -166,6 +166,67 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _acceptance(args: argparse.Namespace) -> Any:
+    from .speculative import Acceptance
+    given = [x for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma) if x is not None]
+    if len(given) != 1:
+        raise UsageError("give exactly one of --alpha, --acceptance-length, --alpha-by-gamma")
+    if args.alpha is not None:
+        return Acceptance.geometric(_float(args.alpha, "--alpha"))
+    pairs = {}
+    for item in (args.acceptance_length or args.alpha_by_gamma).split(","):
+        g, sep, v = item.partition(":")
+        if not sep:
+            raise UsageError("expected GAMMA:VALUE pairs, e.g. 5:0.926,40:0.962")
+        pairs[int(_float(g, "gamma"))] = _float(v, "value")
+    return Acceptance.measured(pairs) if args.acceptance_length else Acceptance.alpha_by_gamma(pairs)
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{what}: expected a number, got {text!r}") from None
+
+
+def cmd_spec(args: argparse.Namespace, console: Console) -> int:
+    import numpy as np
+
+    from .engine import parse_group
+    from .specdecode import optimal_gamma, speculative_round
+    gammas = np.array(parse_ints(args.gamma, "--gamma"))
+    verify_on = parse_group(args.verify_on)
+    verify_on = type(verify_on)(device=apply_sets(verify_on.device, args.set), tp=verify_on.tp, ep=args.ep)
+    draft_on = None
+    if args.draft_on:
+        g = parse_group(args.draft_on)
+        draft_on = type(g)(device=apply_sets(g.device, args.set), tp=g.tp)
+    r = speculative_round(args.target, verify_on=verify_on, draft=args.draft, draft_on=draft_on,
+                          draft_kind=args.draft_kind, head_layers=args.head_layers, acceptance=_acceptance(args),
+                          gamma=gammas, batch=args.batch, context=args.context, link=args.link, sampling=args.sampling,
+                          target_formats={"weights": args.weights, "experts": args.experts, "kv": args.kv},
+                          draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
+                                         "activations": args.draft_activations})
+    best = optimal_gamma(r)
+    if args.json:
+        _print_json(console, render.spec_dict(r, best))
+    else:
+        console.print(render.spec_table(r, best))
+    return 0
+
+
+def cmd_formula(args: argparse.Namespace, console: Console) -> int:
+    from . import symbolic
+    expr = symbolic.formula(args.name)
+    if args.json:
+        _print_json(console, {"name": args.name, "text": str(expr), "latex": __import__("sympy").latex(expr)})
+    elif args.latex:
+        console.file.write(__import__("sympy").latex(expr) + "\n")
+    else:
+        console.file.write(f"{args.name}: {expr}\n")
+    return 0
+
+
 # ------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="roofline", description="How fast, and at what energy, an LLM runs on given hardware, "
@@ -199,7 +260,38 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--activations", default="bf16", help="activation format (default bf16)")
     sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE",
                     help="what-if override of a spec field, e.g. h200-sxm.hbm.bandwidth=6TB/s (repeatable)")
+    _add_spec(add)
     return p
+
+
+def _add_spec(add: Callable[..., argparse.ArgumentParser]) -> None:
+    sp = add("spec", cmd_spec, "speculative decoding: draft and verify on (possibly different) device groups, per gamma")
+    sp.add_argument("--target", required=True, help="target model")
+    sp.add_argument("--draft", default=None, help="draft model (for --draft-kind model)")
+    sp.add_argument("--draft-kind", default="model", choices=["model", "mtp", "eagle"])
+    sp.add_argument("--head-layers", type=_pos_int, default=1, help="layers of an MTP/EAGLE head (default 1)")
+    sp.add_argument("--verify-on", required=True, metavar="ID[:N]", help="target group, e.g. b200:8")
+    sp.add_argument("--draft-on", default=None, metavar="ID[:N]", help="draft group (default: the target's)")
+    sp.add_argument("--alpha", default=None, help="per-token acceptance probability in [0, 1]")
+    sp.add_argument("--acceptance-length", default=None, metavar="G:TAU,...", help="measured tau per gamma")
+    sp.add_argument("--alpha-by-gamma", default=None, metavar="G:ALPHA,...", help="alpha per gamma, interpolated")
+    sp.add_argument("--gamma", default="1..8", help="draft lengths: 1..40 or 1,2,5 (default 1..8)")
+    sp.add_argument("--batch", type=_pos_int, default=1)
+    sp.add_argument("--context", type=_nonneg_int, default=8192)
+    sp.add_argument("--link", default="pcie5", help="draft<->target link: pcie5, nvlink, ethernet-400g, ... or BW,LAT")
+    sp.add_argument("--sampling", default="greedy", choices=["greedy", "lossless"])
+    sp.add_argument("--ep", type=_pos_int, default=1, help="expert-parallel degree of the target group")
+    sp.add_argument("--weights", default="bf16")
+    sp.add_argument("--experts", default=None)
+    sp.add_argument("--kv", default="bf16")
+    sp.add_argument("--draft-weights", default="auto", help="draft format (default: native to the draft device)")
+    sp.add_argument("--draft-kv", default="auto")
+    sp.add_argument("--draft-activations", default="auto")
+    sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE")
+    sp = add("formula", cmd_formula, "print a derived formula (sympy): " + ", ".join(
+        ["expected-tokens", "expected-tokens-limit", "speedup", "ridge-batch"]))
+    sp.add_argument("name")
+    sp.add_argument("--latex", action="store_true")
 
 
 def main(argv: Sequence[str] | None = None, *, console: Console | None = None,

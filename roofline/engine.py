@@ -118,6 +118,30 @@ class StageResult:
         return self.new_tokens / self.time_s
 
 
+def parse_group(spec: str | Device | DeviceGroup, *, ep: int = 1) -> DeviceGroup:
+    """``"b200:8"`` (device id or spec path, then a device count used as TP degree), a Device, or a DeviceGroup."""
+    if isinstance(spec, DeviceGroup):
+        return spec
+    if isinstance(spec, Device):
+        return DeviceGroup(device=spec, ep=ep)
+    name, sep, count = str(spec).rpartition(":") if ":" in str(spec) else (str(spec), "", "1")
+    try:
+        n = int(count)
+    except ValueError:
+        raise WorkloadError(f"device group {spec!r}: expected ID or ID:COUNT, e.g. b200:8") from None
+    if n < 1:
+        raise WorkloadError(f"device group {spec!r}: count must be >= 1")
+    return DeviceGroup(device=load_device(name), tp=n, ep=ep)
+
+
+def native_default_format(device: Device) -> str:
+    """The format a device computes natively, preferring bf16: what to run on it when the user does not say."""
+    for cls, fmt in (("bf16", "bf16"), ("fp16", "fp16"), ("fp8", "fp8"), ("int8", "mxint8"), ("fp4", "mxfp4")):
+        if cls in device.native:
+            return fmt
+    raise UnknownSpecError(f"{device.id} lists no native compute format; supply one with --set {device.id}.compute.bf16=...")
+
+
 # ------------------------------------------------------------------ helpers
 def _resolve(model: ModelSpec | str, device: Device | DeviceGroup | str, tp: int, ep: int) -> tuple[ModelSpec, DeviceGroup]:
     m = model if isinstance(model, ModelSpec) else load_model(model)
@@ -220,6 +244,11 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         if dequantised:
             deq = deq + sum(work.weight_bytes[c] for c in comps) / fmt.bytes_per_element
     if np.any(deq > 0) and params.dequant_ops_per_element > 0:
+        if dev.peak_flop_per_s.get("fp32") is None:
+            raise UnknownSpecError(
+                f"{dev.id}: dequantising {formats.expert.name if e_deq else formats.weight.name} weights (no native "
+                f"units for them) runs on the vector units, whose rate compute.fp32 is not published; supply "
+                f"--set {dev.id}.compute.fp32=VALUE or choose a format {dev.id} computes natively")
         compute = compute + deq / tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * mfu)
 
     # ---- memory: per-device residency, placement over tiers, traffic per tier

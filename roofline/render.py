@@ -185,3 +185,46 @@ def stage_table(r: Any, caption: str) -> Table:
                   f"{row['intensity_flop_per_byte']:.3g}", format_quantity(row["memory_per_device_bytes"], "bytes"),
                   _rate(row["per_sequence_tokens_per_s"]), _rate(row["tokens_per_s"]))
     return t
+
+
+# ------------------------------------------------------------- speculative
+SPEC_FIELDS = ("gamma", "expected_tokens", "draft_s", "verify_s", "transfer_s", "round_s", "tokens_per_s_per_user",
+               "tokens_per_s", "speedup", "energy_per_token_j", "power_w", "flop_per_token", "fits", "draft_bound",
+               "verify_bound")
+
+
+def spec_dict(r: Any, best_gamma: int) -> dict[str, Any]:
+    rows = []
+    cols = {f: np.ravel(np.asarray(getattr(r, f))) for f in SPEC_FIELDS}
+    for i in range(cols["gamma"].size):
+        row = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in cols.items()}
+        row["best"] = bool(row["gamma"] == best_gamma)
+        rows.append(row)
+    return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "target_group": r.target_group,
+            "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance, "best_gamma": best_gamma,
+            "baseline_decode_s": float(np.ravel(r.baseline_decode_s)[0]),
+            "baseline_tokens_per_s_per_user": float(1 / np.ravel(r.baseline_decode_s)[0]),
+            "baseline_energy_per_token_j": float(np.ravel(r.baseline_energy_per_token_j)[0]),
+            "energy_note": r.energy_note, "rows": rows}
+
+
+def spec_table(r: Any, best_gamma: int) -> Table:
+    base = float(np.ravel(r.baseline_decode_s)[0])
+    base_e = float(np.ravel(r.baseline_energy_per_token_j)[0])
+    cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
+           f"Baseline: plain decode on {r.target_group} at {_rate(1 / base)} tok/s/user"
+           + (f", {base_e:.3g} J/token" if math.isfinite(base_e) else "") + ". * = most tok/s/user."
+           + (f" {r.energy_note}" if r.energy_note else ""))
+    t = Table(title=f"speculative decoding: {r.target} with {r.draft}, batch {int(np.ravel(r.batch)[0])}", caption=cap)
+    for c in ("gamma", "draft ms", "verify ms", "xfer us", "tok/round", "tok/s/user", "speedup", "J/token",
+              "draft bound", "verify bound"):
+        t.add_column(c, justify="left" if "bound" in c else "right", min_width=len(c))
+    for row in spec_dict(r, best_gamma)["rows"]:
+        mark = "*" if row["best"] else ""
+        ok = row["fits"]
+        t.add_row(f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]), _ms(row["verify_s"]),
+                  f"{row['transfer_s'] * 1e6:.3g}" if ok else "—", f"{row['expected_tokens']:.3g}",
+                  _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
+                  f"{row['energy_per_token_j']:.3g}" if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
+                  str(row["draft_bound"]), str(row["verify_bound"]), style="bold" if mark else None)
+    return t

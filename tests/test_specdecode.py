@@ -1,0 +1,120 @@
+"""Draft and verify placed on device groups: round time, transfer, energy, and the spec command."""
+
+import json
+
+import numpy as np
+import pytest
+
+import roofline as rl
+from roofline.errors import WorkloadError
+from roofline.specdecode import optimal_gamma, speculative_round
+from roofline.speculative import Acceptance
+
+KW = dict(target="gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", batch=1, context=8192)
+
+
+def test_gamma_zero_is_plain_decoding():
+    r = speculative_round(**KW, draft_on="corsair:2", acceptance=0.926, gamma=0)
+    assert r.expected_tokens == 1 and r.draft_s == 0 and r.transfer_s == 0
+    assert r.round_s == pytest.approx(r.baseline_decode_s, rel=1e-12)
+    assert r.speedup == pytest.approx(1.0)
+
+
+def test_round_is_draft_plus_verify_plus_transfer():
+    g = np.arange(1, 9)
+    r = speculative_round(**KW, draft_on="corsair:2", acceptance=0.926, gamma=g)
+    d = rl.draft("gpt-oss-draft-1.6b", rl.DeviceGroup(device=rl.load_device("corsair"), tp=2), batch=1, context=8192,
+                 gamma=g, weights="mxint8", kv="mxint8", activations="mxint8")
+    v = rl.verify("gpt-oss-120b", rl.DeviceGroup(device=rl.load_device("b200"), tp=8), batch=1, context=8192, gamma=g)
+    np.testing.assert_allclose(r.round_s, d.time_s + v.time_s + r.transfer_s)
+    # greedy sends gamma token ids and gets back 8 bytes over PCIe Gen5: latency-dominated (theory.md §5.5)
+    np.testing.assert_allclose(r.transfer_s, 2 * 10e-6 + (g * 4 + 8) / 63e9)
+    np.testing.assert_allclose(r.tokens_per_s_per_user, r.expected_tokens / r.round_s)
+
+
+def test_lossless_sampling_ships_probability_rows():
+    greedy = speculative_round(**KW, draft_on="corsair:2", acceptance=0.9, gamma=4)
+    lossless = speculative_round(**KW, draft_on="corsair:2", acceptance=0.9, gamma=4, sampling="lossless")
+    # 4 x 201,088 fp32 = 3.2 MB: ~51 us at 63 GB/s (theory.md §5.5)
+    assert float(lossless.transfer_s - greedy.transfer_s) == pytest.approx(4 * 201088 * 4 / 63e9, rel=1e-6)
+
+
+def test_same_devices_no_transfer_and_shared_memory():
+    r = speculative_round(**KW, acceptance=0.926, gamma=np.arange(0, 6))
+    assert np.all(r.transfer_s == 0) and r.link == "same devices"
+    assert 1 <= optimal_gamma(r) <= 5
+
+
+def test_higher_acceptance_never_slower():
+    lo = speculative_round(**KW, draft_on="corsair:2", acceptance=0.7, gamma=np.arange(1, 20))
+    hi = speculative_round(**KW, draft_on="corsair:2", acceptance=0.95, gamma=np.arange(1, 20))
+    assert np.all(hi.tokens_per_s_per_user >= lo.tokens_per_s_per_user)
+
+
+def test_what_if_faster_draft_memory_speeds_up_rounds():
+    corsair = rl.load_device("corsair")
+    slow_sram = rl.override(corsair, "sram.bandwidth", "15 TB/s")
+    base = speculative_round(**KW, draft_on=rl.DeviceGroup(device=corsair, tp=2), acceptance=0.926, gamma=5)
+    slow = speculative_round(**KW, draft_on=rl.DeviceGroup(device=slow_sram, tp=2), acceptance=0.926, gamma=5)
+    assert slow.draft_s > base.draft_s and slow.tokens_per_s_per_user < base.tokens_per_s_per_user
+
+
+def test_energy_accounts_both_groups():
+    r = speculative_round(**KW, draft_on="corsair:2", acceptance=0.926, gamma=5)
+    assert np.isfinite(r.energy_per_token_j) and r.energy_per_token_j > 0
+    # the round draws at least the idle power of all ten devices
+    idle = 8 * 0.12 * 1000 + 2 * 0.12 * 600
+    assert r.power_w >= idle
+    tpu = speculative_round(target="gpt-oss-120b", verify_on="tpu-7x:8", draft="gpt-oss-draft-1.6b",
+                            acceptance=0.9, gamma=3, context=1024, target_formats={"experts": "bf16"})
+    assert np.isnan(tpu.energy_per_token_j) and "power.tdp" in tpu.energy_note
+
+
+def test_mtp_head_draft():
+    r = speculative_round(target="deepseek-r1", verify_on="b200:8", draft_kind="mtp", head_layers=1,
+                          acceptance=Acceptance.measured({2: 2.58, 4: 2.99}), gamma=np.array([2, 4]), context=1024,
+                          target_formats={"experts": "nvfp4"})
+    assert np.all(r.fits) and np.all(r.speedup > 1)
+
+
+def test_bad_inputs():
+    with pytest.raises(WorkloadError, match="vocabulary"):
+        speculative_round(target="gpt-oss-120b", verify_on="b200:8", draft="llama-3.1-8b", acceptance=0.9, gamma=3)
+    with pytest.raises(WorkloadError, match="alpha"):
+        speculative_round(**KW, acceptance=1.5, gamma=3)
+    with pytest.raises(WorkloadError, match="gamma"):
+        speculative_round(**KW, acceptance=0.9, gamma=-2)
+    with pytest.raises(WorkloadError, match="draft_kind"):
+        speculative_round(**KW, acceptance=0.9, gamma=2, draft_kind="medusa")
+    with pytest.raises(WorkloadError, match="needs a draft model"):
+        speculative_round(target="gpt-oss-120b", verify_on="b200:8", acceptance=0.9, gamma=2)
+
+
+def test_spec_command(run_cli):
+    args = ["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--draft-on", "corsair:2",
+            "--verify-on", "b200:8", "--alpha", "0.926", "--gamma", "1..40"]
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert "tok/s/user" in out and "*" in out
+    code, out, _ = run_cli(*args, "--json")
+    data = json.loads(out)
+    assert len(data["rows"]) == 40 and sum(r["best"] for r in data["rows"]) == 1
+    best = max((r for r in data["rows"] if r["fits"]), key=lambda r: r["tokens_per_s_per_user"])
+    assert best["gamma"] == data["best_gamma"]
+    assert data["rows"][4]["expected_tokens"] == pytest.approx(4.99, abs=0.005)
+
+
+@pytest.mark.parametrize("extra,code,needle", [
+    (["--alpha", "1.5"], 1, "alpha must be in [0, 1]"),
+    (["--alpha", "0.9", "--gamma", "-1"], 1, "gamma (draft length) must be a whole number"),
+    (["--alpha", "0.9", "--acceptance-length", "5:3"], 2, "exactly one"),
+    (["--acceptance-length", "4:9"], 1, "exceeds gamma + 1"),
+    (["--alpha", "0.9", "--draft", "llama-3.1-8b"], 1, "vocabulary"),
+    (["--alpha", "0.9", "--link", "carrier-pigeon"], 1, "unknown link"),
+])
+def test_spec_errors(run_cli, extra, code, needle):
+    base = ["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8",
+            "--gamma", "1..4"]
+    got, _, err = run_cli(*base, *extra)
+    assert got == code, err
+    assert needle in err and len(err.strip().splitlines()) == 1
