@@ -45,16 +45,21 @@ Array = NDArray[np.float64]
 
 @attrs.frozen(kw_only=True)
 class DeviceGroup:
-    """``tp`` identical devices running one model replica with tensor parallelism.
+    """``tp * pp`` identical devices running one model replica.
 
-    Expert weights are split over all ``tp`` devices; ``ep`` > 1 says the MoE
-    layers use expert parallelism (all-to-all of token activations) over ``ep``
-    of them instead of tensor-parallel all-reduce.
+    ``tp``: tensor parallelism (weights, KV heads and FLOP split; two
+    all-reduces per layer). ``pp``: pipeline stages of consecutive layers (each
+    device holds 1/pp of the layers; a token crosses the stages one after the
+    other, so a pass takes the sum of the stage times plus pp - 1 hops: PP adds
+    capacity, not speed, and microbatch overlap is not modelled). ``ep`` > 1:
+    the MoE layers use expert parallelism (all-to-all of token activations)
+    over ``ep`` of the tp devices instead of tensor-parallel all-reduce.
     """
 
     device: Device
     tp: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     ep: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    pp: int = attrs.field(default=1, validator=attrs.validators.ge(1))
 
     @ep.validator
     def _ep(self, _a: attrs.Attribute, v: int) -> None:
@@ -63,11 +68,14 @@ class DeviceGroup:
 
     @property
     def count(self) -> int:
-        return self.tp
+        return self.tp * self.pp
 
     def describe(self) -> str:
-        s = f"{self.tp}x {self.device.id}" if self.tp > 1 else self.device.id
-        return s + (f" (TP{self.tp}, EP{self.ep})" if self.ep > 1 else (f" (TP{self.tp})" if self.tp > 1 else ""))
+        parts = [f"TP{self.tp}"] if self.tp > 1 else []
+        parts += [f"EP{self.ep}"] if self.ep > 1 else []
+        parts += [f"PP{self.pp}"] if self.pp > 1 else []
+        head = f"{self.count}x {self.device.id}" if self.count > 1 else self.device.id
+        return head + (f" ({', '.join(parts)})" if parts else "")
 
 
 @attrs.frozen(kw_only=True)
@@ -119,19 +127,20 @@ class StageResult:
 
 
 def parse_group(spec: str | Device | DeviceGroup, *, ep: int = 1) -> DeviceGroup:
-    """``"b200:8"`` (device id or spec path, then a device count used as TP degree), a Device, or a DeviceGroup."""
+    """``"b200:8"`` (8 devices in TP), ``"groq-lpu:8x40"`` (TP8 x PP40), a Device, or a DeviceGroup."""
     if isinstance(spec, DeviceGroup):
         return spec
     if isinstance(spec, Device):
         return DeviceGroup(device=spec, ep=ep)
-    name, sep, count = str(spec).rpartition(":") if ":" in str(spec) else (str(spec), "", "1")
+    name, _, count = str(spec).rpartition(":") if ":" in str(spec) else (str(spec), "", "1")
+    tp_text, _, pp_text = count.lower().partition("x")
     try:
-        n = int(count)
+        tp, pp = int(tp_text), int(pp_text or 1)
     except ValueError:
-        raise WorkloadError(f"device group {spec!r}: expected ID or ID:COUNT, e.g. b200:8") from None
-    if n < 1:
-        raise WorkloadError(f"device group {spec!r}: count must be >= 1")
-    return DeviceGroup(device=load_device(name), tp=n, ep=ep)
+        raise WorkloadError(f"device group {spec!r}: expected ID, ID:TP or ID:TPxPP, e.g. b200:8 or groq-lpu:8x40") from None
+    if tp < 1 or pp < 1:
+        raise WorkloadError(f"device group {spec!r}: counts must be >= 1")
+    return DeviceGroup(device=load_device(name), tp=tp, ep=ep, pp=pp)
 
 
 def native_default_format(device: Device) -> str:
@@ -221,7 +230,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                   mla_absorbed: bool, stage: str, params: EngineParams = DEFAULT_PARAMS,
                   on_infeasible: str = "auto") -> StageResult:
     """Time one forward pass on ``group`` (see the module docstring for the model)."""
-    dev, tp = group.device, group.tp
+    dev, tp, pp = group.device, group.tp, group.pp
     work: Work = forward_work(model, formats, batch=batch, new_tokens=new_tokens, prefix_tokens=prefix_tokens,
                               logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
     B, n, p = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, new_tokens, prefix_tokens)))
@@ -253,13 +262,15 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
 
     # ---- memory: per-device residency, placement over tiers, traffic per tier
     imbalance = params.expert_imbalance if group.ep > 1 else 1.0
-    w_read = (work.weight_bytes_total - work.weight_bytes["experts"] + imbalance * work.weight_bytes["experts"]) / tp
-    stored = stored_weight_bytes(model, formats) / tp
-    shards = _kv_shards(model, tp)
+    # per device of one pipeline stage; stage times are summed over the pp stages below
+    w_read = (work.weight_bytes_total - work.weight_bytes["experts"]
+              + imbalance * work.weight_bytes["experts"]) / (tp * pp)
+    stored = stored_weight_bytes(model, formats) / (tp * pp)
+    shards = _kv_shards(model, tp) * pp
     kv_dev = B * model.kv_cache_bytes(p + n, formats.kv) / shards
     kv_read, kv_write = work.kv_read_bytes / shards, work.kv_write_bytes / shards
     ws = B * workspace_per_sequence_bytes(model, formats, tp, n, np.asarray(logits_per_seq, dtype=float))
-    act_bytes = work.activation_bytes / tp
+    act_bytes = work.activation_bytes / (tp * pp)
 
     remaining = {"w": np.full_like(kv_dev, stored), "kv": kv_dev.copy(), "ws": ws.copy()}
     traffic_by_tier: dict[str, Array] = {}
@@ -277,7 +288,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         traffic = (w_read * placed["w"] / stored + (kv_read + kv_write) * _safe_div(placed["kv"], kv_dev)
                    + act_bytes * _safe_div(placed["ws"], ws))
         if np.any(traffic > 0):
-            traffic_by_tier[tier.name] = traffic / (dev.get(f"{tier.name}.bandwidth") * mbu)
+            traffic_by_tier[tier.name] = pp * traffic / (dev.get(f"{tier.name}.bandwidth") * mbu)
     fits = np.all([r <= 1e-6 * (stored + 1) for r in remaining.values()], axis=0)
     for tier in dev.memory[len(traffic_by_tier):]:
         if tier.capacity_bytes is not None:
@@ -297,11 +308,15 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         if group.ep > 1:
             a2a = work.tokens * model.experts_per_token * model.hidden_size * act.bytes_per_element
             comm = comm + 2 * model.num_moe_layers * _alltoall_s(a2a, group.ep, bw, hop, params)
+    if pp > 1:  # each pass crosses pp - 1 stage boundaries with the tokens' activations
+        bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
+        hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
+        comm = comm + (pp - 1) * (hop + work.tokens * model.hidden_size * act.bytes_per_element / bw)
     step = dev.step_floor_s if dev.step_floor_s is not None else params.step_overhead_s
     layer = dev.layer_floor_s if dev.layer_floor_s is not None else params.layer_overhead_s
     overhead = np.full_like(kv_dev, step + layer * model.num_layers)
 
-    flop_dev = work.flop_total / tp
+    flop_dev = work.flop_total / (tp * pp)
     bytes_dev = w_read + kv_read + kv_write + act_bytes
     main_cls = w_cls if not model.is_moe else e_cls
     ridge = dev.peak_flop_per_s.get(main_cls) or math.nan

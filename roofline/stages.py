@@ -154,7 +154,7 @@ def max_batch(model: ModelSpec | str, device: Device | DeviceGroup | str, *, con
     L = _whole("context", context, 0)
     n = _whole("new_tokens", new_tokens, 1)
     usable = sum(g.device.get(f"{t.name}.capacity") for t in g.device.memory) * params.usable_memory_fraction
-    per_seq = (m.kv_cache_bytes(L + n, f.kv) / _kv_shards(m, g.tp)
+    per_seq = (m.kv_cache_bytes(L + n, f.kv) / (_kv_shards(m, g.tp) * g.pp)
                + workspace_per_sequence_bytes(m, f, g.tp, n, 1))
-    free = usable - stored_weight_bytes(m, f) / g.tp
+    free = usable - stored_weight_bytes(m, f) / g.count
     return np.maximum(np.floor(free / per_seq), 0).astype(int)
