@@ -228,11 +228,11 @@ def _alltoall_s(bytes_: Array, p: int, bw: float, hop_s: float, params: EnginePa
 def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: ArrayLike,
                   new_tokens: ArrayLike, prefix_tokens: ArrayLike, logits_per_seq: ArrayLike,
                   mla_absorbed: bool, stage: str, params: EngineParams = DEFAULT_PARAMS,
-                  on_infeasible: str = "auto") -> StageResult:
+                  on_infeasible: str = "auto", mean_field: bool = False) -> StageResult:
     """Time one forward pass on ``group`` (see the module docstring for the model)."""
     dev, tp, pp = group.device, group.tp, group.pp
     work: Work = forward_work(model, formats, batch=batch, new_tokens=new_tokens, prefix_tokens=prefix_tokens,
-                              logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
+                              logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed, mean_field=mean_field)
     B, n, p = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, new_tokens, prefix_tokens)))
     mbu = dev.memory_bandwidth_fraction or params.memory_bandwidth_fraction
     mfu = dev.compute_fraction or params.compute_fraction

@@ -228,3 +228,94 @@ def spec_table(r: Any, best_gamma: int) -> Table:
                   f"{row['energy_per_token_j']:.3g}" if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
                   str(row["draft_bound"]), str(row["verify_bound"]), style="bold" if mark else None)
     return t
+
+
+# ----------------------------------------------------------------- serving
+def _s(v: float) -> str:
+    return "—" if not math.isfinite(v) else (f"{v:.3g}" if v < 100 else f"{v:,.0f}")
+
+
+def serving_point(r: Any, i: int) -> dict[str, Any]:
+    """One point of a ServingResult (flat index i) as a JSON-ready dict."""
+    def at(a: Any) -> Any:
+        v = np.ravel(np.asarray(a))[i]
+        return v.item() if hasattr(v, "item") else v
+    return {"batch": at(r.batch), "gamma": at(r.gamma), "expected_tokens": at(r.expected_tokens),
+            "ttft_s": at(r.ttft_s), "tpot_s": at(r.tpot_s), "e2e_s": at(r.e2e_s),
+            "tokens_per_s_per_user": at(r.tokens_per_s_per_user), "tokens_per_s": at(r.tokens_per_s),
+            "tokens_per_s_per_device": at(r.tokens_per_s_per_device), "tokens_per_s_per_kw": at(r.tokens_per_s_per_kw),
+            "energy_per_token_j": at(r.energy_per_token_j), "energy_per_request_j": at(r.energy_per_request_j),
+            "power_w": at(r.power_w), "devices": at(r.devices), "memory_per_device_bytes": at(r.memory_per_device_bytes),
+            "prefill_bound": at(r.prefill_bound), "decode_bound": at(r.decode_bound), "draft_bound": at(r.draft_bound),
+            "fits": bool(at(r.fits))}
+
+
+def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> Table:
+    """rows: (name, description, point or None, reason)."""
+    t = Table(title=title, caption=caption)
+    for c in ("placement", "devices", "TTFT ms", "TPOT ms", "E2E s", "tok/s/user", "tok/s/dev", "tok/s/kW", "J/token",
+              "bound (prefill / decode / draft)"):
+        t.add_column(c, justify="left" if c in ("placement", "bound (prefill / decode / draft)") else "right")
+    for name, desc, p, reason in rows:
+        if p is None or not p["fits"]:
+            t.add_row(name, "—", "—", "—", "—", "—", "—", "—", "—",
+                      reason or "does not fit")
+            continue
+        t.add_row(name, f"{p['devices']:.3g}", _ms(p["ttft_s"]), _ms(p["tpot_s"]),
+                  _s(p["e2e_s"]), _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_device"]),
+                  _rate(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]),
+                  f"{p['prefill_bound']} / {p['decode_bound']} / {p['draft_bound']}")
+    return t
+
+
+def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "") -> Table:
+    t = Table(title=f"frontier: {name}", caption=caption or None)
+    for c in ("tok/s/user", "tok/s/kW", "E2E s", "TTFT ms", "J/token", "batch", "gamma"):
+        t.add_column(c, justify="right")
+    for p in points:
+        t.add_row(_rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]), _s(p["e2e_s"]), _ms(p["ttft_s"]),
+                  _s(p["energy_per_token_j"]), f"{p['batch']:.0f}", f"{p['gamma']:.0f}")
+    return t
+
+
+def comparison_table(rows: list[dict[str, Any]], baseline: str) -> Table:
+    t = Table(title=f"interactivity at equal tokens/s per kW, against {baseline}",
+              caption="interactivity-optimised: at the baseline frontier's most interactive point; energy-optimised: "
+                      "at its highest tokens/s per kW (— where the configuration does not reach that efficiency).")
+    for c in ("configuration", "interactivity-optimised", "energy-optimised", "best ratio on shared range"):
+        t.add_column(c, justify="left" if c == "configuration" else "right")
+    for r in rows:
+        fmt = [f"{v:.2f}x" if v is not None and math.isfinite(v) else "—"
+               for v in (r["interactivity_optimised"], r["energy_optimised"], r["max_ratio"])]
+        t.add_row(r["name"], *fmt)
+    return t
+
+
+def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int) -> Table:
+    t = Table(title=f"{model_id}: side by side (decode at context {context}, prefill of {prompt})",
+              caption="tok/s/kW from the linear utilisation power model; max batch at this context.")
+    cols = ["device", "prefill ms", *(f"B={b} ms" for b in batch), *(f"B={b} tok/s/user" for b in batch),
+            *(f"B={b} tok/s/kW" for b in batch), "decode bound", "max batch"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("device", "decode bound") else "right")
+    for r in rows:
+        if "error" in r:
+            t.add_row(r["name"], r["error"], *([""] * (len(cols) - 2)))
+            continue
+        dec = r["decode"]
+        kw = r.get("tokens_per_s_per_kw") or [math.nan] * len(dec)
+        t.add_row(r["name"], _ms(r["prefill"]["time_s"] if r["prefill"]["fits"] else math.nan),
+                  *(_ms(d["time_s"]) for d in dec), *(_rate(d["per_sequence_tokens_per_s"]) for d in dec),
+                  *(_rate(k if k is not None else math.nan) for k in kw),
+                  " / ".join(sorted({str(d["bound"]) for d in dec})), str(r["max_batch"]))
+    return t
+
+
+def elasticity_table(name: str, el: dict[str, float], batch: int, context: int) -> Table:
+    t = Table(title=f"{name}: elasticity of decode time (batch {batch}, context {context})",
+              caption="d ln(time) / d ln(field): -1 = time inversely proportional to the field, 0 = irrelevant here.")
+    t.add_column("spec field")
+    t.add_column("elasticity", justify="right")
+    for k, v in sorted(el.items(), key=lambda kv: kv[1]):
+        t.add_row(k, f"{v:+.2f}")
+    return t

@@ -153,7 +153,8 @@ def _validate(name: str, value: ArrayLike, *, minimum: float, integer: bool = Fa
 
 
 def forward_work(model: ModelSpec, formats: Formats, *, batch: ArrayLike, new_tokens: ArrayLike,
-                 prefix_tokens: ArrayLike, logits_per_seq: ArrayLike = 1, mla_absorbed: bool = True) -> Work:
+                 prefix_tokens: ArrayLike, logits_per_seq: ArrayLike = 1, mla_absorbed: bool = True,
+                 mean_field: bool = False) -> Work:
     """Count FLOP and bytes of one forward pass (see the module docstring for the stages).
 
     * Matmuls: 2 FLOP per multiply-add; projections 2*T*P per layer type.
@@ -170,10 +171,14 @@ def forward_work(model: ModelSpec, formats: Formats, *, batch: ArrayLike, new_to
     * KV: the prefix is read once per sequence (all new queries share it), the
       new tokens' K/V are written once; sliding layers read min(p, W).
     * Activations: every matmul reads its input and writes its output once.
+
+    ``mean_field=True`` admits fractional token counts: a steady-state serving
+    step whose sequences carry on average 1 decode token plus isl/osl prefill
+    tokens (theory.md §6) is counted as that average pass.
     """
     B = _validate("batch", batch, minimum=1, integer=True)
-    n = _validate("new_tokens", new_tokens, minimum=1, integer=True)
-    p = _validate("prefix_tokens", prefix_tokens, minimum=0, integer=True)
+    n = _validate("new_tokens", new_tokens, minimum=1, integer=not mean_field)
+    p = _validate("prefix_tokens", prefix_tokens, minimum=0, integer=not mean_field)
     logits = _validate("logits_per_seq", logits_per_seq, minimum=0, integer=True)
     B, n, p, logits = np.broadcast_arrays(B, n, p, logits)
     T = B * n

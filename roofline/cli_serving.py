@@ -1,0 +1,235 @@
+"""CLI subcommands for placements, Pareto frontiers and side-by-side comparisons (parse and render only)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+
+from . import render
+from .cli import UsageError, _acceptance, _float, _nonneg_int, _pos_int, _print_json, apply_sets, parse_ints
+from .configs import load_model
+
+
+def _request(args: argparse.Namespace) -> Any:
+    from .serving import Request
+    return Request(input_tokens=args.isl, output_tokens=args.osl)
+
+
+def _group(text: str, sets: list[str]) -> Any:
+    from .engine import DeviceGroup, parse_group
+    g = parse_group(text)
+    return DeviceGroup(device=apply_sets(g.device, sets), tp=g.tp, ep=g.ep, pp=g.pp)
+
+
+def parse_placement(text: str, *, draft_model: str | None, sets: list[str]) -> Any:
+    """'NAME: prefill=b200:8, decode=b200:8, draft=corsair:2' (draft=target: on the decode group)."""
+    from .serving import Placement
+    name, sep, body = text.partition(":")
+    if not sep or not body.strip() or "=" not in body:
+        raise UsageError(f"--placement {text!r}: expected 'NAME: decode=ID:N[, prefill=ID:N][, draft=ID:N|target]'")
+    keys: dict[str, str] = {}
+    for item in body.split(","):
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise UsageError(f"--placement {text!r}: {item.strip()!r} is not KEY=VALUE")
+        keys[k.strip().lower().replace("_", "-")] = v.strip()
+    unknown = set(keys) - {"decode", "verify", "prefill", "draft", "draft-kind", "head-layers", "kv-link", "draft-link"}
+    if unknown:
+        raise UsageError(f"--placement {text!r}: unknown keys {sorted(unknown)}")
+    decode = keys.get("decode") or keys.get("verify")
+    if not decode:
+        raise UsageError(f"--placement {text!r}: needs decode=ID:N (or verify=ID:N)")
+    kind = keys.get("draft-kind") or ("model" if "draft" in keys else None)
+    if kind == "model" and not draft_model:
+        raise UsageError(f"--placement {text!r} has a draft: give the draft model with --draft")
+    draft = keys.get("draft")
+    return Placement(
+        name=name.strip(), decode=_group(decode, sets), prefill=_group(keys["prefill"], sets) if "prefill" in keys else None,
+        draft=_group(draft, sets) if draft and draft != "target" else None,
+        draft_model=load_model(draft_model) if draft_model and kind == "model" else None, draft_kind=kind,
+        head_layers=int(keys.get("head-layers", 1)),
+        kv_link=__import__("roofline.links", fromlist=["get_link"]).get_link(keys.get("kv-link", "nvlink")),
+        draft_link=__import__("roofline.links", fromlist=["get_link"]).get_link(keys.get("draft-link", "pcie5")))
+
+
+def _formats(args: argparse.Namespace) -> dict[str, Any]:
+    return {"weights": args.weights, "experts": args.experts, "kv": args.kv}
+
+
+def cmd_placements(args: argparse.Namespace, console: Console) -> int:
+    import numpy as np
+
+    from .placements import enumerate_placements
+    from .serving import evaluate_serving
+    devices = [apply_sets(__import__("roofline").load_device(d.strip()), args.set) for d in args.devices.split(",")]
+    acc = _acceptance(args) if args.draft else None
+    cands = enumerate_placements(args.target, devices, _request(args), batch=args.batch, draft_model=args.draft,
+                                 mode=args.mode, target_formats=_formats(args))
+    rows, out = [], []
+    for c in cands:
+        point, reason = None, c.reason
+        if c.placement is not None:
+            try:
+                r = evaluate_serving(args.target, c.placement, _request(args), batch=args.batch,
+                                     gamma=args.gamma if c.placement.speculative else 0, acceptance=acc,
+                                     mode=args.mode, target_formats=_formats(args))
+                point = render.serving_point(r, 0)
+                reason = "" if point["fits"] else "does not fit at this batch"
+                if r.energy_note:
+                    reason = r.energy_note
+            except Exception as e:  # noqa: BLE001 - a placement that cannot be evaluated is listed with why
+                from .errors import RooflineError
+                if not isinstance(e, RooflineError):
+                    raise
+                reason = str(e)
+        rows.append((c.name, c.placement.describe() if c.placement else "", point, reason))
+        out.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
+                    "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point})
+    if args.json:
+        _print_json(console, {"target": args.target, "request": {"isl": args.isl, "osl": args.osl},
+                              "batch": args.batch, "placements": out})
+    else:
+        console.print(render.serving_table(
+            rows, f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}, {args.mode}",
+            "Each stage on the smallest group that holds it (TP up to 8, then pipeline stages). "
+            "Throughput, devices and power per replica (prefill groups counted by the share of time they are busy)."))
+    return 0
+
+
+def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
+    import numpy as np
+
+    from .frontier import compare_frontiers, pareto_frontier
+    from .serving import evaluate_serving
+    if not args.placement:
+        raise UsageError("give at least one --placement 'NAME: decode=ID:N, ...'")
+    placements = [parse_placement(p, draft_model=args.draft, sets=args.set) for p in args.placement]
+    acc = _acceptance(args) if any(p.speculative for p in placements) else None
+    batches = np.array(parse_ints(args.batch, "--batch"))[:, None]
+    gammas = np.array(parse_ints(args.gamma, "--gamma"))[None, :]
+    configs, frontiers = [], []
+    for p in placements:
+        r = evaluate_serving(args.target, p, _request(args), batch=batches, gamma=gammas if p.speculative else 0,
+                             acceptance=acc, mode=args.mode, target_formats=_formats(args))
+        f = pareto_frontier(r.tokens_per_s_per_user, r.tokens_per_s_per_kw, r.fits)
+        frontiers.append(f)
+        pts = [render.serving_point(r, int(i)) for i in f.index]
+        configs.append({"name": p.name, "description": p.describe(), "frontier": pts, "energy_note": r.energy_note or None})
+    comparisons = []
+    for p, f in zip(placements[1:], frontiers[1:]):
+        c = compare_frontiers(frontiers[0], f) if len(f) and len(frontiers[0]) else None
+        comparisons.append({"name": p.name, "against": placements[0].name,
+                            "interactivity_optimised": c.interactivity_optimised if c else None,
+                            "energy_optimised": c.energy_optimised if c else None,
+                            "max_ratio": c.max_ratio if c else None})
+    if args.plot:
+        from .plot import plot_frontiers
+        plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out")
+    if args.json:
+        _print_json(console, {"target": args.target, "request": {"isl": args.isl, "osl": args.osl},
+                              "configurations": configs, "comparisons": comparisons})
+        return 0
+    for cfg in configs:
+        console.print(render.frontier_table(cfg["name"], cfg["frontier"], cfg["description"]))
+    if comparisons:
+        console.print(render.comparison_table(comparisons, placements[0].name))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    import numpy as np
+
+    from . import stages
+    from .energy import busy_power_w
+    from .errors import RooflineError
+    from .frontier import elasticities
+    model = load_model(args.model)
+    variants: list[tuple[str, Any]] = []
+    for d in args.devices:
+        name, eq, expr = d.partition("=")
+        if eq:  # NAME=ID.FIELD=VALUE[;ID.FIELD=VALUE]: a what-if variant of a device
+            dev_id = expr.split(".", 1)[0]
+            dev = apply_sets(__import__("roofline").load_device(dev_id), [*args.set, *expr.split(";")])
+            variants.append((name, dev))
+        else:
+            variants.append((d, apply_sets(__import__("roofline").load_device(d), args.set)))
+    batch = np.array(parse_ints(args.batch, "--batch"))
+    fmt = dict(weights=args.weights, experts=args.experts, kv=args.kv, tp=args.tp)
+    rows = []
+    for name, dev in variants:
+        row: dict[str, Any] = {"name": name, "device": dev.id}
+        try:
+            dec = stages.decode_step(model, dev, batch=batch, context=args.context, on_infeasible="nan", **fmt)
+            pre = stages.prefill(model, dev, prompt=args.prompt, on_infeasible="nan", **fmt)
+            row.update(decode=render.stage_rows(dec), prefill=render.stage_rows(pre)[0],
+                       max_batch=int(stages.max_batch(model, dev, context=args.context, **fmt)))
+            try:
+                pw = args.tp * busy_power_w(dev, time_s=dec.time_s, compute_s=dec.compute_s, memory_s=dec.memory_s)
+                row["tokens_per_s_per_kw"] = (dec.tokens_per_s / (pw / 1000)).tolist()
+            except RooflineError as e:
+                row["tokens_per_s_per_kw"] = None
+                row["power_note"] = str(e)
+            if args.elasticity:
+                row["elasticity"] = elasticities(
+                    lambda d: float(stages.decode_step(model, d, batch=int(batch[0]), context=args.context,
+                                                       on_infeasible="nan", **fmt).time_s), dev)
+        except RooflineError as e:
+            row["error"] = str(e)
+        rows.append(row)
+    if args.json:
+        _print_json(console, {"model": model.id, "context": args.context, "prompt": args.prompt, "rows": rows})
+        return 0
+    console.print(render.compare_table(model.id, batch, rows, args.context, args.prompt))
+    for row in rows:
+        if row.get("elasticity"):
+            console.print(render.elasticity_table(row["name"], row["elasticity"], int(batch[0]), args.context))
+    return 0
+
+
+def add_serving_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    def common(sp: argparse.ArgumentParser, *, batch_default: str) -> None:
+        sp.add_argument("--target", required=True, help="target model")
+        sp.add_argument("--draft", default=None, help="draft model for speculative placements")
+        sp.add_argument("--alpha", default=None)
+        sp.add_argument("--acceptance-length", default=None, metavar="G:TAU,...")
+        sp.add_argument("--alpha-by-gamma", default=None, metavar="G:ALPHA,...")
+        sp.add_argument("--isl", type=_pos_int, default=8192, help="input tokens per request (default 8192)")
+        sp.add_argument("--osl", type=_pos_int, default=1024, help="output tokens per request (default 1024)")
+        sp.add_argument("--mode", choices=["continuous", "static"], default="continuous")
+        sp.add_argument("--weights", default="bf16")
+        sp.add_argument("--experts", default=None)
+        sp.add_argument("--kv", default="bf16")
+        sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE")
+
+    sp = add("placements", cmd_placements, "every assignment of stages to candidate devices, with TTFT, E2E, tok/s/kW")
+    common(sp, batch_default="16")
+    sp.add_argument("--devices", required=True, help="candidate device ids, comma-separated")
+    sp.add_argument("--batch", type=_pos_int, default=16)
+    sp.add_argument("--gamma", type=_nonneg_int, default=5, help="draft length for speculative placements")
+
+    sp = add("pareto", cmd_pareto, "tokens/s per kW against tokens/s per user: frontiers and their comparison")
+    common(sp, batch_default="1..")
+    sp.add_argument("--placement", action="append", default=[],
+                    metavar="'NAME: decode=ID:N, prefill=ID:N, draft=ID:N|target'",
+                    help="a configuration (repeatable); the first is the baseline")
+    sp.add_argument("--batch", default="1,2,4,8,16,32,64,128,256,512")
+    sp.add_argument("--gamma", default="1..16")
+    sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the frontiers (needs the plot extra)")
+
+    sp = add("compare", cmd_compare, "devices or what-if variants side by side (decode, prefill, memory, tok/s/kW)")
+    sp.add_argument("model")
+    sp.add_argument("devices", nargs="+", metavar="DEVICE|NAME=ID.FIELD=VALUE[;...]")
+    sp.add_argument("--batch", default="1,64")
+    sp.add_argument("--context", type=_nonneg_int, default=8192)
+    sp.add_argument("--prompt", type=_pos_int, default=8192)
+    sp.add_argument("--tp", type=_pos_int, default=1)
+    sp.add_argument("--weights", default="bf16")
+    sp.add_argument("--experts", default=None)
+    sp.add_argument("--kv", default="bf16")
+    sp.add_argument("--elasticity", action="store_true", help="d ln(decode time) / d ln(spec field), first batch")
+    sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE")
+
+

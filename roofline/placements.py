@@ -1,0 +1,108 @@
+"""Enumerate placements of the stages on candidate device kinds, each with the smallest group that fits.
+
+Every assignment of prefill, decode (or verify) and draft to each candidate
+kind is tried; a stage's group is the smallest count that holds its weights,
+KV cache and workspace: tensor parallelism up to ``max_tp`` (8, one NVLink
+domain), then pipeline stages (SRAM chips need hundreds). Placements that
+cannot be built are returned with the reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from .configs import load_model
+from .engine import DeviceGroup, native_default_format
+from .errors import RooflineError
+from .hardware import Device, load_device
+from .model import ModelSpec
+from .params import DEFAULT_PARAMS, EngineParams
+from .serving import Placement, Request
+from .stages import decode_step, draft as draft_stage, prefill
+
+TP_CHOICES = (1, 2, 4, 8)
+
+
+@attrs.frozen(kw_only=True)
+class Candidate:
+    """A placement, or the reason it could not be built (``placement`` None)."""
+
+    name: str
+    placement: Placement | None
+    reason: str = ""
+
+
+def smallest_group(fits: Any, device: Device, *, max_tp: int = 8, max_devices: int = 4096) -> DeviceGroup:
+    """The smallest group (TP first, then PP) for which ``fits(group)`` is true."""
+    tps = [t for t in TP_CHOICES if t <= max_tp]
+    pp = 1
+    while tps[-1] * pp <= max_devices:
+        for tp in tps:
+            g = DeviceGroup(device=device, tp=tp, pp=pp)
+            if fits(g):
+                return g
+        pp *= 2
+    raise RooflineError(f"does not fit on up to {max_devices} {device.id} devices")
+
+
+def enumerate_placements(model: ModelSpec | str, devices: Sequence[str | Device], request: Request, *,
+                         batch: int, draft_model: ModelSpec | str | None = None, mode: str = "continuous",
+                         prefill_batch: int = 1, target_formats: dict[str, Any] | None = None,
+                         params: EngineParams = DEFAULT_PARAMS, kv_link: str = "nvlink",
+                         draft_link: str = "pcie5") -> list[Candidate]:
+    """All stage-to-kind assignments for ``devices``, each stage on its smallest fitting group."""
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    dm = load_model(draft_model) if isinstance(draft_model, str) else draft_model
+    kinds = [d if isinstance(d, Device) else load_device(d) for d in devices]
+    tf = dict(target_formats or {})
+    end = request.input_tokens + request.output_tokens
+    nan = dict(params=params, on_infeasible="nan")
+    cache: dict[tuple[str, str], DeviceGroup | str] = {}
+
+    def group_for(stage: str, dev: Device) -> DeviceGroup | str:
+        key = (stage, dev.id)
+        if key not in cache:
+            try:
+                if stage == "decode":
+                    cache[key] = smallest_group(lambda g: bool(decode_step(m, g, batch=batch, context=end, **tf,
+                                                                           **nan).fits), dev)
+                elif stage == "prefill":
+                    pb = batch if mode == "static" else prefill_batch
+                    cache[key] = smallest_group(lambda g: bool(prefill(m, g, prompt=request.input_tokens, batch=pb,
+                                                                       **tf, **nan).fits), dev)
+                else:
+                    native = native_default_format(dev)
+                    fmt = dict(weights=native, kv=native, activations=native)
+                    cache[key] = smallest_group(lambda g: bool(draft_stage(dm, g, batch=batch, context=end, gamma=1,
+                                                                           **fmt, **nan).fits), dev)
+            except RooflineError as e:
+                cache[key] = f"{stage} on {dev.id}: {e}"
+        return cache[key]
+
+    out: list[Candidate] = []
+    prefill_options: list[Device | None] = [None, *kinds]
+    draft_options: list[Device | None] = [None, *kinds] if dm is not None else [None]
+    for pre, dec, dra in itertools.product(prefill_options, kinds, draft_options):
+        name = "+".join(x for x in (f"prefill:{pre.id}" if pre else "prefill:with-decode", f"decode:{dec.id}",
+                                    (f"draft:{dra.id}" if dra else "draft:with-decode") if dm is not None else "")
+                        if x)
+        groups = {"decode": group_for("decode", dec)}
+        if pre is not None:
+            groups["prefill"] = group_for("prefill", pre)
+        if dra is not None:
+            groups["draft"] = group_for("draft", dra)
+        bad = [g for g in groups.values() if isinstance(g, str)]
+        if bad:
+            out.append(Candidate(name=name, placement=None, reason="; ".join(bad)))
+            continue
+        out.append(Candidate(name=name, placement=Placement.build(
+            name, decode=groups["decode"], prefill=groups.get("prefill"), draft=groups.get("draft"),
+            draft_model=dm, kv_link=kv_link, draft_link=draft_link)))
+    return out
+
+

@@ -1,0 +1,34 @@
+"""Plots (optional ``plot`` extra): Pareto frontiers. matplotlib is imported only here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import RooflineError
+
+
+def plot_frontiers(configs: list[dict[str, Any]], path: str, *, title: str = "") -> None:
+    """Tokens/s per kW against tokens/s per user, one line per configuration, saved to ``path``."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RooflineError("--plot needs matplotlib: pip install 'roofline[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for cfg in configs:
+        pts = cfg["frontier"]
+        if pts:
+            ax.plot([p["tokens_per_s_per_user"] for p in pts], [p["tokens_per_s_per_kw"] for p in pts], marker="o",
+                    markersize=3, label=cfg["name"])
+    ax.set_xlabel("interactivity (tokens/s per user)")
+    ax.set_ylabel("throughput per power (tokens/s per kW)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as e:
+        raise RooflineError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        plt.close(fig)

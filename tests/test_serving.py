@@ -1,0 +1,230 @@
+"""Placements, requests, energy, frontiers and what-ifs (issue: placements and the frontier)."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import roofline as rl
+from roofline.errors import WorkloadError
+from roofline.frontier import compare_frontiers, elasticities, pareto_frontier
+from roofline.placements import enumerate_placements
+from roofline.serving import Placement, Request, evaluate_serving
+from roofline.speculative import Acceptance
+
+REQ = Request(input_tokens=8192, output_tokens=1024)
+ACC = Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})   # gimlet.md §1.3
+BATCH = np.array([1, 4, 16, 64, 256])[:, None]
+GAMMA = np.arange(1, 21)[None, :]
+
+
+def configs(corsair=None, gpu=None):
+    gpu = gpu or rl.load_device("b200")
+    corsair = corsair or rl.load_device("corsair")
+    g8 = rl.DeviceGroup(device=gpu, tp=8)
+    return [
+        Placement(name="disaggregated GPUs", prefill=g8, decode=g8),
+        Placement(name="GPU speculation", prefill=g8, decode=g8, draft_model=rl.load_model("gpt-oss-draft-1.6b"),
+                  draft_kind="model"),
+        Placement(name="Corsair draft", prefill=g8, decode=g8, draft=rl.DeviceGroup(device=corsair, tp=2),
+                  draft_model=rl.load_model("gpt-oss-draft-1.6b"), draft_kind="model"),
+    ]
+
+
+def frontier_of(p):
+    r = evaluate_serving("gpt-oss-120b", p, REQ, batch=BATCH, gamma=GAMMA if p.speculative else 0,
+                         acceptance=ACC if p.speculative else None)
+    return r, pareto_frontier(r.tokens_per_s_per_user, r.tokens_per_s_per_kw, r.fits)
+
+
+def test_done_when_three_configurations():
+    results = [frontier_of(p) for p in configs()]
+    for r, f in results:
+        ok = r.fits
+        assert ok.any() and len(f) >= 1
+        for field in (r.ttft_s, r.e2e_s, r.tokens_per_s_per_user, r.tokens_per_s_per_kw, r.energy_per_token_j):
+            assert np.all(np.isfinite(field[ok])) and np.all(field[ok] > 0)
+        np.testing.assert_allclose(r.e2e_s[ok], (r.ttft_s + (REQ.output_tokens - 1) * r.tpot_s)[ok])
+    base = results[0][1]
+    for _, f in results[1:]:
+        c = compare_frontiers(base, f)
+        assert np.isfinite(c.interactivity_optimised) and c.interactivity_optimised > 1
+
+
+def test_what_if_bandwidth_moves_the_answer_in_the_expected_direction():
+    corsair = rl.load_device("corsair")
+    _, base = frontier_of(configs()[2])
+    _, fast = frontier_of(configs(corsair=rl.override(corsair, "sram.bandwidth", "300 TB/s"))[2])
+    _, slow = frontier_of(configs(corsair=rl.override(corsair, "sram.bandwidth", "30 TB/s"))[2])
+    assert fast.interactivity.max() >= base.interactivity.max() > slow.interactivity.max()
+    b200 = rl.load_device("b200")
+    _, gpu = frontier_of(configs()[0])
+    _, gpu_fast = frontier_of(configs(gpu=rl.override(b200, "hbm.bandwidth", "15.4 TB/s"))[0])
+    assert gpu_fast.interactivity.max() > gpu.interactivity.max()
+    assert gpu_fast.throughput_per_kw.max() > gpu.throughput_per_kw.max()
+
+
+def test_continuous_throughput_and_energy_identities():
+    r = evaluate_serving("gpt-oss-120b", configs()[2], REQ, batch=BATCH, gamma=GAMMA, acceptance=ACC)
+    ok = r.fits
+    np.testing.assert_allclose(r.tokens_per_s[ok], (r.batch * r.expected_tokens / r.step_s)[ok])
+    np.testing.assert_allclose(r.energy_per_token_j[ok], (r.power_w / r.tokens_per_s)[ok])
+    np.testing.assert_allclose(r.energy_per_request_j[ok], r.energy_per_token_j[ok] * REQ.output_tokens)
+    # power lies between the fleet's idle and TDP draw (10 devices plus the fractional prefill groups)
+    tdp = 8 * 1000 + 2 * 600 + (r.devices - 10) * 1000
+    assert np.all(r.power_w[ok] <= tdp[ok] + 1e-9)
+    assert np.all(r.power_w[ok] >= 0.12 * tdp[ok] - 1e-9)
+
+
+def test_kv_transfer_over_a_slow_link_costs_ttft():
+    g = rl.DeviceGroup(device=rl.load_device("h100-sxm"), tp=2)
+    fast = Placement(name="nvlink", prefill=g, decode=g, kv_link=rl.get_link("nvlink"))
+    tcp = Placement(name="tcp", prefill=g, decode=g, kv_link=rl.get_link("tcp-100g"))
+    slow = Placement(name="slow", prefill=g, decode=g, kv_link=rl.get_link("2GB/s,50us"))
+    req = Request(input_tokens=8192, output_tokens=128)
+    a, t, b = (evaluate_serving("llama-3.1-70b", p, req, batch=4) for p in (fast, tcp, slow))
+    # 2.68 GB of KV per prompt: 6 ms on NVLink, 215 ms on 100 GbE, both hidden behind the ~1.1 s prefill by
+    # layer-wise streaming (theory.md §5.6); at 2 GB/s the 1.34 s transfer is not
+    assert a.kv_transfer_s == 0 and t.kv_transfer_s == 0
+    expected = 0.05e-3 + 2.68e9 / 2e9 - float(a.prefill_s) * (1 - 1 / 80)
+    assert float(b.kv_transfer_s) == pytest.approx(expected, rel=0.01)
+    assert b.ttft_s == pytest.approx(float(a.ttft_s + b.kv_transfer_s))
+
+
+def test_static_and_aggregated_modes():
+    g = rl.DeviceGroup(device=rl.load_device("h200-sxm"), tp=1)
+    agg = Placement(name="agg", decode=g)
+    s = evaluate_serving("llama-3.1-8b", agg, Request(input_tokens=1024, output_tokens=256), batch=16, mode="static")
+    p = rl.prefill("llama-3.1-8b", g, prompt=1024, batch=16)
+    assert s.ttft_s == pytest.approx(float(p.time_s))
+    assert s.tokens_per_s == pytest.approx(16 * 256 / float(s.e2e_s))
+    c = evaluate_serving("llama-3.1-8b", agg, Request(input_tokens=1024, output_tokens=256), batch=16)
+    assert c.tpot_s > rl.decode_step("llama-3.1-8b", g, batch=16, context=1152).time_s  # carries prefill tokens
+
+
+def test_infeasible_points_are_flagged_not_raised():
+    g = rl.DeviceGroup(device=rl.load_device("h100-sxm"), tp=1)
+    r = evaluate_serving("gpt-oss-120b", Placement(name="one", decode=g), REQ, batch=np.array([1, 4096]))
+    assert list(r.fits) == [True, False] and np.isnan(r.e2e_s[1])
+
+
+def test_bad_serving_inputs():
+    p = configs()[1]
+    with pytest.raises(WorkloadError, match="acceptance"):
+        evaluate_serving("gpt-oss-120b", p, REQ, batch=1, gamma=3)
+    with pytest.raises(WorkloadError, match="gamma must be 0"):
+        evaluate_serving("gpt-oss-120b", configs()[0], REQ, batch=1, gamma=3)
+    with pytest.raises(WorkloadError, match="mode"):
+        evaluate_serving("gpt-oss-120b", configs()[0], REQ, batch=1, mode="batchy")
+    with pytest.raises(ValueError):
+        Request(input_tokens=0, output_tokens=5)
+
+
+# -------------------------------------------------------------- frontiers
+points = st.lists(st.tuples(st.floats(1, 1e4), st.floats(1, 1e5), st.booleans()), min_size=1, max_size=40)
+
+
+@given(points)
+def test_frontier_is_exactly_the_non_dominated_set(pts):
+    x = np.array([p[0] for p in pts]); y = np.array([p[1] for p in pts]); ok = np.array([p[2] for p in pts])
+    f = pareto_frontier(x, y, ok)
+    for i in np.flatnonzero(ok):
+        dominated = np.any(ok & (x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i])))
+        on = i in set(f.index.tolist()) or any((x[j] == x[i]) and (y[j] == y[i]) for j in f.index)
+        assert dominated != on or (not dominated and on)
+    assert np.all(np.diff(f.interactivity) <= 0) and np.all(np.diff(f.throughput_per_kw) > 0)
+
+
+def test_compare_frontiers_ratios():
+    base = pareto_frontier([100, 200, 300], [3000, 2000, 1000])
+    twice = pareto_frontier([200, 400, 600], [3000, 2000, 1000])
+    c = compare_frontiers(base, twice)
+    np.testing.assert_allclose(c.interactivity_ratio, 2.0)
+    assert c.interactivity_optimised == pytest.approx(2.0) and c.energy_optimised == pytest.approx(2.0)
+    short = pareto_frontier([500], [1500])
+    assert np.isnan(compare_frontiers(base, short).energy_optimised)
+
+
+def test_elasticities_of_memory_bound_decode():
+    h200 = rl.load_device("h200-sxm")
+    el = elasticities(lambda d: float(rl.decode_step("llama-3.1-8b", d, batch=1, context=4096).time_s), h200)
+    assert -1 <= el["hbm.bandwidth"] < -0.5
+    assert el["compute.bf16"] == pytest.approx(0, abs=1e-9) and el["hbm.capacity"] == pytest.approx(0, abs=1e-9)
+
+
+def test_enumerate_placements_lists_infeasible_with_reason():
+    cands = enumerate_placements("llama-3.1-70b", ["h100-sxm", "corsair", "sohu"], Request(input_tokens=2048,
+                                 output_tokens=256), batch=4)
+    by = {c.name: c for c in cands}
+    h = by["prefill:with-decode+decode:h100-sxm"]
+    assert h.placement is not None and h.placement.decode.tp == 2     # 141 GB of BF16 needs two H100s
+    assert by["prefill:with-decode+decode:sohu"].placement is None
+    assert "sohu" in by["prefill:with-decode+decode:sohu"].reason
+    assert "corsair has no native bf16" in by["prefill:with-decode+decode:corsair"].reason
+
+
+# ------------------------------------------------------------------ CLI
+PARETO = ["pareto", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--alpha-by-gamma", "5:0.926,40:0.962",
+          "--placement", "disagg: prefill=b200:8, decode=b200:8",
+          "--placement", "gpu-spec: prefill=b200:8, verify=b200:8, draft=target",
+          "--placement", "corsair: prefill=b200:8, verify=b200:8, draft=corsair:2",
+          "--batch", "1,8,64", "--gamma", "1..12"]
+
+
+def test_pareto_command(run_cli):
+    code, out, err = run_cli(*PARETO, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert [c["name"] for c in data["configurations"]] == ["disagg", "gpu-spec", "corsair"]
+    for c in data["configurations"]:
+        assert c["frontier"] and {"tokens_per_s_per_user", "tokens_per_s_per_kw", "e2e_s"} <= set(c["frontier"][0])
+    assert data["comparisons"][1]["interactivity_optimised"] > 1
+    code, out, _ = run_cli(*PARETO)
+    assert code == 0 and "interactivity at equal tokens/s per kW" in out
+
+
+def test_pareto_what_if_set(run_cli):
+    def best(*extra):
+        data = json.loads(run_cli(*PARETO, "--json", *extra)[1])
+        return max(p["tokens_per_s_per_user"] for p in data["configurations"][2]["frontier"])
+    assert best("--set", "corsair.sram.bandwidth=300TB/s") >= best() > best("--set", "corsair.sram.bandwidth=20TB/s")
+
+
+def test_placements_and_compare_commands(run_cli):
+    code, out, err = run_cli("placements", "--target", "gpt-oss-120b", "--devices", "b200,corsair", "--draft",
+                             "gpt-oss-draft-1.6b", "--alpha", "0.926", "--batch", "4", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert any(p["feasible"] for p in data["placements"])
+    assert all(p["reason"] for p in data["placements"] if not p["feasible"])
+    code, out, err = run_cli("compare", "gpt-oss-120b", "h200-sxm", "b200", "fast=h200-sxm.hbm.bandwidth=9.6TB/s",
+                             "--batch", "1", "--json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)["rows"]}
+    assert rows["fast"]["decode"][0]["time_s"] < rows["h200-sxm"]["decode"][0]["time_s"]
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["pareto", "--target", "gpt-oss-120b"], 2, "--placement"),
+    (["pareto", "--target", "gpt-oss-120b", "--placement", "x"], 2, "NAME: decode"),
+    (["pareto", "--target", "gpt-oss-120b", "--placement", "x: prefill=b200:8"], 2, "needs decode"),
+    (["pareto", "--target", "gpt-oss-120b", "--placement", "x: decode=b200:8, draft=target"], 2, "--draft"),
+    (["placements", "--target", "gpt-oss-120b", "--devices", "b2000"], 1, "did you mean"),
+])
+def test_serving_cli_errors(run_cli, args, code, needle):
+    got, _, err = run_cli(*args)
+    assert got == code, err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_pareto_plot(run_cli, tmp_path):
+    out = tmp_path / "frontier.png"
+    code, _, err = run_cli("pareto", "--target", "gpt-oss-120b", "--placement", "x: decode=b200:8", "--batch", "1,8",
+                           "--plot", str(out))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert code == 1 and "pip install 'roofline[plot]'" in err
+    else:
+        assert code == 0 and out.stat().st_size > 1000
