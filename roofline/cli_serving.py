@@ -124,6 +124,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         comparisons.append({"name": p.name, "against": placements[0].name,
                             "interactivity_optimised": c.interactivity_optimised if c else None,
                             "energy_optimised": c.energy_optimised if c else None,
+                            "energy_optimised_tokens_per_s_per_kw": c.energy_optimised_throughput_per_kw if c else None,
                             "max_ratio": c.max_ratio if c else None})
     if args.plot:
         from .plot import plot_frontiers

@@ -200,7 +200,8 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
     k = _Keys(cfg, origin)
     model_type = cfg.get("model_type")
     if model_type is None:
-        archs = cfg.get("architectures") or []
+        archs = cfg.get("architectures")
+        archs = archs if isinstance(archs, list) else []
         model_type = next((_ARCH[a] for a in archs if isinstance(a, str) and a in _ARCH), None)
     if not isinstance(model_type, str) or model_type not in _BUILDERS:
         raise SpecError(f"{origin}: unsupported architecture {model_type!r} (key 'model_type'); "

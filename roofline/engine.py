@@ -38,7 +38,7 @@ from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
 from .precision import Format
 from .units import format_quantity
-from .work import Formats, Work, forward_work
+from .work import Formats, Work, _validate, forward_work
 
 Array = NDArray[np.float64]
 
@@ -229,11 +229,21 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                   new_tokens: ArrayLike, prefix_tokens: ArrayLike, logits_per_seq: ArrayLike,
                   mla_absorbed: bool, stage: str, params: EngineParams = DEFAULT_PARAMS,
                   on_infeasible: str = "auto", mean_field: bool = False) -> StageResult:
-    """Time one forward pass on ``group`` (see the module docstring for the model)."""
+    """Time one forward pass on ``group`` (see the module docstring for the model).
+
+    With pipeline stages the batch is split into m = min(batch, pp) microbatches
+    that keep every stage busy: a token still crosses all pp stages, so the
+    step takes pp stage-times of one microbatch (weights are re-read for every
+    microbatch), while memory residency counts the whole batch.
+    """
     dev, tp, pp = group.device, group.tp, group.pp
-    work: Work = forward_work(model, formats, batch=batch, new_tokens=new_tokens, prefix_tokens=prefix_tokens,
-                              logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed, mean_field=mean_field)
-    B, n, p = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, new_tokens, prefix_tokens)))
+    B, n, p = np.broadcast_arrays(_validate("batch", batch, minimum=1, integer=not mean_field),
+                                  _validate("new_tokens", new_tokens, minimum=1, integer=not mean_field),
+                                  _validate("prefix_tokens", prefix_tokens, minimum=0, integer=not mean_field))
+    micro = np.minimum(np.maximum(B, 1.0), pp) if pp > 1 else np.ones_like(B)
+    work: Work = forward_work(model, formats, batch=B / micro if pp > 1 else batch, new_tokens=new_tokens,
+                              prefix_tokens=prefix_tokens, logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed,
+                              mean_field=mean_field or pp > 1)
     mbu = dev.memory_bandwidth_fraction or params.memory_bandwidth_fraction
     mfu = dev.compute_fraction or params.compute_fraction
     act = formats.activation
@@ -316,8 +326,8 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     layer = dev.layer_floor_s if dev.layer_floor_s is not None else params.layer_overhead_s
     overhead = np.full_like(kv_dev, step + layer * model.num_layers)
 
-    flop_dev = work.flop_total / (tp * pp)
-    bytes_dev = w_read + kv_read + kv_write + act_bytes
+    flop_dev = work.flop_total * micro / (tp * pp)       # per step (all microbatches), per device
+    bytes_dev = (w_read + kv_read + kv_write + act_bytes) * micro
     main_cls = w_cls if not model.is_moe else e_cls
     ridge = dev.peak_flop_per_s.get(main_cls) or math.nan
     first_bw = dev.memory[0].bandwidth_bytes_per_s

@@ -38,16 +38,22 @@ class Candidate:
 
 
 def smallest_group(fits: Any, device: Device, *, max_tp: int = 8, max_devices: int = 4096) -> DeviceGroup:
-    """The smallest group (TP first, then PP) for which ``fits(group)`` is true."""
-    tps = [t for t in TP_CHOICES if t <= max_tp]
-    pp = 1
-    while tps[-1] * pp <= max_devices:
-        for tp in tps:
-            g = DeviceGroup(device=device, tp=tp, pp=pp)
-            if fits(g):
-                return g
-        pp *= 2
-    raise RooflineError(f"does not fit on up to {max_devices} {device.id} devices")
+    """The smallest group for which ``fits(group)`` is true: TP 1, 2, 4, ... up to ``max_tp``, then
+    pipeline stages of ``max_tp`` devices each, the fewest that fit (memory per device falls as stages grow)."""
+    tps = [t for t in TP_CHOICES if t <= max_tp] or [1]
+    for tp in tps:
+        if fits(DeviceGroup(device=device, tp=tp)):
+            return DeviceGroup(device=device, tp=tp)
+    tp = tps[-1]
+    lo, hi = 1, 2
+    while not fits(DeviceGroup(device=device, tp=tp, pp=hi)):
+        lo, hi = hi, hi * 2
+        if tp * hi > max_devices:
+            raise RooflineError(f"does not fit on up to {max_devices} {device.id} devices")
+    while hi - lo > 1:  # fewest stages: fitting is monotone in the stage count
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(DeviceGroup(device=device, tp=tp, pp=mid)) else (mid, hi)
+    return DeviceGroup(device=device, tp=tp, pp=hi)
 
 
 def enumerate_placements(model: ModelSpec | str, devices: Sequence[str | Device], request: Request, *,

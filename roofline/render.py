@@ -280,8 +280,8 @@ def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "") -
 
 def comparison_table(rows: list[dict[str, Any]], baseline: str) -> Table:
     t = Table(title=f"interactivity at equal tokens/s per kW, against {baseline}",
-              caption="interactivity-optimised: at the baseline frontier's most interactive point; energy-optimised: "
-                      "at its highest tokens/s per kW (— where the configuration does not reach that efficiency).")
+              caption="interactivity-optimised: at the tokens/s per kW of the baseline's most interactive point; "
+                      "energy-optimised: at the highest tokens/s per kW both frontiers reach.")
     for c in ("configuration", "interactivity-optimised", "energy-optimised", "best ratio on shared range"):
         t.add_column(c, justify="left" if c == "configuration" else "right")
     for r in rows:

@@ -176,7 +176,7 @@ def forward_work(model: ModelSpec, formats: Formats, *, batch: ArrayLike, new_to
     step whose sequences carry on average 1 decode token plus isl/osl prefill
     tokens (theory.md §6) is counted as that average pass.
     """
-    B = _validate("batch", batch, minimum=1, integer=True)
+    B = _validate("batch", batch, minimum=1, integer=not mean_field)
     n = _validate("new_tokens", new_tokens, minimum=1, integer=not mean_field)
     p = _validate("prefix_tokens", prefix_tokens, minimum=0, integer=not mean_field)
     logits = _validate("logits_per_seq", logits_per_seq, minimum=0, integer=True)
