@@ -190,6 +190,34 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
+    from .diagnose import Measurement, diagnose, read_vllm_benchmark
+    if args.vllm_json:
+        m = read_vllm_benchmark(args.vllm_json)
+    else:
+        if args.batch is None or args.isl is None or args.osl is None:
+            raise UsageError("give --batch, --isl and --osl with a measured rate, or --vllm-json FILE")
+        m = Measurement.from_rates(batch=args.batch, input_tokens=args.isl, output_tokens=args.osl,
+                                   tokens_per_s_per_user=args.tokens_per_s_per_user, tpot_s=(
+                                       args.tpot_ms / 1e3 if args.tpot_ms is not None else None),
+                                   tokens_per_s_total=args.tokens_per_s, utilisation=args.utilisation,
+                                   serving="continuous" if args.continuous else "static")
+    g = _group(args.device, args.set)
+    d = diagnose(args.model, g, m, formats={"weights": args.weights, "experts": args.experts, "kv": args.kv,
+                                            "activations": args.activations})
+    data = {"model": d.model, "group": d.group, "batch": m.batch, "isl": m.input_tokens, "osl": m.output_tokens,
+            "serving": m.serving, "measured_tpot_s": m.tpot_s, "measured_tokens_per_s_per_user": 1 / m.tpot_s,
+            "predicted_tpot_s": d.predicted_tpot_s, "bytes_per_step_per_device": d.bytes_per_step,
+            "flop_per_step_per_device": d.flop_per_step, "achieved_bytes_per_s": d.achieved_bytes_per_s,
+            "achieved_flop_per_s": d.achieved_flop_per_s, "mbu": d.mbu, "mfu": d.mfu, "binding": d.binding,
+            "advice": d.advice, "source": m.source}
+    if args.json:
+        _print_json(console, data)
+    else:
+        console.print(render.diagnosis_table(data))
+    return 0
+
+
 def add_serving_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     def common(sp: argparse.ArgumentParser, *, batch_default: str) -> None:
         sp.add_argument("--target", required=True, help="target model")
@@ -233,4 +261,21 @@ def add_serving_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp.add_argument("--elasticity", action="store_true", help="d ln(decode time) / d ln(spec field), first batch")
     sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE")
 
-
+    sp = add("diagnose", cmd_diagnose, "from measured tokens/s (or a vLLM benchmark_serving JSON): achieved bandwidth "
+                                       "and FLOP/s, MBU, MFU and the bottleneck")
+    sp.add_argument("model")
+    sp.add_argument("device", metavar="ID[:N]", help="the measured device group, e.g. h100-sxm:2")
+    sp.add_argument("--vllm-json", default=None, metavar="FILE", help="a benchmark_serving --save-result file")
+    sp.add_argument("--batch", type=float, default=None, help="concurrent sequences")
+    sp.add_argument("--isl", type=float, default=None)
+    sp.add_argument("--osl", type=float, default=None)
+    sp.add_argument("--tokens-per-s-per-user", type=float, default=None)
+    sp.add_argument("--tpot-ms", type=float, default=None)
+    sp.add_argument("--tokens-per-s", type=float, default=None, help="total output tokens/s of the group")
+    sp.add_argument("--utilisation", type=float, default=None, help="measured GPU utilisation, 0-1 (optional)")
+    sp.add_argument("--continuous", action="store_true", help="continuous batching (prompts share the steps)")
+    sp.add_argument("--weights", default="bf16")
+    sp.add_argument("--experts", default=None)
+    sp.add_argument("--kv", default="bf16")
+    sp.add_argument("--activations", default="bf16")
+    sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE")

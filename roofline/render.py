@@ -319,3 +319,23 @@ def elasticity_table(name: str, el: dict[str, float], batch: int, context: int) 
     for k, v in sorted(el.items(), key=lambda kv: kv[1]):
         t.add_row(k, f"{v:+.2f}")
     return t
+
+
+def diagnosis_table(d: dict[str, Any]) -> Table:
+    t = Table(title=f"diagnosis: {d['model']} on {d['group']}, batch {d['batch']:.0f}, "
+                    f"{d['isl']:.0f} in / {d['osl']:.0f} out ({d['serving']})",
+              caption=d["advice"])
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    rows = [("measured time per output token", f"{d['measured_tpot_s'] * 1e3:.3g} ms"),
+            ("measured tokens/s per user", f"{d['measured_tokens_per_s_per_user']:.4g}"),
+            ("roofline prediction", f"{d['predicted_tpot_s'] * 1e3:.3g} ms"),
+            ("bytes read per step, per device", format_quantity(d["bytes_per_step_per_device"], "bytes")),
+            ("FLOP per step, per device", f"{d['flop_per_step_per_device']:.3g}"),
+            ("achieved bandwidth", format_quantity(d["achieved_bytes_per_s"], "bytes_per_s")),
+            ("achieved FLOP/s", format_quantity(d["achieved_flop_per_s"], "flop_per_s")),
+            ("MBU (of peak bandwidth)", f"{d['mbu']:.0%}"), ("MFU (of peak FLOP/s)", f"{d['mfu']:.0%}"),
+            ("binding resource", d["binding"])]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t

@@ -230,3 +230,22 @@ def test_pareto_plot(run_cli, tmp_path):
         assert code == 1 and "pip install 'roofline[plot]'" in err
     else:
         assert code == 0 and out.stat().st_size > 1000
+
+
+def test_diagnose_command_and_errors(run_cli, tmp_path):
+    from pathlib import Path
+    sample = Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm_benchmark_sample.json"
+    code, out, err = run_cli("diagnose", "llama-3.3-70b", "h100-sxm:2", "--vllm-json", str(sample), "--weights", "fp8",
+                             "--kv", "fp8", "--activations", "fp8", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["batch"] == 50 and d["isl"] == 5000 and d["serving"] == "continuous"
+    assert 0 < d["mbu"] < 1 and 0 < d["mfu"] < 1
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"completed": 10}')
+    for args, needle in ((["--vllm-json", str(bad)], "key 'total_input_tokens'"),
+                         (["--vllm-json", str(tmp_path)], "directory"),
+                         (["--batch", "1", "--isl", "5", "--osl", "9"], "exactly one"),
+                         (["--batch", "1", "--isl", "5", "--osl", "9", "--tpot-ms", "-3"], "positive")):
+        code, _, err = run_cli("diagnose", "llama-2-7b", "a100-sxm-80gb", *args)
+        assert code in (1, 2) and needle in err and len(err.strip().splitlines()) == 1

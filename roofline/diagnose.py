@@ -1,0 +1,165 @@
+"""Diagnosis: from measured decode speed to achieved bandwidth and FLOP/s, MBU, MFU and the bottleneck.
+
+MBU = achieved bandwidth / peak, with achieved bandwidth = bytes read per
+decode step / time per output token; MFU = achieved FLOP/s / peak (the
+Databricks definitions, theory.md §1.3). Bytes and FLOP come from the same
+work counts as the stage engine (weights the batch touches plus every
+sequence's KV cache at the mean context isl + osl/2). Inputs can be typed in or
+read from a vLLM ``benchmark_serving`` result JSON. For continuous batching the
+step also carries batch * isl / osl prompt tokens (theory.md §6).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from .configs import load_model
+from .engine import DeviceGroup, evaluate_pass, parse_group
+from .errors import SpecError, WorkloadError
+from .model import ModelSpec
+from .params import DEFAULT_PARAMS, EngineParams
+from .work import Formats
+
+
+@attrs.frozen(kw_only=True)
+class Measurement:
+    """What a serving benchmark measured (one steady-state operating point)."""
+
+    batch: float = attrs.field(validator=attrs.validators.gt(0))
+    input_tokens: float = attrs.field(validator=attrs.validators.ge(1))
+    output_tokens: float = attrs.field(validator=attrs.validators.ge(1))
+    tpot_s: float = attrs.field(validator=attrs.validators.gt(0))
+    utilisation: float | None = None
+    serving: str = attrs.field(default="static", validator=attrs.validators.in_(("static", "continuous")))
+    source: str = "typed in"
+
+    @classmethod
+    def from_rates(cls, *, batch: float, input_tokens: float, output_tokens: float,
+                   tokens_per_s_per_user: float | None = None, tpot_s: float | None = None,
+                   tokens_per_s_total: float | None = None, utilisation: float | None = None,
+                   serving: str = "static") -> Measurement:
+        given = [x for x in (tokens_per_s_per_user, tpot_s, tokens_per_s_total) if x is not None]
+        if len(given) != 1:
+            raise WorkloadError("give exactly one of tokens/s per user, time per output token, or total tokens/s")
+        for name, v in (("batch", batch), ("measured rate", given[0])):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise WorkloadError(f"{name} must be a positive finite number, got {v!r}")
+        if tokens_per_s_per_user is not None:
+            tpot = 1.0 / tokens_per_s_per_user
+        elif tpot_s is not None:
+            tpot = tpot_s
+        else:
+            tpot = batch / tokens_per_s_total  # type: ignore[operator]
+        if utilisation is not None and not (0 <= utilisation <= 1):
+            raise WorkloadError(f"utilisation must be a fraction in [0, 1], got {utilisation!r}")
+        if serving not in ("static", "continuous"):
+            raise WorkloadError(f"serving must be 'static' or 'continuous', got {serving!r}")
+        return cls(batch=batch, input_tokens=input_tokens, output_tokens=output_tokens, tpot_s=tpot,
+                   utilisation=utilisation, serving=serving)
+
+
+def read_vllm_benchmark(path: str | os.PathLike[str]) -> Measurement:
+    """A :class:`Measurement` from vLLM ``benchmark_serving.py --save-result`` output.
+
+    Uses ``mean_tpot_ms``, ``total_input_tokens``/``total_output_tokens`` over
+    ``completed``, and ``max_concurrency`` (else Little's law: request
+    throughput x mean end-to-end latency) for the batch.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise SpecError(f"{p}: is a directory, expected a benchmark_serving result JSON") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SpecError(f"{p}: not a JSON result file: {e}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: expected a JSON object")
+
+    def num(key: str) -> float:
+        v = data.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise SpecError(f"{p}: key {key!r} = {v!r}: missing or not a non-negative number")
+        return float(v)
+
+    completed = num("completed")
+    if completed <= 0:
+        raise SpecError(f"{p}: key 'completed' = 0: no finished requests to diagnose")
+    conc = data.get("max_concurrency")
+    batch = float(conc) if isinstance(conc, (int, float)) and not isinstance(conc, bool) and conc > 0 else \
+        num("request_throughput") * num("mean_e2el_ms") / 1e3
+    tpot = num("mean_tpot_ms") / 1e3
+    if tpot <= 0:
+        raise SpecError(f"{p}: key 'mean_tpot_ms' must be positive")
+    return Measurement(batch=batch, input_tokens=num("total_input_tokens") / completed,
+                       output_tokens=num("total_output_tokens") / completed, tpot_s=tpot, serving="continuous",
+                       source=str(p))
+
+
+@attrs.frozen(kw_only=True)
+class Diagnosis:
+    """Achieved rates against peaks for one measured operating point (per device of the group)."""
+
+    model: str
+    group: str
+    measurement: Measurement
+    bytes_per_step: float
+    flop_per_step: float
+    achieved_bytes_per_s: float
+    achieved_flop_per_s: float
+    mbu: float
+    mfu: float
+    predicted_tpot_s: float
+    binding: str
+    advice: str
+
+
+def diagnose(model: ModelSpec | str, group: DeviceGroup | str, measurement: Measurement, *,
+             formats: dict[str, Any] | None = None, params: EngineParams = DEFAULT_PARAMS) -> Diagnosis:
+    """Compare a measured decode speed with the work it implies and the device's peaks."""
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    g = parse_group(group) if not isinstance(group, DeviceGroup) else group
+    f = Formats.for_model(m, **(formats or {}))
+    ms = measurement
+    context = ms.input_tokens + ms.output_tokens / 2
+    batch = max(1.0, ms.batch)
+    # continuous batching: each step also carries the arriving requests' prompts, isl/osl tokens per sequence
+    new = 1 + (ms.input_tokens / ms.output_tokens if ms.serving == "continuous" else 0)
+    r = evaluate_pass(m, g, f, batch=batch, new_tokens=new, prefix_tokens=context, logits_per_seq=1,
+                      mla_absorbed=True, stage="decode", params=params, on_infeasible="raise", mean_field=True)
+    mbu_p = g.device.memory_bandwidth_fraction or params.memory_bandwidth_fraction
+    mfu_p = g.device.compute_fraction or params.compute_fraction
+    mem_peak_s = float(r.memory_s) * mbu_p      # the step's memory time at 100% of peak bandwidth
+    comp_peak_s = float(r.compute_s) * mfu_p    # and its compute time at 100% of peak FLOP/s
+    bytes_step, flop_step = float(r.bytes_per_device), float(r.flop_per_device)
+    mbu, mfu = mem_peak_s / ms.tpot_s, comp_peak_s / ms.tpot_s
+    if mbu >= 0.5 and mbu >= 1.5 * mfu:
+        binding = "memory bandwidth"
+        advice = (f"decode runs at {mbu:.0%} of peak bandwidth while compute utilisation is {mfu:.0%}: memory-bandwidth "
+                  "bound; a faster GPU of the same bandwidth will not help, more bandwidth, smaller weights/KV "
+                  "(FP8/FP4) or fewer bytes per token (speculation, larger batch per weight read) will")
+    elif mfu >= 0.5 and mfu >= mbu:
+        binding = "compute"
+        advice = (f"decode runs at {mfu:.0%} of peak FLOP/s: compute bound; more FLOP/s or lower-precision tensor "
+                  "math helps, more bandwidth will not")
+    else:
+        binding = "overhead or communication"
+        advice = (f"neither resource is near its peak (bandwidth {mbu:.0%}, compute {mfu:.0%}): time goes to fixed "
+                  "per-step costs, synchronisation or scheduling; larger batches, CUDA graphs, fewer TP ranks or a "
+                  "faster interconnect help more than a faster chip")
+    if ms.utilisation is not None and ms.utilisation < 0.5 and binding == "memory bandwidth":
+        advice += f"; the measured utilisation {ms.utilisation:.0%} agrees (busy waiting on memory, not computing)"
+    return Diagnosis(model=m.id, group=g.describe(), measurement=ms, bytes_per_step=bytes_step,
+                     flop_per_step=flop_step, achieved_bytes_per_s=bytes_step / ms.tpot_s,
+                     achieved_flop_per_s=flop_step / ms.tpot_s, mbu=mbu, mfu=mfu,
+                     predicted_tpot_s=float(r.time_s), binding=binding, advice=advice)
+
+
