@@ -243,7 +243,7 @@ def test_diagnose_command_and_errors(run_cli, tmp_path):
     assert 0 < d["mbu"] < 1 and 0 < d["mfu"] < 1
     bad = tmp_path / "bad.json"
     bad.write_text('{"completed": 10}')
-    for args, needle in ((["--vllm-json", str(bad)], "key 'total_input_tokens'"),
+    for args, needle in ((["--vllm-json", str(bad)], "missing or not a non-negative number"),
                          (["--vllm-json", str(tmp_path)], "directory"),
                          (["--batch", "1", "--isl", "5", "--osl", "9"], "exactly one"),
                          (["--batch", "1", "--isl", "5", "--osl", "9", "--tpot-ms", "-3"], "positive")):
