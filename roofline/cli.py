@@ -261,8 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE",
                     help="what-if override of a spec field, e.g. h200-sxm.hbm.bandwidth=6TB/s (repeatable)")
     _add_spec(add)
-    from .cli_serving import add_serving_commands
+    from .cli_serving import add_serving_commands, add_validation_commands
     add_serving_commands(add)
+    add_validation_commands(add)
     return p
 
 

@@ -279,3 +279,48 @@ def add_serving_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp.add_argument("--kv", default="bf16")
     sp.add_argument("--activations", default="bf16")
     sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE")
+
+
+def _profile(args: argparse.Namespace) -> Any:
+    from .calibrate import Profile, load_profile, shipped_profile
+    return load_profile(args.profile) if getattr(args, "profile", None) else shipped_profile()
+
+
+def cmd_validate(args: argparse.Namespace, console: Console) -> int:
+    from .validate import read_rows, shipped_data, validate
+    path = args.data or str(shipped_data())
+    v = validate(read_rows(path), _profile(args))
+    if args.json:
+        _print_json(console, {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped})
+    else:
+        console.print(render.validation_table(v, path))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
+    from .calibrate import calibrate, write_profile
+    from .validate import read_rows, shipped_data
+    path = args.data or str(shipped_data())
+    fit = calibrate(read_rows(path), leave_one_out=args.loo)
+    if args.out:
+        write_profile(fit, args.out, data=path if args.data else "roofline/validation/measurements.csv")
+    data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
+            "loo_median_abs_error": fit.loo_median_abs_error, "loo_errors": fit.loo_errors,
+            "default": render.params_dict(fit.profile.default),
+            "families": {k: render.params_dict(v) for k, v in fit.profile.families.items()},
+            "standard_errors": fit.standard_errors, "profile": args.out}
+    if args.json:
+        _print_json(console, data)
+    else:
+        console.print(render.calibration_table(data))
+    return 0
+
+
+def add_validation_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    sp = add("validate", cmd_validate, "predict published measurements (CSV) and report the errors")
+    sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
+    sp.add_argument("--profile", default=None, metavar="FILE.toml", help="calibration profile (default: shipped)")
+    sp = add("calibrate", cmd_calibrate, "fit the engine's global parameters to measurements (scipy least squares)")
+    sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
+    sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
+    sp.add_argument("--loo", action="store_true", help="also compute the leave-one-out error (slow: one fit per row)")

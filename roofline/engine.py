@@ -245,7 +245,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                               prefix_tokens=prefix_tokens, logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed,
                               mean_field=mean_field or pp > 1)
     mbu = dev.memory_bandwidth_fraction or params.memory_bandwidth_fraction
-    mfu = dev.compute_fraction or params.compute_fraction
+    mfu = vector_fraction = dev.compute_fraction or params.compute_fraction
+    if params.compute_half_tokens > 0:
+        # matmuls over few tokens run below peak (tile quantisation, occupancy): efficiency T / (T + T_half)
+        mfu = mfu * work.tokens / (work.tokens + params.compute_half_tokens)
     act = formats.activation
 
     # ---- compute: each component at its class's rate, plus dequantisation on the vector units
@@ -268,7 +271,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                 f"{dev.id}: dequantising {formats.expert.name if e_deq else formats.weight.name} weights (no native "
                 f"units for them) runs on the vector units, whose rate compute.fp32 is not published; supply "
                 f"--set {dev.id}.compute.fp32=VALUE or choose a format {dev.id} computes natively")
-        compute = compute + deq / tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * mfu)
+        compute = compute + deq / tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction)
 
     # ---- memory: per-device residency, placement over tiers, traffic per tier
     imbalance = params.expert_imbalance if group.ep > 1 else 1.0

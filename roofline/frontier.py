@@ -81,9 +81,9 @@ class FrontierComparison:
     ``interactivity_ratio`` = candidate / baseline interactivity at each level of
     ``throughput_per_kw`` the two frontiers share. Two named points:
     interactivity-optimised, at the tokens/s per kW of the baseline's most
-    interactive point; energy-optimised, at the highest tokens/s per kW both
-    frontiers reach (``energy_optimised_throughput_per_kw``, which is below the
-    baseline's own best when the candidate cannot match its efficiency).
+    interactive point; energy-optimised, at the baseline's highest tokens/s per
+    kW (``energy_optimised_throughput_per_kw``), NaN when the candidate cannot
+    reach that efficiency at all. ``max_ratio`` is the best ratio on the shared range.
     """
 
     throughput_per_kw: Array
@@ -114,7 +114,8 @@ def compare_frontiers(baseline: Frontier, candidate: Frontier, points: int = 50)
     return FrontierComparison(
         throughput_per_kw=ys, interactivity_ratio=ratio, interactivity=xs, throughput_per_kw_ratio=yratio,
         interactivity_optimised=at(float(baseline.throughput_per_kw[0])),
-        energy_optimised=at(float(hi)), energy_optimised_throughput_per_kw=float(hi),
+        energy_optimised=at(float(baseline.throughput_per_kw[-1])),
+        energy_optimised_throughput_per_kw=float(baseline.throughput_per_kw[-1]),
         max_ratio=float(np.nanmax(ratio)) if np.any(np.isfinite(ratio)) else float("nan"))
 
 

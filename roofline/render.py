@@ -281,7 +281,8 @@ def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "") -
 def comparison_table(rows: list[dict[str, Any]], baseline: str) -> Table:
     t = Table(title=f"interactivity at equal tokens/s per kW, against {baseline}",
               caption="interactivity-optimised: at the tokens/s per kW of the baseline's most interactive point; "
-                      "energy-optimised: at the highest tokens/s per kW both frontiers reach.")
+                      "energy-optimised: at the baseline's highest tokens/s per kW (— when the configuration cannot "
+                      "reach it).")
     for c in ("configuration", "interactivity-optimised", "energy-optimised", "best ratio on shared range"):
         t.add_column(c, justify="left" if c == "configuration" else "right")
     for r in rows:
@@ -338,4 +339,46 @@ def diagnosis_table(d: dict[str, Any]) -> Table:
             ("binding resource", d["binding"])]
     for k, v in rows:
         t.add_row(k, v)
+    return t
+
+
+# -------------------------------------------------------------- validation
+def validation_table(v: Any, path: str) -> Table:
+    s = v.summary
+    o = s["overall"]
+    cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
+           f"{o.get('n', 0)} rows; " + "; ".join(f"{k}: {x['median_abs_error']:.0%} (n={x['n']})"
+                                                for k, x in s.get("by_metric", {}).items())
+           + (f". Skipped: " + "; ".join(f"{x['id']} ({x['reason']})" for x in v.skipped) if v.skipped else ""))
+    t = Table(title=f"validation against {path}", caption=cap)
+    for c in ("id", "metric", "hardware", "model", "predicted", "measured", "error"):
+        t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
+    for r in v.rows:
+        t.add_row(r["id"], r["metric"], r["hardware"], r["model"], f"{r['predicted']:.4g}", f"{r['measured']:.4g}",
+                  f"{r['error']:+.0%}")
+    return t
+
+
+def params_dict(p: Any) -> dict[str, float]:
+    import attrs as _attrs
+    return _attrs.asdict(p)
+
+
+def calibration_table(d: dict[str, Any]) -> Table:
+    fams = list(d["families"])
+    t = Table(title=f"calibration on {len(d['rows'])} rows of {d['data']}",
+              caption=f"In-sample median |error| {d['median_abs_error']:.1%}"
+                      + (f", leave-one-out {d['loo_median_abs_error']:.1%}" if d["loo_median_abs_error"] else "")
+                      + (f". Profile written to {d['profile']}." if d["profile"] else "."))
+    t.add_column("parameter")
+    for f in ("default", *fams):
+        t.add_column(f, justify="right")
+    se = d["standard_errors"]
+    for k, v in d["default"].items():
+        dse = se.get("default", {}).get(k)
+        cells = [f"{v:.4g}" + (f" ± {dse:.2g}" if dse is not None else "")]
+        for f in fams:
+            err = se.get(f, {}).get(k, se.get("*", {}).get(k))
+            cells.append(f"{d['families'][f][k]:.4g}" + (f" ± {err:.2g}" if err is not None else ""))
+        t.add_row(k, *cells)
     return t

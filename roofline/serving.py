@@ -9,8 +9,9 @@ Serving modes (theory.md §6):
 * ``continuous`` (steady state): the decode group runs ``batch`` sequences;
   requests finish at batch * tokens_per_step / osl per step. Aggregated, each
   step also carries batch * tokens_per_step * isl / osl prefill tokens (one
-  mean-field pass) and a new request's prompt is prefilled FIFO over
-  max(1, osl / (batch * tokens_per_step)) steps. Disaggregated, a prefill group
+  mean-field pass), and a new prompt is prefilled in chunks of ``chunk``
+  tokens (TensorRT-LLM's default token budget, 8192) as it arrives, plus one
+  step of the running batch. Disaggregated, a prefill group
   (batch ``prefill_batch``) serves prompts and the KV cache moves over
   ``kv_link``; prefill groups are provisioned exactly to the request rate, so
   the fleet holds a fractional number of them.
@@ -169,7 +170,7 @@ def _idle(group: DeviceGroup, power: PowerModel) -> float:
 
 def evaluate_serving(model: ModelSpec | str, placement: Placement, request: Request, *, batch: ArrayLike,
                      gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
-                     prefill_batch: int = 1, target_formats: dict[str, Any] | None = None,
+                     prefill_batch: int = 1, chunk: int = 8192, target_formats: dict[str, Any] | None = None,
                      draft_formats: dict[str, Any] | None = None, params: EngineParams = DEFAULT_PARAMS,
                      power: PowerModel = DEFAULT_POWER) -> ServingResult:
     """Serve ``request`` with ``placement``: latency, throughput and energy per batch (and gamma).
@@ -191,7 +192,7 @@ def evaluate_serving(model: ModelSpec | str, placement: Placement, request: Requ
     Bv = np.asarray(batch, dtype=float)
     B, G = np.broadcast_arrays(Bv, G)
     isl, osl = request.input_tokens, request.output_tokens
-    L_mean, L_end = isl + osl / 2.0, isl + osl
+    L_mean, L_end = float(isl + osl // 2), isl + osl   # decode timed at the mean context (whole tokens)
     tf = Formats.for_model(m, **(target_formats or {}))
     tfk = dict(weights=tf.weights, experts=tf.experts, kv=tf.kv, activations=tf.activations)
     dec = placement.decode
@@ -249,11 +250,14 @@ def evaluate_serving(model: ModelSpec | str, placement: Placement, request: Requ
     pg = placement.prefill or dec
     p_batch = B if mode == "static" else np.full(B.shape, float(prefill_batch))
     if mixed:
+        # the new prompt is prefilled in chunks of up to `chunk` tokens as soon as it arrives; while other
+        # sequences are running, it also waits for one of their steps (theory.md §6: TTFT ~ ceil(ISL/C) T_step)
         p_res = None
+        alone = prefill(m, dec, prompt=isl, batch=1, chunk=chunk if isl > chunk else None, **tfk, **nanq)
         prefill_s = zero
-        ttft = np.maximum(1.0, osl / (B * E)) * step
+        ttft = alone.time_s + np.where(B > 1, step, 0.0)
         kv_x = zero
-        p_fits = np.ones(B.shape, dtype=bool)
+        p_fits = np.broadcast_to(alone.fits, B.shape)
     else:
         p_res = prefill(m, pg, prompt=isl, batch=p_batch, **tfk, **nanq)
         prefill_s = p_res.time_s

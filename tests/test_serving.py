@@ -56,7 +56,7 @@ def test_what_if_bandwidth_moves_the_answer_in_the_expected_direction():
     corsair = rl.load_device("corsair")
     _, base = frontier_of(configs()[2])
     _, fast = frontier_of(configs(corsair=rl.override(corsair, "sram.bandwidth", "300 TB/s"))[2])
-    _, slow = frontier_of(configs(corsair=rl.override(corsair, "sram.bandwidth", "30 TB/s"))[2])
+    _, slow = frontier_of(configs(corsair=rl.override(corsair, "sram.bandwidth", "1 TB/s"))[2])
     assert fast.interactivity.max() >= base.interactivity.max() > slow.interactivity.max()
     b200 = rl.load_device("b200")
     _, gpu = frontier_of(configs()[0])
@@ -81,13 +81,14 @@ def test_kv_transfer_over_a_slow_link_costs_ttft():
     g = rl.DeviceGroup(device=rl.load_device("h100-sxm"), tp=2)
     fast = Placement(name="nvlink", prefill=g, decode=g, kv_link=rl.get_link("nvlink"))
     tcp = Placement(name="tcp", prefill=g, decode=g, kv_link=rl.get_link("tcp-100g"))
-    slow = Placement(name="slow", prefill=g, decode=g, kv_link=rl.get_link("2GB/s,50us"))
+    slow = Placement(name="slow", prefill=g, decode=g, kv_link=rl.get_link("1GB/s,50us"))
     req = Request(input_tokens=8192, output_tokens=128)
     a, t, b = (evaluate_serving("llama-3.1-70b", p, req, batch=4) for p in (fast, tcp, slow))
     # 2.68 GB of KV per prompt: 6 ms on NVLink, 215 ms on 100 GbE, both hidden behind the ~1.1 s prefill by
-    # layer-wise streaming (theory.md §5.6); at 2 GB/s the 1.34 s transfer is not
+    # layer-wise streaming (theory.md §5.6); at 1 GB/s the 2.7 s transfer is not
     assert a.kv_transfer_s == 0 and t.kv_transfer_s == 0
-    expected = 0.05e-3 + 2.68e9 / 2e9 - float(a.prefill_s) * (1 - 1 / 80)
+    expected = 0.05e-3 + 2.684e9 / 1e9 - float(a.prefill_s) * (1 - 1 / 80)
+    assert expected > 0.5
     assert float(b.kv_transfer_s) == pytest.approx(expected, rel=0.01)
     assert b.ttft_s == pytest.approx(float(a.ttft_s + b.kv_transfer_s))
 
@@ -144,8 +145,8 @@ def test_compare_frontiers_ratios():
     assert c.interactivity_optimised == pytest.approx(2.0) and c.energy_optimised == pytest.approx(2.0)
     short = pareto_frontier([500, 450], [1500, 2000])   # never reaches the baseline's 3,000 tok/s/kW
     c = compare_frontiers(base, short)
-    assert c.energy_optimised_throughput_per_kw == 2000
-    assert c.energy_optimised == pytest.approx(450 / 200)
+    assert c.energy_optimised_throughput_per_kw == 3000 and np.isnan(c.energy_optimised)
+    assert c.max_ratio == pytest.approx(450 / 200)
 
 
 def test_elasticities_of_memory_bound_decode():
