@@ -96,6 +96,15 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def engine_params(args: argparse.Namespace) -> Any:
+    """The engine parameters a command runs with: --profile's [params], else the shipped defaults."""
+    from .params import DEFAULT_PARAMS
+    if getattr(args, "profile", None):
+        from .calibrate import load_profile
+        return load_profile(args.profile).default
+    return DEFAULT_PARAMS
+
+
 def parse_ints(text: str, what: str) -> list[int]:
     """'1,8,64' or '1..8' (inclusive) or a mix: '1,2,4..6'."""
     out: list[int] = []
@@ -141,7 +150,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     model = load_model(args.model)
     device = _device_arg(args.device, args.set)
     fmt = dict(weights=args.weights, experts=args.experts, kv=args.kv, activations=args.activations, tp=args.tp,
-               ep=args.ep)
+               ep=args.ep, params=engine_params(args))
     prompt = args.prompt if args.prompt is not None else args.context
     results = [stages.prefill(model, device, prompt=prompt, batch=batch, chunk=args.chunk, **fmt),
                stages.decode_step(model, device, batch=batch, context=args.context, **fmt)]
@@ -154,7 +163,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         _print_json(console, {"model": model.id, "device": device.id, "stages": [render.stage_dict(r) for r in results]})
         return 0
-    from .params import DEFAULT_PARAMS as P
+    P = fmt["params"]
     f = results[0].formats
     caption = (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
                f"time = max(compute, memory) + comm + fixed; {P.memory_bandwidth_fraction:.0%} of peak bandwidth, "
@@ -206,7 +215,8 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           gamma=gammas, batch=args.batch, context=args.context, link=args.link, sampling=args.sampling,
                           target_formats={"weights": args.weights, "experts": args.experts, "kv": args.kv},
                           draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
-                                         "activations": args.draft_activations})
+                                         "activations": args.draft_activations},
+                          params=engine_params(args))
     best = optimal_gamma(r)
     if args.json:
         _print_json(console, render.spec_dict(r, best))
@@ -237,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, func: Callable[[argparse.Namespace, Console], int], help: str) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        sp.add_argument("--profile", default=None, metavar="FILE.toml",
+                        help="engine parameters from a `roofline calibrate` profile (default: the shipped fit)")
         sp.set_defaults(func=func)
         return sp
 

@@ -9,7 +9,8 @@ from typing import Any
 from rich.console import Console
 
 from . import render
-from .cli import UsageError, _acceptance, _float, _nonneg_int, _pos_int, _print_json, apply_sets, parse_ints
+from .cli import (UsageError, _acceptance, _float, _nonneg_int, _pos_int, _print_json, apply_sets,
+                  engine_params, parse_ints)
 from .configs import load_model
 
 
@@ -67,7 +68,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     devices = [apply_sets(__import__("roofline").load_device(d.strip()), args.set) for d in args.devices.split(",")]
     acc = _acceptance(args) if args.draft else None
     cands = enumerate_placements(args.target, devices, _request(args), batch=args.batch, draft_model=args.draft,
-                                 mode=args.mode, target_formats=_formats(args))
+                                 mode=args.mode, target_formats=_formats(args), params=engine_params(args))
     rows, out = [], []
     for c in cands:
         point, reason = None, c.reason
@@ -75,7 +76,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
             try:
                 r = evaluate_serving(args.target, c.placement, _request(args), batch=args.batch,
                                      gamma=args.gamma if c.placement.speculative else 0, acceptance=acc,
-                                     mode=args.mode, target_formats=_formats(args))
+                                     mode=args.mode, target_formats=_formats(args), params=engine_params(args))
                 point = render.serving_point(r, 0)
                 reason = "" if point["fits"] else "does not fit at this batch"
                 if r.energy_note:
@@ -113,7 +114,8 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     configs, frontiers = [], []
     for p in placements:
         r = evaluate_serving(args.target, p, _request(args), batch=batches, gamma=gammas if p.speculative else 0,
-                             acceptance=acc, mode=args.mode, target_formats=_formats(args))
+                             acceptance=acc, mode=args.mode, target_formats=_formats(args),
+                             params=engine_params(args))
         f = pareto_frontier(r.tokens_per_s_per_user, r.tokens_per_s_per_kw, r.fits)
         frontiers.append(f)
         pts = [render.serving_point(r, int(i)) for i in f.index]
@@ -158,7 +160,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         else:
             variants.append((d, apply_sets(__import__("roofline").load_device(d), args.set)))
     batch = np.array(parse_ints(args.batch, "--batch"))
-    fmt = dict(weights=args.weights, experts=args.experts, kv=args.kv, tp=args.tp)
+    fmt = dict(weights=args.weights, experts=args.experts, kv=args.kv, tp=args.tp, params=engine_params(args))
     rows = []
     for name, dev in variants:
         row: dict[str, Any] = {"name": name, "device": dev.id}
@@ -204,7 +206,7 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
                                    serving="continuous" if args.continuous else "static")
     g = _group(args.device, args.set)
     d = diagnose(args.model, g, m, formats={"weights": args.weights, "experts": args.experts, "kv": args.kv,
-                                            "activations": args.activations})
+                                            "activations": args.activations}, params=engine_params(args))
     data = {"model": d.model, "group": d.group, "batch": m.batch, "isl": m.input_tokens, "osl": m.output_tokens,
             "serving": m.serving, "measured_tpot_s": m.tpot_s, "measured_tokens_per_s_per_user": 1 / m.tpot_s,
             "predicted_tpot_s": d.predicted_tpot_s, "bytes_per_step_per_device": d.bytes_per_step,
@@ -319,7 +321,6 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
 def add_validation_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp = add("validate", cmd_validate, "predict published measurements (CSV) and report the errors")
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
-    sp.add_argument("--profile", default=None, metavar="FILE.toml", help="calibration profile (default: shipped)")
     sp = add("calibrate", cmd_calibrate, "fit the engine's global parameters to measurements (scipy least squares)")
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
