@@ -24,8 +24,10 @@ call whose workload arguments are all scalars raises :class:`InfeasibleError`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import numpy as np
@@ -38,7 +40,7 @@ from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
 from .precision import Format
 from .units import format_quantity
-from .work import Formats, Work, _validate, forward_work
+from .work import Formats, Work, _validate, add, forward_work
 
 Array = NDArray[np.float64]
 
@@ -85,7 +87,9 @@ class StageResult:
     Times are seconds for the whole stage (for ``draft``, all gamma steps).
     ``bound`` names the largest term: ``compute``, ``memory:<tier>``,
     ``communication`` or ``overhead``. Per-device quantities are for one device
-    of the group. Infeasible points are NaN with ``fits`` False.
+    of the group. Infeasible points have ``fits`` False and NaN ``time_s`` and
+    ``time_serial_s``; the component times there are what the pass would take
+    if it fitted. Fields are read-only arrays of the broadcast workload shape.
     """
 
     stage: str
@@ -96,24 +100,67 @@ class StageResult:
     new_tokens: Array
     context: Array
     time_s: Array
-    time_serial_s: Array
     compute_s: Array
     memory_s: Array
     memory_serial_s: Array
     memory_by_tier_s: dict[str, Array]
     communication_s: Array
     overhead_s: Array
-    bound: NDArray[np.str_]
-    flop_per_device: Array
-    bytes_per_device: Array
-    intensity_flop_per_byte: Array
     ridge_flop_per_byte: float
     weights_per_device_bytes: Array
-    kv_per_device_bytes: Array
-    memory_per_device_bytes: Array
     usable_per_device_bytes: float
     fits: NDArray[np.bool_]
     passes: int = 1
+    #: quantities computed on first use (sweeps that never read them do not pay for them)
+    lazy: dict[str, Callable[[], Any]] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def _lazy(self, name: str) -> Array:
+        return np.broadcast_to(np.asarray(self.lazy[name](), dtype=float), self.time_s.shape)
+
+    @functools.cached_property
+    def time_serial_s(self) -> Array:
+        """Upper bound: compute + memory from every tier in turn + communication + fixed (NaN where infeasible)."""
+        t = self._lazy("time_serial_s")
+        return t if self.fits.all() else np.where(self.fits, t, np.nan)
+
+    @functools.cached_property
+    def flop_per_device(self) -> Array:
+        """FLOP one device executes in the stage."""
+        return self._lazy("flop_per_device")
+
+    @functools.cached_property
+    def bytes_per_device(self) -> Array:
+        """Bytes one device moves from memory in the stage."""
+        return self._lazy("bytes_per_device")
+
+    @functools.cached_property
+    def kv_per_device_bytes(self) -> Array:
+        """KV cache held by one device."""
+        return self._lazy("kv_per_device_bytes")
+
+    @functools.cached_property
+    def memory_per_device_bytes(self) -> Array:
+        """Weights + KV + workspace held by one device."""
+        return self._lazy("memory_per_device_bytes")
+
+    @functools.cached_property
+    def bound(self) -> NDArray[np.str_]:
+        """The largest term per point: ``compute``, ``memory:<tier>``, ``communication``, ``overhead``
+        (``does not fit`` where the point is infeasible); computed on first use, not in sweeps that skip it."""
+        terms = [self.compute_s, *self.memory_by_tier_s.values(), self.communication_s, self.overhead_s]
+        labels = np.array(["compute", *(f"memory:{t}" for t in self.memory_by_tier_s), "communication", "overhead"])
+        best = np.nan_to_num(np.asarray(terms[0], dtype=float), nan=-1.0)
+        code = np.zeros(best.shape, dtype=np.int8)
+        for i, t in enumerate(terms[1:], start=1):
+            t = np.asarray(t, dtype=float)
+            bigger = t > best
+            code = np.where(bigger, i, code)
+            best = np.where(bigger, t, best)
+        return np.where(self.fits, labels[code], "does not fit")
+
+    @property
+    def intensity_flop_per_byte(self) -> Array:
+        return _safe_div(np.asarray(self.flop_per_device, dtype=float), np.asarray(self.bytes_per_device, dtype=float))
 
     @property
     def tokens_per_s(self) -> Array:
@@ -237,13 +284,14 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     microbatch), while memory residency counts the whole batch.
     """
     dev, tp, pp = group.device, group.tp, group.pp
-    B, n, p = np.broadcast_arrays(_validate("batch", batch, minimum=1, integer=not mean_field),
-                                  _validate("new_tokens", new_tokens, minimum=1, integer=not mean_field),
-                                  _validate("prefix_tokens", prefix_tokens, minimum=0, integer=not mean_field))
-    micro = np.minimum(np.maximum(B, 1.0), pp) if pp > 1 else np.ones_like(B)
-    work: Work = forward_work(model, formats, batch=B / micro if pp > 1 else batch, new_tokens=new_tokens,
-                              prefix_tokens=prefix_tokens, logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed,
-                              mean_field=mean_field or pp > 1)
+    # arguments keep their own shapes: only terms that need the full grid are materialised at it
+    B = _validate("batch", batch, minimum=1, integer=not mean_field)
+    n = _validate("new_tokens", new_tokens, minimum=1, integer=not mean_field)
+    p = _validate("prefix_tokens", prefix_tokens, minimum=0, integer=not mean_field)
+    shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
+    micro = np.minimum(B, pp) if pp > 1 else 1.0
+    work: Work = forward_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
+                              logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed, mean_field=mean_field or pp > 1)
     mbu = dev.memory_bandwidth_fraction or params.memory_bandwidth_fraction
     mfu = vector_fraction = dev.compute_fraction or params.compute_fraction
     if params.compute_half_tokens > 0:
@@ -256,11 +304,13 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     e_cls, e_deq = compute_class(formats.expert, act, dev)
     classes = {"attention_proj": w_cls, "attention_core": act.compute, "mlp": w_cls, "experts": e_cls,
                "shared_experts": w_cls, "router": w_cls, "lm_head": w_cls}
-    compute = np.zeros_like(work.tokens)
+    by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
         if np.any(flop > 0):
-            compute = compute + flop / tp / (_rate(dev, classes[comp]) * mfu)
-    deq = np.zeros_like(work.tokens)
+            by_class.setdefault(classes[comp], []).append(flop)
+    inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: fold it into each class's factor before the big product
+    compute = add(*(add(*flops) * (inv_mfu / (tp * _rate(dev, cls))) for cls, flops in by_class.items()))
+    deq: Any = 0.0
     for fmt, dequantised, comps in ((formats.weight, w_deq, ("attention", "mlp", "shared_experts", "router", "lm_head")),
                                     (formats.expert, e_deq, ("experts",))):
         if dequantised:
@@ -280,38 +330,50 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
               + imbalance * work.weight_bytes["experts"]) / (tp * pp)
     stored = stored_weight_bytes(model, formats) / (tp * pp)
     shards = _kv_shards(model, tp) * pp
-    kv_dev = B * model.kv_cache_bytes(p + n, formats.kv) / shards
-    kv_read, kv_write = work.kv_read_bytes / shards, work.kv_write_bytes / shards
+    kv_seq = model.kv_cache_bytes(p + n, formats.kv)     # per sequence: context-shaped, small
+    kv_dev_of = lambda: (B / shards) * kv_seq  # noqa: E731 - the full grid, built only when asked for
     ws = B * workspace_per_sequence_bytes(model, formats, tp, n, np.asarray(logits_per_seq, dtype=float))
     act_bytes = work.activation_bytes / (tp * pp)
-
-    remaining = {"w": np.full_like(kv_dev, stored), "kv": kv_dev.copy(), "ws": ws.copy()}
-    traffic_by_tier: dict[str, Array] = {}
-    usable_total = 0.0
-    for tier in dev.memory:
-        if not any(np.any(r > 0) for r in remaining.values()):
-            break
-        free = np.full_like(kv_dev, dev.get(f"{tier.name}.capacity") * params.usable_memory_fraction)
-        usable_total += float(free.flat[0])
-        placed = {}
-        for key in ("w", "kv", "ws"):
-            placed[key] = np.minimum(remaining[key], free)
-            free = free - placed[key]
-            remaining[key] = remaining[key] - placed[key]
-        traffic = (w_read * placed["w"] / stored + (kv_read + kv_write) * _safe_div(placed["kv"], kv_dev)
-                   + act_bytes * _safe_div(placed["ws"], ws))
-        if np.any(traffic > 0):
-            traffic_by_tier[tier.name] = pp * traffic / (dev.get(f"{tier.name}.bandwidth") * mbu)
-    fits = np.all([r <= 1e-6 * (stored + 1) for r in remaining.values()], axis=0)
-    for tier in dev.memory[len(traffic_by_tier):]:
-        if tier.capacity_bytes is not None:
-            usable_total += tier.capacity_bytes * params.usable_memory_fraction
-    mem_times = list(traffic_by_tier.values()) or [np.zeros_like(kv_dev)]
-    memory = np.maximum.reduce(mem_times)
-    memory_serial = np.add.reduce(mem_times)
+    small_bytes = add(w_read, act_bytes, work.kv_write_bytes / shards)   # batch-shaped
+    step_bytes_of = lambda: add(small_bytes, work.kv_read_bytes / shards)  # noqa: E731
+    traffic_by_tier: dict[str, Any] = {}
+    first = dev.memory[0]
+    first_cap = dev.get(f"{first.name}.capacity") * params.usable_memory_fraction
+    if len(dev.memory) == 1:
+        # one tier (most GPUs): everything lives there, whatever does not fit is infeasible; the comparison
+        # kv_seq <= (cap - weights - workspace) * shards / batch builds only a boolean grid
+        fits = kv_seq <= (first_cap - stored - ws) * shards / B
+        k = pp / (dev.get(f"{first.name}.bandwidth") * mbu)
+        traffic_by_tier[first.name] = add(small_bytes * k, work.kv_read_bytes * (k / shards))
+        usable_total = first_cap
+    else:
+        kv_dev = kv_dev_of()
+        kv_traffic = (work.kv_read_bytes + work.kv_write_bytes) / shards
+        remaining: dict[str, Any] = {"w": stored, "kv": kv_dev, "ws": ws}
+        usable_total = 0.0
+        for tier in dev.memory:
+            if not any(np.any(r > 0) for r in remaining.values()):
+                if tier.capacity_bytes is not None:
+                    usable_total += tier.capacity_bytes * params.usable_memory_fraction
+                continue
+            free: Any = dev.get(f"{tier.name}.capacity") * params.usable_memory_fraction
+            usable_total += free
+            placed = {}
+            for key in ("w", "kv", "ws"):
+                placed[key] = np.minimum(remaining[key], free)
+                free = free - placed[key]
+                remaining[key] = remaining[key] - placed[key]
+            traffic = (w_read * placed["w"] / stored + kv_traffic * _safe_div(placed["kv"], kv_dev)
+                       + act_bytes * _safe_div(placed["ws"], ws))
+            if np.any(traffic > 0):
+                traffic_by_tier[tier.name] = pp * traffic / (dev.get(f"{tier.name}.bandwidth") * mbu)
+        fits = np.logical_and.reduce([np.broadcast_to(r <= 1e-6 * (stored + 1), shape) for r in remaining.values()])
+    mem_times = list(traffic_by_tier.values()) or [0.0]
+    memory = mem_times[0] if len(mem_times) == 1 else np.maximum.reduce(np.broadcast_arrays(*mem_times))
+    memory_serial = mem_times[0] if len(mem_times) == 1 else sum(mem_times)
 
     # ---- communication (exposed) and fixed overheads
-    comm = np.zeros_like(kv_dev)
+    comm: Any = 0.0
     if tp > 1:
         bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
         hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
@@ -327,18 +389,20 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         comm = comm + (pp - 1) * (hop + work.tokens * model.hidden_size * act.bytes_per_element / bw)
     step = dev.step_floor_s if dev.step_floor_s is not None else params.step_overhead_s
     layer = dev.layer_floor_s if dev.layer_floor_s is not None else params.layer_overhead_s
-    overhead = np.full_like(kv_dev, step + layer * model.num_layers)
+    overhead = step + layer * model.num_layers
 
-    flop_dev = work.flop_total * micro / (tp * pp)       # per step (all microbatches), per device
-    bytes_dev = (w_read + kv_read + kv_write + act_bytes) * micro
+    lazy = {"flop_per_device": lambda: work.flop_total * (micro / (tp * pp)),   # per step (all microbatches)
+            "bytes_per_device": lambda: step_bytes_of() * micro,
+            "kv_per_device_bytes": kv_dev_of,
+            "memory_per_device_bytes": lambda: add(stored, ws, kv_dev_of())}
     main_cls = w_cls if not model.is_moe else e_cls
     ridge = dev.peak_flop_per_s.get(main_cls) or math.nan
     first_bw = dev.memory[0].bandwidth_bytes_per_s
     ridge = ridge / first_bw if first_bw else math.nan
     result = _finish(stage=stage, model_id=model.id, group=group.describe(), formats=formats, B=B, n=n, context=p,
                      compute=compute, memory=memory, memory_serial=memory_serial, by_tier=traffic_by_tier,
-                     comm=comm, overhead=overhead, flop=flop_dev, bytes_=bytes_dev, ridge=ridge, weights=stored,
-                     kv=kv_dev, total=stored + kv_dev + ws, usable=usable_total, fits=fits)
+                     comm=comm, overhead=overhead, ridge=ridge, weights=stored, usable=usable_total, fits=fits,
+                     shape=shape, lazy=lazy)
     return _check_feasible(result, on_infeasible, (batch, new_tokens, prefix_tokens))
 
 
@@ -346,26 +410,37 @@ def _safe_div(a: Array, b: Array) -> Array:
     return np.divide(a, b, out=np.zeros_like(a), where=b > 0)
 
 
-def _finish(*, stage: str, model_id: str, group: str, formats: Formats, B: Array, n: Array,
-            context: Array, compute: Array, memory: Array, memory_serial: Array, by_tier: dict[str, Array],
-            comm: Array, overhead: Array, flop: Array, bytes_: Array, ridge: float, weights: Array | float,
-            kv: Array, total: Array, usable: float, fits: NDArray[np.bool_], passes: int = 1) -> StageResult:
-    nan = np.where(fits, 1.0, np.nan)
-    time = (np.maximum(compute, memory) + comm + overhead) * nan
-    serial = (compute + memory_serial + comm + overhead) * nan
-    terms = [compute, *by_tier.values(), comm, overhead]
-    labels = ["compute", *(f"memory:{t}" for t in by_tier), "communication", "overhead"]
-    idx = np.argmax(np.stack(np.broadcast_arrays(*terms)), axis=0)
-    bound = np.where(fits, np.asarray(labels)[idx], "does not fit")
+def _finish(*, stage: str, model_id: str, group: str, formats: Formats, B: Any, n: Any, context: Any,
+            compute: Any, memory: Any, memory_serial: Any, by_tier: dict[str, Any], comm: Any, overhead: Any,
+            ridge: float, weights: Any, usable: float, fits: Any, lazy: dict[str, Callable[[], Any]],
+            shape: tuple[int, ...] | None = None, passes: int = 1) -> StageResult:
+    shape = shape if shape is not None else np.broadcast_shapes(*(np.shape(x) for x in (
+        B, n, context, compute, memory, comm, overhead, fits)))
+
+    def full(x: Any) -> Array:
+        return np.broadcast_to(np.asarray(x, dtype=float), shape)
+
+    fits = np.broadcast_to(np.asarray(fits, dtype=bool), shape)
+    fixed = comm + overhead
+    lower = _owned(np.maximum(compute, memory), shape)   # a fresh full-size array, written in place below
+    lower += fixed
+    if not fits.all():
+        np.putmask(lower, ~fits, np.nan)
+    lazy = {"time_serial_s": lambda: add(compute, fixed, memory_serial), **lazy}
     return StageResult(
-        stage=stage, model_id=model_id, group=group, formats=formats, batch=B, new_tokens=n,
-        context=context, time_s=time, time_serial_s=serial, compute_s=compute * nan, memory_s=memory * nan,
-        memory_serial_s=memory_serial * nan, memory_by_tier_s={k: v * nan for k, v in by_tier.items()},
-        communication_s=comm * nan, overhead_s=overhead * nan, bound=bound, flop_per_device=flop,
-        bytes_per_device=bytes_, intensity_flop_per_byte=_safe_div(flop, bytes_), ridge_flop_per_byte=ridge,
-        weights_per_device_bytes=np.broadcast_to(np.asarray(weights, dtype=float), kv.shape).copy(),
-        kv_per_device_bytes=kv, memory_per_device_bytes=total, usable_per_device_bytes=usable, fits=fits,
-        passes=passes)
+        stage=stage, model_id=model_id, group=group, formats=formats, batch=full(B), new_tokens=full(n),
+        context=full(context), time_s=lower, compute_s=full(compute), memory_s=full(memory),
+        memory_serial_s=full(memory_serial), memory_by_tier_s={k: full(v) for k, v in by_tier.items()},
+        communication_s=full(comm), overhead_s=full(overhead), ridge_flop_per_byte=ridge,
+        weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, passes=passes,
+        lazy=lazy)
+
+
+def _owned(x: Any, shape: tuple[int, ...]) -> Array:
+    """``x`` itself when it is already a fresh float array of ``shape``, else a full-size copy."""
+    if isinstance(x, np.ndarray) and x.shape == shape and x.dtype == np.float64 and x.flags.owndata:
+        return x
+    return np.array(np.broadcast_to(np.asarray(x, dtype=float), shape), dtype=float)
 
 
 def _check_feasible(r: StageResult, on_infeasible: str, inputs: tuple[ArrayLike, ...]) -> StageResult:
@@ -399,23 +474,23 @@ def combine(results: list[StageResult], masks: list[Array], *, stage: str) -> St
     def total(get: Callable[[StageResult], Array]) -> Array:
         return sum((np.where(m, np.nan_to_num(get(r)), 0.0) for r, m in zip(results, masks)), zero)
 
+    def peak(get: Callable[[StageResult], Array]) -> Array:
+        return np.maximum.reduce([np.where(m, get(r), 0.0) for r, m in zip(results, masks)])
+
     fits = np.all([np.where(m, r.fits, True) for r, m in zip(results, masks)], axis=0)
     tiers = {t for r in results for t in r.memory_by_tier_s}
     by_tier = {t: total(lambda r, t=t: r.memory_by_tier_s.get(t, zero)) for t in tiers}
-    mem_peak = np.maximum.reduce([np.where(m, r.memory_per_device_bytes, 0.0) for r, m in zip(results, masks)])
-    kv_peak = np.maximum.reduce([np.where(m, r.kv_per_device_bytes, 0.0) for r, m in zip(results, masks)])
     compute, memory = total(lambda r: r.compute_s), total(lambda r: r.memory_s)
     comm, overhead = total(lambda r: r.communication_s), total(lambda r: r.overhead_s)
-    lower = total(lambda r: r.time_s)
-    upper = total(lambda r: r.time_serial_s)
-    flop, bytes_ = total(lambda r: r.flop_per_device), total(lambda r: r.bytes_per_device)
+    lazy = {"flop_per_device": lambda: total(lambda r: r.flop_per_device),
+            "bytes_per_device": lambda: total(lambda r: r.bytes_per_device),
+            "kv_per_device_bytes": lambda: peak(lambda r: r.kv_per_device_bytes),
+            "memory_per_device_bytes": lambda: peak(lambda r: r.memory_per_device_bytes)}
     out = _finish(stage=stage, model_id=first.model_id, group=first.group, formats=first.formats,
                   B=first.batch, n=total(lambda r: r.new_tokens), context=first.context, compute=compute,
                   memory=memory, memory_serial=total(lambda r: r.memory_serial_s), by_tier=by_tier, comm=comm,
-                  overhead=overhead, flop=flop, bytes_=bytes_, ridge=first.ridge_flop_per_byte,
-                  weights=first.weights_per_device_bytes, kv=kv_peak, total=mem_peak,
-                  usable=first.usable_per_device_bytes, fits=fits, passes=len(results))
-    # per-pass max(compute, memory) summed is the overlapped time (kernels do not overlap across passes)
-    nan = np.where(fits, 1.0, np.nan)
-    return attrs.evolve(out, time_s=lower * nan, time_serial_s=upper * nan)
-
+                  overhead=overhead, ridge=first.ridge_flop_per_byte, weights=first.weights_per_device_bytes,
+                  usable=first.usable_per_device_bytes, fits=fits, lazy=lazy, passes=len(results))
+    # the overlapped time is the sum of each pass's max(compute, memory): kernels do not overlap across passes
+    lower = total(lambda r: r.time_s)
+    return attrs.evolve(out, time_s=np.where(fits, lower, np.nan))

@@ -15,6 +15,8 @@ counts with causal attention halved; DeepSeek-V2 for MLA).
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -74,8 +76,9 @@ class Formats:
 class Work:
     """FLOP and bytes of one forward pass over the whole model (all devices together).
 
-    ``flop`` and ``weight_bytes`` map components to arrays of the broadcast
-    workload shape; ``tokens`` = batch * new_tokens.
+    ``flop`` and ``weight_bytes`` map components to arrays that broadcast to
+    the workload shape (a component that does not depend on an argument keeps
+    that axis at length 1, a constant is a scalar); ``tokens`` = batch * new_tokens.
     """
 
     flop: dict[str, Array]
@@ -88,15 +91,23 @@ class Work:
 
     @property
     def flop_total(self) -> Array:
-        return sum(self.flop.values(), np.zeros_like(self.tokens))
+        return add(*self.flop.values())
 
     @property
     def weight_bytes_total(self) -> Array:
-        return sum(self.weight_bytes.values(), np.zeros_like(self.tokens))
+        return add(*self.weight_bytes.values())
 
     @property
     def bytes_total(self) -> Array:
         return self.weight_bytes_total + self.kv_read_bytes + self.kv_write_bytes + self.activation_bytes
+
+
+def add(*terms: ArrayLike) -> Array:
+    """Sum of broadcastable terms, smallest first, so only the last additions run at the full grid size."""
+    out: Any = np.float64(0.0)
+    for t in sorted(terms, key=np.size):
+        out = out + t
+    return out
 
 
 def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> Array:
@@ -180,7 +191,9 @@ def forward_work(model: ModelSpec, formats: Formats, *, batch: ArrayLike, new_to
     n = _validate("new_tokens", new_tokens, minimum=1, integer=not mean_field)
     p = _validate("prefix_tokens", prefix_tokens, minimum=0, integer=not mean_field)
     logits = _validate("logits_per_seq", logits_per_seq, minimum=0, integer=True)
-    B, n, p, logits = np.broadcast_arrays(B, n, p, logits)
+    # no eager broadcasting: terms that depend only on batch (or only on context) stay small arrays, and only
+    # the products that need the full grid (KV reads, attention) are materialised at its shape
+    np.broadcast_shapes(B.shape, n.shape, p.shape, logits.shape)  # fail early on incompatible shapes
     T = B * n
     m = model
     d, nh, nL = m.hidden_size, m.num_heads, m.num_layers
@@ -195,37 +208,36 @@ def forward_work(model: ModelSpec, formats: Formats, *, batch: ArrayLike, new_to
     if m.is_mla:
         dc, dr = m.kv_lora_rank or 0, m.qk_rope_head_dim or 0
         if mla_absorbed:
-            core = B * pairs * 2 * nh * (2 * dc + dr)
+            core = (B * (2 * nh * (2 * dc + dr))) * pairs
         else:
-            decompress = B * (p + n) * nL * 2 * dc * nh * ((m.qk_nope_head_dim or 0) + (m.v_head_dim or 0))
-            core = B * pairs * 2 * nh * (m.qk_head_dim + m.attn_v_head_dim) + decompress
+            decompress = (B * (nL * 2 * dc * nh * ((m.qk_nope_head_dim or 0) + (m.v_head_dim or 0)))) * (p + n)
+            core = (B * (2 * nh * (m.qk_head_dim + m.attn_v_head_dim))) * pairs + decompress
     else:
-        core = B * pairs * 2 * nh * (m.qk_head_dim + m.attn_v_head_dim)
+        core = (B * (2 * nh * (m.qk_head_dim + m.attn_v_head_dim))) * pairs
 
-    touched = expected_experts_touched(m.num_experts, m.experts_per_token, T) if m.is_moe else np.zeros_like(T)
+    touched = expected_experts_touched(m.num_experts, m.experts_per_token, T) if m.is_moe else np.zeros(1)[0] * T
     flop = {
         "attention_proj": 2 * T * nL * m.attention_params_per_layer(),
         "attention_core": core,
-        "mlp": 2 * T * n_dense * m.dense_mlp_params() if n_dense else np.zeros_like(T),
+        "mlp": 2 * T * n_dense * m.dense_mlp_params(),
         "experts": 2 * T * n_moe * m.experts_per_token * m.expert_params(),
         "shared_experts": 2 * T * n_moe * m.shared_expert_params(),
         "router": 2 * T * n_moe * m.router_params(),
         "lm_head": 2 * B * logits * d * m.vocab_size,
     }
-    ones = np.ones_like(T)
     weight_bytes = {
-        "attention": ones * nL * m.attention_params_per_layer() * bw,
-        "mlp": ones * n_dense * m.dense_mlp_params() * bw,
+        "attention": np.float64(nL * m.attention_params_per_layer() * bw),
+        "mlp": np.float64(n_dense * m.dense_mlp_params() * bw),
         "experts": n_moe * touched * m.expert_params() * be,
-        "shared_experts": ones * n_moe * m.shared_expert_params() * bw,
-        "router": ones * n_moe * m.router_params() * bw,
-        "norms": ones * (nL * m.norm_params_per_layer() + d) * bw,
+        "shared_experts": np.float64(n_moe * m.shared_expert_params() * bw),
+        "router": np.float64(n_moe * m.router_params() * bw),
+        "norms": np.float64((nL * m.norm_params_per_layer() + d) * bw),
         "lm_head": np.where(logits > 0, m.lm_head_params() * bw, 0.0),
         "embedding": T * d * bw,
     }
     kv_elems = m.kv_elements_per_token_per_layer()
     window = float(m.sliding_window or 0)
-    kv_read = B * kv_elems * bkv * (n_full * p + m.num_sliding_layers * np.minimum(p, window))
+    kv_read = (B * (kv_elems * bkv)) * (n_full * p + m.num_sliding_layers * np.minimum(p, window))
     kv_write = T * nL * kv_elems * bkv
 
     # activations: each matmul reads its input and writes its output (elements per token)

@@ -1,0 +1,123 @@
+"""How fast roofline answers: design points per second against a numpy floor measured in the same run.
+
+* a decode sweep of batch x context (10^6 points at full size);
+* the Corsair scenario's placement x batch x gamma sweep (examples/gimlet_corsair.py);
+* `roofline validate` on the shipped measurements;
+* `import roofline`, `roofline --help` and `roofline devices` wall time (fresh interpreters).
+
+The floor is one numpy elementwise pass (``a + 1.0``, allocating its result) over an array of the same number of
+points: the cost of touching every point once. Goals (issue: hardening): the decode sweep within 30x of the
+floor; import under 150 ms without sympy, scipy or matplotlib; --help and devices under 0.5 s.
+
+Run: python examples/benchmark.py [--json] [--quick]
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+import roofline as rl
+from roofline.render import jsonable
+
+
+def best_of(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def floor_s(points: int, repeat: int) -> float:
+    a = np.random.default_rng(0).random(points)
+    return best_of(lambda: a + 1.0, repeat)
+
+
+def wall(cmd: list[str], repeat: int) -> float:
+    return best_of(lambda: subprocess.run(cmd, capture_output=True, check=True), repeat)
+
+
+def run(quick: bool) -> dict:
+    repeat = 3 if quick else 7
+    side = 100 if quick else 1000
+    B = np.arange(1, side + 1)[:, None]
+    L = np.linspace(0, 131072, side).round()[None, :]
+    rl.decode_step("llama-3.1-8b", "h200-sxm", batch=B, context=L)  # warm caches (spec loading)
+    rows = []
+    t = best_of(lambda: rl.decode_step("llama-3.1-8b", "h200-sxm", batch=B, context=L), repeat)
+    rows.append({"workload": f"decode sweep {side}x{side} (batch x context)", "points": side * side, "time_s": t,
+                 "floor_s": floor_s(side * side, repeat), "goal_ratio": 30})
+
+    from roofline.serving import Placement, Request, evaluate_serving
+    acc = rl.Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})
+    req = Request(input_tokens=8192, output_tokens=1024)
+    batches = 2 ** np.arange(0, 9 if quick else 13)[:, None]
+    gammas = np.arange(1, 13 if quick else 41)[None, :]
+    g8 = "b200:8"
+    placements = [Placement.build("no spec", prefill=g8, decode=g8),
+                  Placement.build("gpu spec", prefill=g8, decode=g8, draft_model="gpt-oss-draft-1.6b"),
+                  Placement.build("corsair", prefill=g8, decode=g8, draft="corsair:2", draft_model="gpt-oss-draft-1.6b")]
+
+    def scenario() -> None:
+        for p in placements:
+            evaluate_serving("gpt-oss-120b", p, req, batch=batches, gamma=gammas if p.speculative else 0,
+                             acceptance=acc if p.speculative else None)
+    n = batches.size * (1 + 2 * gammas.size)
+    rows.append({"workload": "Corsair scenario: placements x batch x gamma", "points": int(n),
+                 "time_s": best_of(scenario, repeat), "floor_s": floor_s(int(n), repeat), "goal_ratio": None})
+
+    from roofline.validate import read_rows, shipped_data, validate
+    data = read_rows(shipped_data())
+    rows.append({"workload": "validate (shipped measurements)", "points": len(data),
+                 "time_s": best_of(lambda: validate(data), 1 if quick else 3), "floor_s": floor_s(len(data), repeat),
+                 "goal_ratio": None})
+    for r in rows:
+        r["points_per_s"] = r["points"] / r["time_s"]
+        r["ratio_to_floor"] = r["time_s"] / r["floor_s"]
+    py = sys.executable
+    probe = ("import sys, time; t = time.perf_counter(); import roofline; dt = time.perf_counter() - t; "
+             "print(dt, [m for m in ('sympy', 'scipy', 'matplotlib') if m in sys.modules])")
+    imports = [subprocess.run([py, "-c", probe], capture_output=True, text=True, check=True).stdout.split(maxsplit=1)
+               for _ in range(repeat)]
+    startup = {"import_s": min(float(i[0]) for i in imports), "import_pulls_heavy": imports[0][1].strip(),
+               "help_s": wall([py, "-m", "roofline.cli", "--help"], repeat),
+               "devices_s": wall([py, "-m", "roofline.cli", "devices"], repeat)}
+    startup["goals"] = {"import_s": 0.150, "help_s": 0.5, "devices_s": 0.5}
+    return {"rows": rows, "startup": startup, "quick": quick}
+
+
+def show(out: dict, console: Console) -> None:
+    t = Table(title="throughput against a numpy floor measured in this run",
+              caption="ratio = time / (one numpy elementwise pass over the same number of points)")
+    for c in ("workload", "points", "time ms", "points/s", "floor ms", "ratio", "goal"):
+        t.add_column(c, justify="left" if c == "workload" else "right")
+    for r in out["rows"]:
+        t.add_row(r["workload"], f"{r['points']:,}", f"{r['time_s'] * 1e3:.1f}", f"{r['points_per_s']:,.0f}",
+                  f"{r['floor_s'] * 1e3:.2f}", f"{r['ratio_to_floor']:.0f}x",
+                  f"<= {r['goal_ratio']}x" if r["goal_ratio"] else "")
+    console.print(t)
+    s = out["startup"]
+    u = Table(title="start-up (fresh interpreter)")
+    for c in ("what", "seconds", "goal"):
+        u.add_column(c, justify="left" if c == "what" else "right")
+    u.add_row("import roofline", f"{s['import_s']:.3f}", f"< {s['goals']['import_s']}")
+    u.add_row("heavy modules imported", s["import_pulls_heavy"], "[]")
+    u.add_row("roofline --help", f"{s['help_s']:.3f}", f"< {s['goals']['help_s']}")
+    u.add_row("roofline devices", f"{s['devices_s']:.3f}", f"< {s['goals']['devices_s']}")
+    console.print(u)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="small sizes (used by the tests)")
+    args = ap.parse_args()
+    out = run(args.quick)
+    print(json.dumps(jsonable(out), indent=1)) if args.json else show(out, Console())
