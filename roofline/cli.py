@@ -87,7 +87,10 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     try:
         model = load_model(name)
     except NotFoundError:
-        raise NotFoundError(f"{name!r} is neither a device nor a model id "
+        from .errors import did_you_mean
+        from .hardware import _index
+        hint = did_you_mean(name, [*_index(), *list_models()])
+        raise NotFoundError(f"{name!r} is neither a device nor a model id{hint} "
                             "(`roofline devices`, `roofline models` list them)") from None
     if args.json:
         _print_json(console, render.model_dict(model))

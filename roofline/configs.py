@@ -226,6 +226,8 @@ def _read_json(path: Path) -> Any:
             raise SpecError(f"{path}: is a directory without a config.json")
         path = candidate
     try:
+        if path.stat().st_size > 10_000_000:
+            raise SpecError(f"{path}: {path.stat().st_size:,} bytes is too large for a model config.json")
         return json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a UTF-8 text file") from None

@@ -45,3 +45,18 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return ' (did you mean 'x'?)' for the closest choice, or ''."""
     close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def broadcast_errors(func):  # type: ignore[no-untyped-def]
+    """Turn numpy's shape-mismatch ValueError into a WorkloadError naming the function (public API boundary)."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return func(*args, **kwargs)
+        except ValueError as e:
+            if "broadcast" in str(e) or "shape mismatch" in str(e):
+                raise WorkloadError(f"{func.__name__}: workload arguments do not broadcast together ({e})") from None
+            raise
+    return wrapper

@@ -26,6 +26,7 @@ from .errors import NotFoundError, SpecError, UnitError, UnknownSpecError, did_y
 from .units import parse_quantity
 
 STATUSES = ("shipping", "announced")
+MAX_SPEC_BYTES = 1_000_000  # a device spec is a few kB; anything this large is not one
 COMPUTE_CLASSES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4")
 BASES = ("dense", "dense-from-sparse", "unstated")
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
@@ -259,6 +260,9 @@ def _load_file(path: Path) -> Device:
     if path.is_dir():
         raise SpecError(f"{path}: is a directory, expected a .toml spec file")
     try:
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"{path}: {path.stat().st_size:,} bytes is too large for a device spec "
+                            f"(limit {MAX_SPEC_BYTES:,})")
         raw = path.read_bytes()
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 from .configs import load_model
 from .energy import DEFAULT_POWER, PowerModel, busy_power_w, idle_w
 from .engine import DeviceGroup, StageResult, evaluate_pass, native_default_format, parse_group
-from .errors import UnknownSpecError, WorkloadError
+from .errors import broadcast_errors, UnknownSpecError, WorkloadError
 from .links import GroupLink, get_link
 from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
@@ -168,6 +168,7 @@ def _idle(group: DeviceGroup, power: PowerModel) -> float:
     return group.count * idle_w(group.device, power)
 
 
+@broadcast_errors
 def evaluate_serving(model: ModelSpec | str, placement: Placement, request: Request, *, batch: ArrayLike,
                      gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
                      prefill_batch: int = 1, chunk: int = 8192, target_formats: dict[str, Any] | None = None,
@@ -189,7 +190,8 @@ def evaluate_serving(model: ModelSpec | str, placement: Placement, request: Requ
     if placement.speculative and acceptance is None:
         raise WorkloadError(f"placement {placement.name!r} speculates: give an acceptance (alpha or Acceptance)")
     acc = acceptance if isinstance(acceptance, Acceptance) or acceptance is None else Acceptance.geometric(acceptance)
-    Bv = np.asarray(batch, dtype=float)
+    from .work import _validate
+    Bv = _validate("batch", batch, minimum=1, integer=True)
     B, G = np.broadcast_arrays(Bv, G)
     isl, osl = request.input_tokens, request.output_tokens
     L_mean, L_end = float(isl + osl // 2), isl + osl   # decode timed at the mean context (whole tokens)

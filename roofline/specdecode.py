@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 from .configs import load_model
 from .energy import DEFAULT_POWER, PowerModel, busy_power_w, idle_w
 from .engine import DeviceGroup, native_default_format, parse_group
-from .errors import UnknownSpecError, WorkloadError
+from .errors import broadcast_errors, UnknownSpecError, WorkloadError
 from .hardware import Device
 from .links import GroupLink, get_link
 from .model import ModelSpec
@@ -87,6 +87,7 @@ def _same(a: DeviceGroup, b: DeviceGroup) -> bool:
     return a.device.id == b.device.id and a.tp == b.tp and a.device == b.device
 
 
+@broadcast_errors
 def speculative_round(target: ModelSpec | str, *, verify_on: str | Device | DeviceGroup,
                       acceptance: Acceptance | float, gamma: ArrayLike, batch: ArrayLike = 1,
                       context: ArrayLike = 8192, draft: ModelSpec | str | None = None,

@@ -17,10 +17,11 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .errors import WorkloadError
+from .errors import broadcast_errors, WorkloadError
 from .work import show
 
 Array = NDArray[np.float64]
+MAX_GAMMA = 1024
 
 
 def _alpha(alpha: ArrayLike, name: str = "alpha") -> Array:
@@ -40,9 +41,18 @@ def _gamma(gamma: ArrayLike) -> Array:
         raise WorkloadError(f"gamma must be a whole number >= 0, got {gamma!r}") from None
     if not np.all(np.isfinite(g)) or np.any(g < 0) or np.any(g != np.round(g)):
         raise WorkloadError(f"gamma (draft length) must be a whole number >= 0, got {show(g)}")
+    if np.any(g > MAX_GAMMA):
+        raise WorkloadError(f"gamma (draft length) above {MAX_GAMMA} is not a draft length, got {show(g)}")
     return g
 
 
+def _one(a: Array, name: str) -> float:
+    if np.ndim(a) != 0:
+        raise WorkloadError(f"{name} must be a single number here, got {show(a)}")
+    return float(a)
+
+
+@broadcast_errors
 def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> Array:
     """Expected tokens per verification round under i.i.d. acceptance.
 
@@ -58,6 +68,7 @@ def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> Array:
     return np.where(a == 1.0, g + 1, np.where(a == 0.0, 1.0, ratio))
 
 
+@broadcast_errors
 def expected_tokens_positional(alphas: ArrayLike) -> Array:
     """Expected tokens per round with conditional acceptance alpha_i at draft position i.
 
@@ -70,6 +81,7 @@ def expected_tokens_positional(alphas: ArrayLike) -> Array:
     return 1.0 + np.sum(np.cumprod(a, axis=-1), axis=-1)
 
 
+@broadcast_errors
 def alpha_from_acceptance_length(tau: ArrayLike, gamma: ArrayLike) -> Array:
     """The per-token alpha whose chain of ``gamma`` drafts yields mean acceptance length ``tau``.
 
@@ -97,6 +109,7 @@ def alpha_from_acceptance_length(tau: ArrayLike, gamma: ArrayLike) -> Array:
     return np.where(t >= g + 1, 1.0, np.where(t <= 1, 0.0, (lo + hi) / 2))
 
 
+@broadcast_errors
 def acceptance_rate_from_length(tau: ArrayLike, gamma: ArrayLike) -> Array:
     """Serving engines' "draft acceptance rate" = accepted drafts / drafted = (tau - 1) / gamma.
 
@@ -109,11 +122,13 @@ def acceptance_rate_from_length(tau: ArrayLike, gamma: ArrayLike) -> Array:
     return (np.asarray(tau, dtype=float) - 1) / g
 
 
+@broadcast_errors
 def acceptance_length_from_rate(rate: ArrayLike, gamma: ArrayLike) -> Array:
     """tau = 1 + rate * gamma: the acceptance length from an engine's acceptance rate."""
     return 1 + _alpha(rate, "acceptance rate") * _gamma(gamma)
 
 
+@broadcast_errors
 def speedup_closed_form(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> Array:
     """Expected walltime improvement S = E[N] / (gamma c + 1) (Leviathan Thm 3.8).
 
@@ -127,6 +142,7 @@ def speedup_closed_form(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> Arr
     return expected_tokens(alpha, gamma) / (_gamma(gamma) * c + 1)
 
 
+@broadcast_errors
 def compute_increase_factor(alpha: ArrayLike, gamma: ArrayLike, c_hat: ArrayLike) -> Array:
     """Arithmetic operations per token relative to plain decoding (Leviathan Thm 3.11).
 
@@ -179,7 +195,7 @@ class Acceptance:
 
     @classmethod
     def geometric(cls, alpha: float) -> Acceptance:
-        return cls("geometric", alpha=float(_alpha(alpha)))
+        return cls("geometric", alpha=_one(_alpha(alpha), "alpha"))
 
     @classmethod
     def positional(cls, alphas: ArrayLike) -> Acceptance:
@@ -192,7 +208,8 @@ class Acceptance:
     def alpha_by_gamma(cls, table: Mapping[int, float]) -> Acceptance:
         if not table:
             raise WorkloadError("alpha_by_gamma needs at least one {gamma: alpha} entry")
-        return cls("alpha_by_gamma", table={int(_gamma(g)): float(_alpha(a)) for g, a in sorted(table.items())})
+        return cls("alpha_by_gamma", table={int(_one(_gamma(g), "gamma")): _one(_alpha(a), "alpha")
+                                            for g, a in sorted(table.items())})
 
     @classmethod
     def measured(cls, table: Mapping[int, float]) -> Acceptance:
@@ -201,7 +218,7 @@ class Acceptance:
         checked = {}
         for g, tau in table.items():
             alpha_from_acceptance_length(tau, g)  # validates 1 <= tau <= gamma + 1
-            checked[int(g)] = float(tau)
+            checked[int(_one(_gamma(g), "gamma"))] = _one(np.asarray(tau, dtype=float), "acceptance length")
         return cls("measured", table=checked)
 
     def alpha_at(self, gamma: ArrayLike) -> Array:

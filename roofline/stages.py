@@ -17,10 +17,11 @@ from numpy.typing import ArrayLike
 
 from .engine import (DeviceGroup, StageResult, _check_feasible, _kv_shards, _resolve, combine, evaluate_pass,
                      stored_weight_bytes, workspace_per_sequence_bytes)
-from .errors import WorkloadError
+from .errors import broadcast_errors, WorkloadError
 from .hardware import Device
 from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
+from .speculative import _gamma
 from .work import Formats, show
 
 __all__ = ["DeviceGroup", "StageResult", "decode_step", "draft", "draft_head", "max_batch", "prefill", "verify"]
@@ -42,6 +43,7 @@ def _whole(name: str, value: ArrayLike, minimum: int) -> np.ndarray:
     return a
 
 
+@broadcast_errors
 def decode_step(model: ModelSpec | str, device: Device | DeviceGroup | str, *, batch: ArrayLike,
                 context: ArrayLike, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
                 activations: str = "bf16", tp: int = 1, ep: int = 1, params: EngineParams = DEFAULT_PARAMS,
@@ -57,6 +59,7 @@ def decode_step(model: ModelSpec | str, device: Device | DeviceGroup | str, *, b
                          mla_absorbed=True, stage="decode", params=params, on_infeasible=on_infeasible)
 
 
+@broadcast_errors
 def prefill(model: ModelSpec | str, device: Device | DeviceGroup | str, *, prompt: ArrayLike,
             batch: ArrayLike = 1, prefix: ArrayLike = 0, chunk: int | None = None, weights: str = "bf16",
             experts: str | None = None, kv: str = "bf16", activations: str = "bf16", tp: int = 1, ep: int = 1,
@@ -78,6 +81,9 @@ def prefill(model: ModelSpec | str, device: Device | DeviceGroup | str, *, promp
     C = int(_whole("chunk", chunk, 1))
     S, P, Bb = np.broadcast_arrays(S, P, _whole("batch", batch, 1))
     n_chunks = np.ceil(S / C)
+    if n_chunks.max() > 100_000:
+        raise WorkloadError(f"prompt / chunk gives {n_chunks.max():,.0f} passes; use a chunk of at least "
+                            f"{int(np.ceil(S.max() / 100_000))} tokens")
     results, masks = [], []
     for j in range(int(n_chunks.max())):
         c = np.clip(S - j * C, 0, C)
@@ -89,6 +95,7 @@ def prefill(model: ModelSpec | str, device: Device | DeviceGroup | str, *, promp
     return _check_feasible(out, on_infeasible, (batch, prompt, prefix))
 
 
+@broadcast_errors
 def verify(model: ModelSpec | str, device: Device | DeviceGroup | str, *, batch: ArrayLike, context: ArrayLike,
            gamma: ArrayLike, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
            activations: str = "bf16", tp: int = 1, ep: int = 1, params: EngineParams = DEFAULT_PARAMS,
@@ -100,11 +107,12 @@ def verify(model: ModelSpec | str, device: Device | DeviceGroup | str, *, batch:
     decode step (theory.md §3.4).
     """
     m, g, f = _setup(model, device, tp, ep, weights, experts, kv, activations)
-    G = _whole("gamma", gamma, 0)
+    G = _gamma(gamma)
     return evaluate_pass(m, g, f, batch=batch, new_tokens=G + 1, prefix_tokens=context, logits_per_seq=G + 1,
                          mla_absorbed=True, stage="verify", params=params, on_infeasible=on_infeasible)
 
 
+@broadcast_errors
 def draft(model: ModelSpec | str, device: Device | DeviceGroup | str, *, batch: ArrayLike, context: ArrayLike,
           gamma: ArrayLike, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
           activations: str = "bf16", tp: int = 1, ep: int = 1, params: EngineParams = DEFAULT_PARAMS,
@@ -115,7 +123,7 @@ def draft(model: ModelSpec | str, device: Device | DeviceGroup | str, *, batch: 
     gamma = 0 costs nothing.
     """
     m, g, f = _setup(model, device, tp, ep, weights, experts, kv, activations)
-    G = _whole("gamma", gamma, 0)
+    G = _gamma(gamma)
     G, L, Bb = np.broadcast_arrays(G, _whole("context", context, 0), _whole("batch", batch, 1))
     steps = max(int(G.max()), 1)
     results = [evaluate_pass(m, g, f, batch=Bb, new_tokens=1, prefix_tokens=L + i, logits_per_seq=1,
@@ -125,6 +133,7 @@ def draft(model: ModelSpec | str, device: Device | DeviceGroup | str, *, batch: 
     return _check_feasible(out, on_infeasible, (batch, context, gamma))
 
 
+@broadcast_errors
 def draft_head(target: ModelSpec | str, device: Device | DeviceGroup | str, *, layers: int = 1,
                batch: ArrayLike, context: ArrayLike, gamma: ArrayLike, **kwargs: object) -> StageResult:
     """gamma steps of an MTP (DeepSeek-style) or EAGLE-style head: ``layers`` of the target's layers.
@@ -141,6 +150,7 @@ def draft_head(target: ModelSpec | str, device: Device | DeviceGroup | str, *, l
     return draft(head, device, batch=batch, context=context, gamma=gamma, **kwargs)  # type: ignore[arg-type]
 
 
+@broadcast_errors
 def max_batch(model: ModelSpec | str, device: Device | DeviceGroup | str, *, context: ArrayLike,
               new_tokens: ArrayLike = 1, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
               activations: str = "bf16", tp: int = 1, ep: int = 1,

@@ -59,6 +59,8 @@ def read_rows(path: str | os.PathLike[str]) -> list[Row]:
         raise SpecError(f"{p}: no such file")
     if p.is_dir():
         raise SpecError(f"{p}: is a directory, expected a measurements CSV")
+    if p.stat().st_size > 100_000_000:
+        raise SpecError(f"{p}: {p.stat().st_size:,} bytes is too large for a measurements CSV (limit 100 MB)")
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
