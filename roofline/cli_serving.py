@@ -292,6 +292,11 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     from .validate import read_rows, shipped_data, validate
     path = args.data or str(shipped_data())
     v = validate(read_rows(path), _profile(args))
+    if args.plot:
+        from .plot import plot_validation
+        o = v.summary["overall"]
+        plot_validation(v.rows, args.plot, title=f"roofline against {o.get('n', 0)} published measurements "
+                                                 f"(median |error| {o.get('median_abs_error', 0):.0%})")
     if args.json:
         _print_json(console, {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped})
     else:
@@ -321,6 +326,7 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
 def add_validation_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp = add("validate", cmd_validate, "predict published measurements (CSV) and report the errors")
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
+    sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the errors (needs the plot extra)")
     sp = add("calibrate", cmd_calibrate, "fit the engine's global parameters to measurements (scipy least squares)")
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")

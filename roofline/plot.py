@@ -32,3 +32,31 @@ def plot_frontiers(configs: list[dict[str, Any]], path: str, *, title: str = "")
         raise RooflineError(f"cannot write {path}: {e.strerror}") from None
     finally:
         plt.close(fig)
+
+
+def plot_validation(rows: list[dict[str, Any]], path: str, *, title: str = "") -> None:
+    """Predicted against measured (each row relative to its measurement), by metric, with +/-10% and 25% bands."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RooflineError("--plot needs matplotlib: pip install 'roofline[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    metrics = sorted({r["metric"] for r in rows})
+    for i, m in enumerate(metrics):
+        pts = [r for r in rows if r["metric"] == m]
+        ax.scatter([i + 0.08 * ((j % 5) - 2) for j in range(len(pts))], [100 * r["error"] for r in pts], label=m, s=22)
+    for band, alpha in ((10, 0.15), (25, 0.07)):
+        ax.axhspan(-band, band, color="tab:green", alpha=alpha)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(metrics)), [m.replace("_", " ") for m in metrics], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("error, % of measured (predicted - measured)")
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as e:
+        raise RooflineError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        plt.close(fig)
