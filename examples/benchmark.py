@@ -12,8 +12,6 @@ floor; import under 150 ms without sympy, scipy or matplotlib; --help and device
 Run: python examples/benchmark.py [--json] [--quick]
 """
 
-import argparse
-import json
 import subprocess
 import sys
 import time
@@ -23,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.render import jsonable
+from roofline.render import run_example
 
 
 def best_of(fn, repeat: int) -> float:
@@ -115,9 +113,4 @@ def show(out: dict, console: Console) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="small sizes (used by the tests)")
-    args = ap.parse_args()
-    out = run(args.quick)
-    print(json.dumps(jsonable(out), indent=1)) if args.json else show(out, Console())
+    run_example(__doc__, run, show, quick=True)

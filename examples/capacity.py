@@ -9,15 +9,13 @@ batch each system holds and the decode speed at that batch.
 Run: python examples/capacity.py [--json]
 """
 
-import argparse
-import json
 
 from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
 from roofline.engine import parse_group
-from roofline.render import jsonable
+from roofline.render import run_example
 
 ASSUMED_BW = ["2 TB/s", "8 TB/s", "32 TB/s"]       # not published: swept
 ASSUMED_COMPUTE = "2 PFLOP/s"                      # not published: assumed, dense FP8-class
@@ -71,8 +69,4 @@ def show(out: dict, console: Console) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    out = run()
-    print(json.dumps(jsonable(out), indent=1)) if args.json else show(out, Console())
+    run_example(__doc__, run, show)

@@ -9,15 +9,13 @@ NVIDIA's NIM measurement of Llama-3.3-70B FP8 on 2x H100 at concurrency 50
 Run: python examples/diagnose.py [--json]
 """
 
-import argparse
-import json
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from roofline.diagnose import Measurement, diagnose, read_vllm_benchmark
-from roofline.render import jsonable
+from roofline.render import run_example
 
 SAMPLE = Path(__file__).parent / "data" / "vllm_benchmark_sample.json"
 FP8 = dict(weights="fp8", kv="fp8", activations="fp8")
@@ -58,8 +56,4 @@ def show(out: dict, console: Console) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    out = run()
-    print(json.dumps(jsonable(out), indent=1)) if args.json else show(out, Console())
+    run_example(__doc__, run, show)

@@ -9,15 +9,13 @@ NVLink-class rack links is not published; the link is an explicit assumption).
 Run: python examples/disaggregated.py [--json]
 """
 
-import argparse
-import json
 
 from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
 from roofline.placements import smallest_group
-from roofline.render import jsonable, serving_point
+from roofline.render import run_example, serving_point
 from roofline.serving import Placement, Request, evaluate_serving
 
 MODEL = "llama-3.1-70b"
@@ -76,8 +74,4 @@ def show(out: dict, console: Console) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    out = run()
-    print(json.dumps(jsonable(out), indent=1)) if args.json else show(out, Console())
+    run_example(__doc__, run, show)

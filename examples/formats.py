@@ -9,15 +9,13 @@ itself, FP8 against FP4, so the format's own share of any speedup shows.
 Run: python examples/formats.py [--json]
 """
 
-import argparse
-import json
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.render import jsonable
+from roofline.render import run_example
 
 CASES = [  # model, group spec, formats per variant
     ("llama-3.3-70b", "b200:1", {"fp8": dict(weights="fp8", kv="fp8", activations="fp8"),
@@ -89,8 +87,4 @@ def show(out: dict, console: Console) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    out = run()
-    print(json.dumps(jsonable(out), indent=1)) if args.json else show(out, Console())
+    run_example(__doc__, run, show)

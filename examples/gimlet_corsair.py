@@ -11,8 +11,6 @@ energy-optimised ones, from a baseline of about 24 s per request.
 Run: python examples/gimlet_corsair.py [--json] [--quick]
 """
 
-import argparse
-import json
 
 import numpy as np
 from rich.console import Console
@@ -20,7 +18,7 @@ from rich.table import Table
 
 import roofline as rl
 from roofline.frontier import compare_frontiers, pareto_frontier
-from roofline.render import jsonable, serving_point
+from roofline.render import run_example, serving_point
 from roofline.serving import Placement, Request, evaluate_serving
 
 REQUEST = Request(input_tokens=8192, output_tokens=1024)
@@ -123,12 +121,4 @@ def show(out: dict, console: Console) -> None:
         "4 GB of SRAM and spills to LPDDR5X, so the model cannot reproduce the published 'up to 10x' there.")
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="smaller sweep (used by the tests)")
-    args = ap.parse_args()
-    result = run(args.quick)
-    if args.json:
-        print(json.dumps(jsonable(result), indent=1))
-    else:
-        show(result, Console())
+    run_example(__doc__, run, show, quick=True)

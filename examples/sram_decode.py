@@ -11,15 +11,13 @@ the output).
 Run: python examples/sram_decode.py [--json]
 """
 
-import argparse
-import json
 
 from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
 from roofline.placements import smallest_group
-from roofline.render import jsonable
+from roofline.render import run_example
 
 CEREBRAS_LINK = "150 GB/s"   # assumption: not published by Cerebras
 MACHINES = [  # device, formats it runs natively, max TP before pipelining (SRAM chips: pipeline only)
@@ -76,8 +74,4 @@ def show(out: dict, console: Console) -> None:
         "100 us per pass and 2 us per layer), not bandwidth; on GPUs it is HBM bandwidth.")
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    out = run()
-    print(json.dumps(jsonable(out), indent=1)) if args.json else show(out, Console())
+    run_example(__doc__, run, show)

@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from .errors import RooflineError, SpecError
+from .files import read_text
 from .params import DEFAULT_PARAMS, EngineParams
 from .validate import Row, predict_row
 
@@ -219,12 +220,8 @@ def load_profile(path: str | Path) -> Profile:
     """A :class:`Profile` from a TOML file; unknown or out-of-range values raise :class:`SpecError`."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise SpecError(f"{p}: is a directory, expected a profile .toml") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        data = tomllib.loads(read_text(p, what="a calibration profile (.toml)", max_bytes=1_000_000))
+    except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{p}: not a profile TOML: {e}") from None
     default = _params_from(data.get("params"), f"{p} [params]")
     stacks = data.get("stacks", {})

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from . import render
-from .cli import (UsageError, _acceptance, _float, _nonneg_int, _pos_int, _print_json, apply_sets,
+from .cli import (UsageError, _acceptance, _nonneg_int, _pos_int, _print_json, apply_sets,
                   engine_params, parse_ints)
 from .configs import load_model
 
@@ -61,7 +61,6 @@ def _formats(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
-    import numpy as np
 
     from .placements import enumerate_placements
     from .serving import evaluate_serving
@@ -284,7 +283,7 @@ def add_serving_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def _profile(args: argparse.Namespace) -> Any:
-    from .calibrate import Profile, load_profile, shipped_profile
+    from .calibrate import load_profile, shipped_profile
     return load_profile(args.profile) if getattr(args, "profile", None) else shipped_profile()
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NotFoundError, SpecError, did_you_mean
+from .files import read_text
 from .model import ModelSpec
 
 Config = dict[str, Any]
@@ -218,23 +219,15 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
 
 
 def _read_json(path: Path) -> Any:
-    if not path.exists():
-        raise SpecError(f"{path}: no such file")
     if path.is_dir():
-        candidate = path / "config.json"
-        if not candidate.exists():
+        if not (path / "config.json").exists():
             raise SpecError(f"{path}: is a directory without a config.json")
-        path = candidate
+        path = path / "config.json"
+    text = read_text(path, what="a Hugging Face config.json", max_bytes=10_000_000)
     try:
-        if path.stat().st_size > 10_000_000:
-            raise SpecError(f"{path}: {path.stat().st_size:,} bytes is too large for a model config.json")
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a UTF-8 text file") from None
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: JSON does not parse: {e}") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
 
 
 def _presets_dir() -> Path:

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import numpy as np
 
 from .configs import load_model
 from .engine import DeviceGroup, evaluate_pass, parse_group
 from .errors import SpecError, WorkloadError
+from .files import read_text
 from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
 from .work import Formats
@@ -74,12 +74,8 @@ def read_vllm_benchmark(path: str | os.PathLike[str]) -> Measurement:
     """
     p = Path(path)
     try:
-        data = json.loads(p.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise SpecError(f"{p}: is a directory, expected a benchmark_serving result JSON") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(read_text(p, what="a benchmark_serving result JSON", max_bytes=200_000_000))
+    except json.JSONDecodeError as e:
         raise SpecError(f"{p}: not a JSON result file: {e}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{p}: expected a JSON object")

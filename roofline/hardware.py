@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from .errors import NotFoundError, SpecError, UnitError, UnknownSpecError, did_you_mean
+from .files import read_text
 from .units import parse_quantity
 
 STATUSES = ("shipping", "announced")
@@ -255,22 +256,11 @@ def load_device(id_or_path: str | os.PathLike[str]) -> Device:
 
 @functools.cache
 def _load_file(path: Path) -> Device:
-    if not path.exists():
-        raise SpecError(f"{path}: no such file")
-    if path.is_dir():
-        raise SpecError(f"{path}: is a directory, expected a .toml spec file")
+    text = read_text(path, what="a device spec (.toml)", max_bytes=MAX_SPEC_BYTES)
     try:
-        if path.stat().st_size > MAX_SPEC_BYTES:
-            raise SpecError(f"{path}: {path.stat().st_size:,} bytes is too large for a device spec "
-                            f"(limit {MAX_SPEC_BYTES:,})")
-        raw = path.read_bytes()
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a UTF-8 text file") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: TOML does not parse: {e}") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
     return device_from_dict(data, origin=str(path), stem=path.stem)
 
 

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import numpy as np
 
 from .configs import load_model
 from .engine import DeviceGroup, native_default_format

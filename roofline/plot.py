@@ -7,14 +7,29 @@ from typing import Any
 from .errors import RooflineError
 
 
-def plot_frontiers(configs: list[dict[str, Any]], path: str, *, title: str = "") -> None:
-    """Tokens/s per kW against tokens/s per user, one line per configuration, saved to ``path``."""
+def _pyplot() -> Any:
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise RooflineError("--plot needs matplotlib: pip install 'roofline[plot]'") from None
+    return plt
+
+
+def _save(fig: Any, path: str) -> None:
+    plt = _pyplot()
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as e:
+        raise RooflineError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def plot_frontiers(configs: list[dict[str, Any]], path: str, *, title: str = "") -> None:
+    """Tokens/s per kW against tokens/s per user, one line per configuration, saved to ``path``."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for cfg in configs:
         pts = cfg["frontier"]
@@ -26,22 +41,12 @@ def plot_frontiers(configs: list[dict[str, Any]], path: str, *, title: str = "")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()
-    try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as e:
-        raise RooflineError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
+    _save(fig, path)
 
 
 def plot_validation(rows: list[dict[str, Any]], path: str, *, title: str = "") -> None:
     """Predicted against measured (each row relative to its measurement), by metric, with +/-10% and 25% bands."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RooflineError("--plot needs matplotlib: pip install 'roofline[plot]'") from None
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     metrics = sorted({r["metric"] for r in rows})
     for i, m in enumerate(metrics):
@@ -54,9 +59,4 @@ def plot_validation(rows: list[dict[str, Any]], path: str, *, title: str = "") -
     ax.set_ylabel("error, % of measured (predicted - measured)")
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
-    try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as e:
-        raise RooflineError(f"cannot write {path}: {e.strerror}") from None
-    finally:
-        plt.close(fig)
+    _save(fig, path)

@@ -180,8 +180,9 @@ def stage_table(r: Any, caption: str) -> Table:
         t.add_column(c, justify="left" if c == "bound" else "right", min_width=12 if c == "bound" else len(c))
     for row in rows:
         ok = row["fits"]
-        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), _ms(row["compute_s"]), _ms(row["memory_s"]),
-                  _ms(row["communication_s"]), _ms(row["overhead_s"]), str(row["bound"]),
+        part = (lambda v: _ms(v)) if ok else (lambda v: "—")  # components of a point that does not fit: not shown
+        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), part(row["compute_s"]), part(row["memory_s"]),
+                  part(row["communication_s"]), part(row["overhead_s"]), str(row["bound"]),
                   f"{row['intensity_flop_per_byte']:.3g}", format_quantity(row["memory_per_device_bytes"], "bytes"),
                   _rate(row["per_sequence_tokens_per_s"]), _rate(row["tokens_per_s"]))
     return t
@@ -349,7 +350,7 @@ def validation_table(v: Any, path: str) -> Table:
     cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
            f"{o.get('n', 0)} rows; " + "; ".join(f"{k}: {x['median_abs_error']:.0%} (n={x['n']})"
                                                 for k, x in s.get("by_metric", {}).items())
-           + (f". Skipped: " + "; ".join(f"{x['id']} ({x['reason']})" for x in v.skipped) if v.skipped else ""))
+           + (". Skipped: " + "; ".join(f"{x['id']} ({x['reason']})" for x in v.skipped) if v.skipped else ""))
     t = Table(title=f"validation against {path}", caption=cap)
     for c in ("id", "metric", "hardware", "model", "predicted", "measured", "error"):
         t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
@@ -382,3 +383,24 @@ def calibration_table(d: dict[str, Any]) -> Table:
             cells.append(f"{d['families'][f][k]:.4g}" + (f" ± {err:.2g}" if err is not None else ""))
         t.add_row(k, *cells)
     return t
+
+
+# ----------------------------------------------------------------- scripts
+def run_example(doc: str, run: Any, show: Any, *, quick: bool = False) -> None:
+    """The command line every example shares: a table by default, the same result with ``--json``
+    (``--quick`` passes ``quick=True`` to ``run`` for the tests' smaller sweeps)."""
+    import argparse
+    import json
+
+    from rich.console import Console
+
+    ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    if quick:
+        ap.add_argument("--quick", action="store_true", help="smaller sizes (used by the tests)")
+    args = ap.parse_args()
+    out = run(args.quick) if quick else run()
+    if args.json:
+        print(json.dumps(jsonable(out), indent=1))
+    else:
+        show(out, Console())

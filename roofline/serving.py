@@ -40,7 +40,7 @@ from .links import GroupLink, get_link
 from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
 from .speculative import Acceptance, _gamma
-from .stages import decode_step, draft as draft_stage, draft_head, prefill
+from .stages import draft as draft_stage, draft_head, prefill
 from .work import Formats
 
 Array = NDArray[np.float64]

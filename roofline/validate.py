@@ -23,6 +23,7 @@ import numpy as np
 from .configs import load_model
 from .engine import DeviceGroup
 from .errors import RooflineError, SpecError
+from .files import read_text
 from .hardware import load_device
 from .params import DEFAULT_PARAMS, EngineParams
 from .serving import Placement, Request, evaluate_serving
@@ -55,18 +56,7 @@ class Row:
 def read_rows(path: str | os.PathLike[str]) -> list[Row]:
     """Read a measurements CSV, checking the header; raises :class:`SpecError` naming the file."""
     p = Path(path)
-    if not p.exists():
-        raise SpecError(f"{p}: no such file")
-    if p.is_dir():
-        raise SpecError(f"{p}: is a directory, expected a measurements CSV")
-    if p.stat().st_size > 100_000_000:
-        raise SpecError(f"{p}: {p.stat().st_size:,} bytes is too large for a measurements CSV (limit 100 MB)")
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(f"{p}: not a UTF-8 text file") from None
-    if "\x00" in text:
-        raise SpecError(f"{p}: binary data, expected a CSV")
+    text = read_text(p, what="a measurements CSV", max_bytes=100_000_000)
     reader = csv.DictReader(io.StringIO(text))
     header = reader.fieldnames or []
     missing = [c for c in ("id", "hardware", "model", "metric", "value", "batch", "isl", "osl") if c not in header]

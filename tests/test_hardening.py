@@ -1,7 +1,5 @@
 """Bad input everywhere: typed errors in Python, one line and a non-zero exit in the CLI, never a wrong number."""
 
-import json
-import math
 
 import numpy as np
 import pytest

@@ -1,6 +1,5 @@
 """sympy derivations against the numeric closed forms (three-way check with the Monte Carlo in test_speculative)."""
 
-import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
@@ -34,7 +33,7 @@ def test_ridge_batch_matches_worked_table():
     # theory.md §3.3: Llama-70B BF16 on H100: B* ~ 300 at L = 0, ~979 at L = 1,024, infinite at 8,192
     rb = symbolic.formula("ridge-batch")
     s = symbolic.symbols()
-    P, d, nh, dh, nL = 69.502e9, 8192, 64, 128, 80
+    P, nh, dh, nL = 69.502e9, 64, 128, 80
     for L, expected in ((0, 300), (1024, 979)):
         F = 2 * P + nL * 4 * nh * dh * L
         kv = 327_680 * L

@@ -1,7 +1,6 @@
 """Validation against published measurements, calibration, profiles."""
 
 import json
-import math
 
 import attrs
 import pytest
