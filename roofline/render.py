@@ -173,15 +173,16 @@ def stage_table(r: Any, caption: str) -> Table:
     rows = stage_rows(r)
     n, ctx = rows[0]["new_tokens"], rows[0]["context"]
     where = f"{n:.0f} new tokens/seq after {ctx:.0f} cached" if r.stage != "decode" else f"context {ctx:.0f}"
-    t = Table(title=f"{r.stage}: {r.model_id} on {r.group}, {where}", caption=caption)
-    cols = ["batch", "time ms", "comp ms", "mem ms", "comm ms", "fixed ms", "bound", "FLOP/B", "mem/dev",
+    t = Table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption)
+    cols = ["batch", "time", "upper", "compute", "memory", "comm", "fixed", "bound", "FLOP/B", "mem/dev",
             "tok/s/user" if per_user else "tok/s/seq", "tok/s"]
     for c in cols:
         t.add_column(c, justify="left" if c == "bound" else "right", min_width=12 if c == "bound" else len(c))
     for row in rows:
         ok = row["fits"]
         part = (lambda v: _ms(v)) if ok else (lambda v: "—")  # components of a point that does not fit: not shown
-        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), part(row["compute_s"]), part(row["memory_s"]),
+        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), _ms(row["time_serial_s"]), part(row["compute_s"]),
+                  part(row["memory_s"]),
                   part(row["communication_s"]), part(row["overhead_s"]), str(row["bound"]),
                   f"{row['intensity_flop_per_byte']:.3g}", format_quantity(row["memory_per_device_bytes"], "bytes"),
                   _rate(row["per_sequence_tokens_per_s"]), _rate(row["tokens_per_s"]))
