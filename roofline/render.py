@@ -247,7 +247,8 @@ def serving_point(r: Any, i: int) -> dict[str, Any]:
             "tokens_per_s_per_user": at(r.tokens_per_s_per_user), "tokens_per_s": at(r.tokens_per_s),
             "tokens_per_s_per_device": at(r.tokens_per_s_per_device), "tokens_per_s_per_kw": at(r.tokens_per_s_per_kw),
             "energy_per_token_j": at(r.energy_per_token_j), "energy_per_request_j": at(r.energy_per_request_j),
-            "power_w": at(r.power_w), "devices": at(r.devices), "memory_per_device_bytes": at(r.memory_per_device_bytes),
+            "power_w": at(r.power_w), "power_by_group_w": {k: at(v) for k, v in r.power_by_group_w.items()},
+            "devices": at(r.devices), "memory_per_device_bytes": at(r.memory_per_device_bytes),
             "prefill_bound": at(r.prefill_bound), "decode_bound": at(r.decode_bound), "draft_bound": at(r.draft_bound),
             "fits": bool(at(r.fits))}
 

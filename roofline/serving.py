@@ -132,6 +132,7 @@ class ServingResult:
     devices: Array
     power_w: Array
     memory_per_device_bytes: Array
+    power_by_group_w: dict[str, Array]
     fits: NDArray[np.bool_]
     prefill_bound: NDArray[np.str_]
     decode_bound: NDArray[np.str_]
@@ -287,42 +288,46 @@ def evaluate_serving(model: ModelSpec | str, placement: Placement, request: Requ
     if placement.speculative and placement.draft is not None:
         devices = devices + placement.draft.count
     note = ""
+    groups: dict[str, Any] = {}   # energy per group over one step (continuous) or one batch cycle (static)
     try:
         if mode == "continuous":
-            energy = _busy(dec, v, power) * v.time_s + _idle(dec, power) * (d_time + xfer)
+            groups["decode"] = _busy(dec, v, power) * v.time_s + _idle(dec, power) * (d_time + xfer)
             if d_res is not None:
                 if placement.draft is not None:
-                    energy = energy + _busy(placement.draft, d_res, power) * d_time \
+                    groups["draft"] = _busy(placement.draft, d_res, power) * d_time \
                         + _idle(placement.draft, power) * (v.time_s + xfer)
-                else:
-                    energy = energy + (_busy(dec, d_res, power) - _idle(dec, power)) * d_time
-            power_w = energy / step
+                else:  # the draft runs on the decode group's devices
+                    groups["decode"] = groups["decode"] + (_busy(dec, d_res, power) - _idle(dec, power)) * d_time
+            by_group = {k: e / step for k, e in groups.items()}
             if not aggregated and p_res is not None:
                 rate = tokens_per_s / osl                         # requests per second
                 n_groups = rate * prefill_s / p_batch             # prefill groups kept busy
                 devices = devices + n_groups * pg.count
-                power_w = power_w + n_groups * _busy(pg, p_res, power)
+                by_group["prefill"] = n_groups * _busy(pg, p_res, power)
         else:
             dec_time = (osl - 1) * step / E
-            energy = (_busy(dec, v, power) * v.time_s + _idle(dec, power) * (d_time + xfer)) * (osl - 1) / E
+            groups["decode"] = (_busy(dec, v, power) * v.time_s + _idle(dec, power) * (d_time + xfer)) * (osl - 1) / E
             if d_res is not None and placement.draft is not None:
-                energy = energy + (_busy(placement.draft, d_res, power) * d_time
+                groups["draft"] = (_busy(placement.draft, d_res, power) * d_time
                                    + _idle(placement.draft, power) * (v.time_s + xfer)) * (osl - 1) / E
             elif d_res is not None:
-                energy = energy + (_busy(dec, d_res, power) - _idle(dec, power)) * d_time * (osl - 1) / E
+                groups["decode"] = groups["decode"] + (_busy(dec, d_res, power) - _idle(dec, power)) * d_time * (
+                    osl - 1) / E
             assert p_res is not None
             if aggregated:
-                energy = energy + _busy(dec, p_res, power) * prefill_s
+                groups["decode"] = groups["decode"] + _busy(dec, p_res, power) * prefill_s
                 cycle = e2e
             else:
                 cycle = np.maximum(prefill_s + kv_x, dec_time)
                 devices = devices + pg.count
-                energy = energy + _busy(pg, p_res, power) * prefill_s + _idle(pg, power) * (cycle - prefill_s)
-                energy = energy + _idle(dec, power) * (cycle - dec_time)
-            power_w = energy / cycle
-        power_w = power_w * power.pue
+                groups["prefill"] = _busy(pg, p_res, power) * prefill_s + _idle(pg, power) * (cycle - prefill_s)
+                groups["decode"] = groups["decode"] + _idle(dec, power) * (cycle - dec_time)
+            by_group = {k: e / cycle for k, e in groups.items()}
+        by_group = {k: np.broadcast_to(w * power.pue, B.shape) for k, w in by_group.items()}
+        power_w = sum(by_group.values())
     except UnknownSpecError as e:
         note = f"power not computed: {e}"
+        by_group = {}
         power_w = np.full(B.shape, np.nan)
 
     def bound(r: StageResult | None) -> NDArray[np.str_]:
@@ -334,5 +339,6 @@ def evaluate_serving(model: ModelSpec | str, placement: Placement, request: Requ
         step_s=step * nan, prefill_s=np.broadcast_to(prefill_s, B.shape) * nan, draft_s=d_time * nan,
         verify_s=v.time_s * nan, transfer_s=xfer * nan, kv_transfer_s=np.broadcast_to(kv_x, B.shape) * nan,
         tokens_per_s=tokens_per_s * nan, devices=devices, power_w=np.broadcast_to(power_w, B.shape) * nan,
-        memory_per_device_bytes=np.broadcast_to(at_end.memory_per_device_bytes, B.shape), fits=fits,
+        memory_per_device_bytes=np.broadcast_to(at_end.memory_per_device_bytes, B.shape),
+        power_by_group_w={k: np.where(fits, w, np.nan) for k, w in by_group.items()}, fits=fits,
         prefill_bound=bound(p_res), decode_bound=bound(v), draft_bound=bound(d_res), energy_note=note)

@@ -71,6 +71,10 @@ def test_continuous_throughput_and_energy_identities():
     np.testing.assert_allclose(r.tokens_per_s[ok], (r.batch * r.expected_tokens / r.step_s)[ok])
     np.testing.assert_allclose(r.energy_per_token_j[ok], (r.power_w / r.tokens_per_s)[ok])
     np.testing.assert_allclose(r.energy_per_request_j[ok], r.energy_per_token_j[ok] * REQ.output_tokens)
+    assert set(r.power_by_group_w) == {"decode", "draft", "prefill"}
+    np.testing.assert_allclose(sum(r.power_by_group_w.values())[ok], r.power_w[ok])
+    # the two Corsair cards draw between their idle and their TDP
+    assert np.all((r.power_by_group_w["draft"][ok] >= 2 * 0.12 * 600 - 1e-9) & (r.power_by_group_w["draft"][ok] <= 1200))
     # power lies between the fleet's idle and TDP draw (10 devices plus the fractional prefill groups)
     tdp = 8 * 1000 + 2 * 600 + (r.devices - 10) * 1000
     assert np.all(r.power_w[ok] <= tdp[ok] + 1e-9)
