@@ -41,7 +41,7 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "collective_base_s": (2e-6, 20e-6, 1e-5),
     "dequant_ops_per_element": (0.0, 64.0, 10.0),
 }
-PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "step_overhead_s", "layer_overhead_s")
+PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "step_overhead_s", "layer_overhead_s", "collective_base_s")
 SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
 
 

@@ -240,7 +240,15 @@ def cmd_formula(args: argparse.Namespace, console: Console) -> int:
 # ------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="roofline", description="How fast, and at what energy, an LLM runs on given hardware, "
-                                             "stage by stage, from first principles.")
+                                             "stage by stage, from first principles.",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="examples:\n"
+                       "  roofline stage gpt-oss-120b h200-sxm --batch 1,64,256 --context 8192\n"
+                       "  roofline spec --target gpt-oss-120b --draft gpt-oss-draft-1.6b --draft-on corsair:2 "
+                       "--verify-on b200:8 --alpha 0.926 --gamma 1..40\n"
+                       "  roofline compare llama-3.1-70b h200-sxm b200 'fast=h200-sxm.hbm.bandwidth=9.6TB/s'\n"
+                       "  roofline validate\n"
+                       "every command takes --json; `roofline COMMAND --help` for its options")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 

@@ -137,10 +137,6 @@ class Device:
     def supports(self, compute_class: str) -> bool:
         return compute_class in self.native
 
-    @property
-    def total_capacity_bytes(self) -> float:
-        return sum(self.get(f"{t.name}.capacity") for t in self.memory)
-
 
 # --------------------------------------------------------------------- paths
 def _read_path(dev: Device, path: str) -> float | None:

@@ -23,10 +23,6 @@ class GroupLink:
     bandwidth_bytes_per_s: float = attrs.field(validator=attrs.validators.gt(0))
     latency_s: float = attrs.field(validator=attrs.validators.ge(0))
 
-    def transfer_s(self, bytes_: object) -> object:
-        """One message: latency + bytes / bandwidth."""
-        return self.latency_s + bytes_ / self.bandwidth_bytes_per_s  # type: ignore[operator]
-
 
 LINKS: dict[str, GroupLink] = {
     # PCIe Gen5 x16: 32 GT/s x 16 lanes x 128/130 / 8 = 63 GB/s per direction (theory.md §0)

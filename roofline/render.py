@@ -197,7 +197,7 @@ SPEC_FIELDS = ("gamma", "expected_tokens", "draft_s", "verify_s", "transfer_s", 
 
 def spec_dict(r: Any, best_gamma: int) -> dict[str, Any]:
     rows = []
-    cols = {f: np.ravel(np.asarray(getattr(r, f))) for f in SPEC_FIELDS}
+    cols = {f: np.ravel(np.asarray(getattr(r, f))) for f in (*SPEC_FIELDS, "extra_flop_fraction")}
     for i in range(cols["gamma"].size):
         row = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in cols.items()}
         row["best"] = bool(row["gamma"] == best_gamma)

@@ -32,6 +32,13 @@ def test_round_is_draft_plus_verify_plus_transfer():
     np.testing.assert_allclose(r.tokens_per_s_per_user, r.expected_tokens / r.round_s)
 
 
+def test_extra_flop_of_speculation():
+    r = speculative_round(**KW, draft_on="corsair:2", acceptance=0.926, gamma=np.array([0, 1, 5, 20]))
+    # gamma = 0 is plain decoding; drafting and verifying rejected positions cost FLOP per accepted token
+    assert r.extra_flop_fraction[0] == pytest.approx(0.0, abs=1e-9)
+    assert np.all(np.diff(r.extra_flop_fraction) > 0)
+
+
 def test_lossless_sampling_ships_probability_rows():
     greedy = speculative_round(**KW, draft_on="corsair:2", acceptance=0.9, gamma=4)
     lossless = speculative_round(**KW, draft_on="corsair:2", acceptance=0.9, gamma=4, sampling="lossless")
