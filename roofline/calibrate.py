@@ -36,6 +36,7 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "memory_bandwidth_fraction": (0.3, 1.0, 1.0),
     "compute_fraction": (0.2, 1.0, 1.0),
     "compute_half_tokens": (0.0, 2048.0, 100.0),
+    "low_precision_compute_scale": (0.3, 1.0, 1.0),
     "step_overhead_s": (20e-6, 2e-3, 1e-4),
     "layer_overhead_s": (0.0, 20e-6, 1e-5),
     "collective_base_s": (2e-6, 20e-6, 1e-5),

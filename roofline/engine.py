@@ -309,7 +309,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         if np.any(flop > 0):
             by_class.setdefault(classes[comp], []).append(flop)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: fold it into each class's factor before the big product
-    compute = add(*(add(*flops) * (inv_mfu / (tp * _rate(dev, cls))) for cls, flops in by_class.items()))
+    low = {"fp8", "fp6", "fp4", "int8", "int4"}
+    compute = add(*(add(*flops) * (inv_mfu / (tp * _rate(dev, cls)
+                                            * (params.low_precision_compute_scale if cls in low else 1.0)))
+                    for cls, flops in by_class.items()))
     deq: Any = 0.0
     for fmt, dequantised, comps in ((formats.weight, w_deq, ("attention", "mlp", "shared_experts", "router", "lm_head")),
                                     (formats.expert, e_deq, ("experts",))):

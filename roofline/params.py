@@ -26,6 +26,9 @@ class EngineParams:
       CUDA stacks reach 0.6-0.85 in decode (theory.md §1.3).
     * ``compute_fraction`` (MFU): achieved / peak tensor FLOP/s for large passes;
       0.6 sits in the 0.5-0.7 prefill range of theory.md §1.3 (PaLM reached 0.76).
+    * ``low_precision_compute_scale``: FP8/FP6/FP4/INT8/INT4 tensor-core matmuls
+      reach this fraction of the efficiency BF16 ones reach (their kernels are
+      younger and more often bound by scaling and data movement); 1 = same.
     * ``compute_half_tokens``: a pass over T tokens reaches
       compute_fraction * T / (T + compute_half_tokens) of peak: small matmuls
       (short prompts, decode) run below peak (DESIGN.md: "prefill at batch 1 runs
@@ -51,6 +54,7 @@ class EngineParams:
     memory_bandwidth_fraction: float = attrs.field(default=0.80, validator=_frac)
     compute_fraction: float = attrs.field(default=0.60, validator=_frac)
     link_bandwidth_fraction: float = attrs.field(default=0.80, validator=_frac)
+    low_precision_compute_scale: float = attrs.field(default=1.0, validator=_frac)
     compute_half_tokens: float = attrs.field(default=0.0, validator=_nonneg)
     step_overhead_s: float = attrs.field(default=100e-6, validator=_nonneg)
     layer_overhead_s: float = attrs.field(default=2e-6, validator=_nonneg)

@@ -60,7 +60,7 @@ def test_higher_acceptance_never_slower():
 
 def test_what_if_faster_draft_memory_speeds_up_rounds():
     corsair = rl.load_device("corsair")
-    slow_sram = rl.override(corsair, "sram.bandwidth", "15 TB/s")
+    slow_sram = rl.override(corsair, "sram.bandwidth", "1 TB/s")  # slow enough to bind the draft step
     base = speculative_round(**KW, draft_on=rl.DeviceGroup(device=corsair, tp=2), acceptance=0.926, gamma=5)
     slow = speculative_round(**KW, draft_on=rl.DeviceGroup(device=slow_sram, tp=2), acceptance=0.926, gamma=5)
     assert slow.draft_s > base.draft_s and slow.tokens_per_s_per_user < base.tokens_per_s_per_user
