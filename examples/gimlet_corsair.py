@@ -39,7 +39,9 @@ def corsair(step: str | None) -> rl.Device:
 
 def configurations(gpu: str, step: str | None = None) -> list[Placement]:
     g8 = rl.DeviceGroup(device=rl.load_device(gpu), tp=8)
-    corsair_group = rl.DeviceGroup(device=corsair(step), tp=2)
+    # the two cards as a 2-stage pipeline (each holds half the draft's layers): one hop per token, where tensor
+    # parallelism would pay two collectives per layer (roofline spec ... --draft-on corsair:2 shows that layout)
+    corsair_group = rl.DeviceGroup(device=corsair(step), pp=2)
     return [Placement(name=f"{gpu}: disaggregated, no speculation", prefill=g8, decode=g8),
             Placement(name=f"{gpu}: GPU-only speculation", prefill=g8, decode=g8, draft_model=DRAFT, draft_kind="model"),
             Placement(name=f"{gpu}: draft on 2 Corsair", prefill=g8, decode=g8, draft=corsair_group, draft_model=DRAFT,

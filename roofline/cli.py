@@ -204,12 +204,13 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     from .engine import parse_group
     from .specdecode import optimal_gamma, speculative_round
     gammas = np.array(parse_ints(args.gamma, "--gamma"))
+    import attrs
     verify_on = parse_group(args.verify_on)
-    verify_on = type(verify_on)(device=apply_sets(verify_on.device, args.set), tp=verify_on.tp, ep=args.ep)
+    verify_on = attrs.evolve(verify_on, device=apply_sets(verify_on.device, args.set), ep=args.ep)
     draft_on = None
     if args.draft_on:
         g = parse_group(args.draft_on)
-        draft_on = type(g)(device=apply_sets(g.device, args.set), tp=g.tp)
+        draft_on = attrs.evolve(g, device=apply_sets(g.device, args.set))
     r = speculative_round(args.target, verify_on=verify_on, draft=args.draft, draft_on=draft_on,
                           draft_kind=args.draft_kind, head_layers=args.head_layers, acceptance=_acceptance(args),
                           gamma=gammas, batch=args.batch, context=args.context, link=args.link, sampling=args.sampling,

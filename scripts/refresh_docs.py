@@ -54,7 +54,7 @@ def main() -> None:
     rl = [sys.executable, "-m", "roofline.cli"]
     readme = (ROOT / "README.md").read_text()
     readme = replace_block(readme, "The main job:", sh(*rl, "spec", "--target", "gpt-oss-120b", "--draft",
-                                                       "gpt-oss-draft-1.6b", "--draft-on", "corsair:2", "--verify-on",
+                                                       "gpt-oss-draft-1.6b", "--draft-on", "corsair:1x2", "--verify-on",
                                                        "b200:8", "--alpha", "0.926", "--gamma", "1..8"))
     stage = sh(*rl, "stage", "gpt-oss-120b", "h200-sxm", "--batch", "1,64,256", "--context", "8192").splitlines()
     start = next(i for i, line in enumerate(stage) if "decode:" in line)
@@ -106,7 +106,7 @@ def main() -> None:
         sh(*rl, "pareto", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--alpha-by-gamma",
            "5:0.926,40:0.962", "--placement", "disaggregated GPUs: prefill=b200:8, decode=b200:8",
            "--placement", "GPU-only speculation: prefill=b200:8, verify=b200:8, draft=target",
-           "--placement", "draft on 2 Corsair: prefill=b200:8, verify=b200:8, draft=corsair:2",
+           "--placement", "draft on 2 Corsair: prefill=b200:8, verify=b200:8, draft=corsair:1x2",
            "--batch", "1,2,4,8,16,32,64,128,256,512,1024,2048,4096", "--gamma", "1..40",
            "--plot", "docs/gimlet_frontier.png")
     except subprocess.CalledProcessError as e:

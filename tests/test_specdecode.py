@@ -125,3 +125,12 @@ def test_spec_errors(run_cli, extra, code, needle):
     got, _, err = run_cli(*base, *extra)
     assert got == code, err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_spec_command_keeps_pipeline_groups(run_cli):
+    base = ["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8",
+            "--alpha", "0.9", "--gamma", "2", "--json"]
+    pp = json.loads(run_cli(*base, "--draft-on", "corsair:1x2")[1])
+    tp = json.loads(run_cli(*base, "--draft-on", "corsair:2")[1])
+    assert "PP2" in pp["draft_group"] and "TP2" in tp["draft_group"]
+    assert pp["rows"][0]["draft_s"] != tp["rows"][0]["draft_s"]
