@@ -165,7 +165,8 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     P = fmt["params"]
     f = results[0].formats
     caption = (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
-               f"time = max(compute, memory) + comm + fixed (upper: compute + memory + comm + fixed); "
+               f"time = max(compute, memory) + comm + fixed (upper: compute + memory + comm + fixed); fixed = "
+               f"per-pass and per-layer costs + weight-only dequantisation; "
                f"{P.memory_bandwidth_fraction:.0%} of peak bandwidth, "
                f"{P.compute_fraction:.0%} of peak FLOP/s, {P.step_overhead_s * 1e6:.0f} us/pass + "
                f"{P.layer_overhead_s * 1e6:.0f} us/layer; ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B (datasheet); "

@@ -16,7 +16,8 @@ class (weight-only and non-native formats are dequantised and multiplied at
 the activation rate, theory.md §0, §8 item 2). T_comm is the exposed
 tensor-parallel all-reduce (two per layer, Megatron) and expert all-to-all
 (theory.md §5.1-5.4). T_fixed is the per-pass and per-layer overhead
-(:mod:`roofline.params`).
+(:mod:`roofline.params`) plus the dequantisation work of weight-only formats,
+which the kernels do not hide behind the weight stream.
 
 Points that do not fit in memory come back as NaN with ``fits == False``; a
 call whose workload arguments are all scalars raises :class:`InfeasibleError`.
@@ -314,6 +315,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                                             * (params.low_precision_compute_scale if cls in low else 1.0)))
                     for cls, flops in by_class.items()))
     deq: Any = 0.0
+    dequant_s: Any = 0.0
     for fmt, dequantised, comps in ((formats.weight, w_deq, ("attention", "mlp", "shared_experts", "router", "lm_head")),
                                     (formats.expert, e_deq, ("experts",))):
         if dequantised:
@@ -324,7 +326,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                 f"{dev.id}: dequantising {formats.expert.name if e_deq else formats.weight.name} weights (no native "
                 f"units for them) runs on the vector units, whose rate compute.fp32 is not published; supply "
                 f"--set {dev.id}.compute.fp32=VALUE or choose a format {dev.id} computes natively")
-        compute = compute + deq / tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction)
+        # weight-only kernels unpack every element on the vector units between loading and multiplying it: the
+        # work does not hide behind the weight stream, so it is added to the pass (DESIGN.md: weight-only decode
+        # is slower than its bytes suggest)
+        dequant_s = deq / tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction)
 
     # ---- memory: per-device residency, placement over tiers, traffic per tier
     imbalance = params.expert_imbalance if group.ep > 1 else 1.0
@@ -392,7 +397,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         comm = comm + (pp - 1) * (hop + work.tokens * model.hidden_size * act.bytes_per_element / bw)
     step = dev.step_floor_s if dev.step_floor_s is not None else params.step_overhead_s
     layer = dev.layer_floor_s if dev.layer_floor_s is not None else params.layer_overhead_s
-    overhead = step + layer * model.num_layers
+    overhead = step + layer * model.num_layers + dequant_s
 
     lazy = {"flop_per_device": lambda: work.flop_total * (micro / (tp * pp)),   # per step (all microbatches)
             "bytes_per_device": lambda: step_bytes_of() * micro,
