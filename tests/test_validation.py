@@ -112,3 +112,20 @@ def test_profiles_are_accepted_by_commands(run_cli, tmp_path):
         bad.write_text(text)
         code, _, err = run_cli("stage", "llama-3.1-8b", "h100", "--profile", str(bad))
         assert code == 1 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_calibrate_command_writes_a_profile(run_cli, tmp_path):
+    src = shipped_data().read_text().splitlines()
+    subset = tmp_path / "gptfast.csv"
+    subset.write_text("\n".join([src[0]] + [line for line in src[1:] if line.startswith("GF")]) + "\n")
+    out = tmp_path / "fit.toml"
+    code, text, err = run_cli("calibrate", "--data", str(subset), "--out", str(out), "--json")
+    assert code == 0, err
+    data = json.loads(text)
+    assert set(data["families"]) == {"gpt-fast"} and len(data["rows"]) == 12
+    assert data["median_abs_error"] < 0.3
+    prof = load_profile(out)
+    assert prof.families["gpt-fast"].memory_bandwidth_fraction == pytest.approx(
+        data["families"]["gpt-fast"]["memory_bandwidth_fraction"])
+    code, text, _ = run_cli("validate", "--data", str(subset), "--profile", str(out), "--json")
+    assert code == 0 and json.loads(text)["summary"]["overall"]["n"] == 12
