@@ -57,7 +57,7 @@ def parse_placement(text: str, *, draft_model: str | None, sets: list[str]) -> A
 
 
 def _formats(args: argparse.Namespace) -> dict[str, Any]:
-    return {"weights": args.weights, "experts": args.experts, "kv": args.kv}
+    return {"weights": args.weights, "experts": args.experts, "kv": args.kv, "activations": args.activations}
 
 
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
@@ -232,6 +232,7 @@ def add_serving_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
         sp.add_argument("--weights", default="bf16")
         sp.add_argument("--experts", default=None)
         sp.add_argument("--kv", default="bf16")
+        sp.add_argument("--activations", default="bf16")
         sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE")
 
     sp = add("placements", cmd_placements, "every assignment of stages to candidate devices, with TTFT, E2E, tok/s/kW")

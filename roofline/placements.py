@@ -1,5 +1,8 @@
 """Enumerate placements of the stages on candidate device kinds, each with the smallest group that fits.
 
+Placement names read ``P:<prefill kind> D:<decode kind> d:<draft kind>``; ``=D`` means the stage shares the
+decode group (aggregated prefill, or the draft on the target's devices).
+
 Every assignment of prefill, decode (or verify) and draft to each candidate
 kind is tried; a stage's group is the smallest count that holds its weights,
 KV cache and workspace: tensor parallelism up to ``max_tp`` (8, one NVLink
@@ -93,9 +96,8 @@ def enumerate_placements(model: ModelSpec | str, devices: Sequence[str | Device]
     prefill_options: list[Device | None] = [None, *kinds]
     draft_options: list[Device | None] = [None, *kinds] if dm is not None else [None]
     for pre, dec, dra in itertools.product(prefill_options, kinds, draft_options):
-        name = "+".join(x for x in (f"prefill:{pre.id}" if pre else "prefill:with-decode", f"decode:{dec.id}",
-                                    (f"draft:{dra.id}" if dra else "draft:with-decode") if dm is not None else "")
-                        if x)
+        name = " ".join(x for x in (f"P:{pre.id}" if pre else "P:=D", f"D:{dec.id}",
+                                    (f"d:{dra.id}" if dra else "d:=D") if dm is not None else "") if x)
         groups = {"decode": group_for("decode", dec)}
         if pre is not None:
             groups["prefill"] = group_for("prefill", pre)

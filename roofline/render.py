@@ -256,9 +256,11 @@ def serving_point(r: Any, i: int) -> dict[str, Any]:
 def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> Table:
     """rows: (name, description, point or None, reason)."""
     t = Table(title=title, caption=caption)
+    width = max((len(r[0]) for r in rows), default=10)
     for c in ("placement", "devices", "TTFT ms", "TPOT ms", "E2E s", "tok/s/user", "tok/s/dev", "tok/s/kW", "J/token",
               "bound (prefill / decode / draft)"):
-        t.add_column(c, justify="left" if c in ("placement", "bound (prefill / decode / draft)") else "right")
+        t.add_column(c, justify="left" if c in ("placement", "bound (prefill / decode / draft)") else "right",
+                     min_width=width if c == "placement" else None, no_wrap=c == "placement")
     for name, desc, p, reason in rows:
         if p is None or not p["fits"]:
             t.add_row(name, "—", "—", "—", "—", "—", "—", "—", "—",

@@ -164,11 +164,11 @@ def test_enumerate_placements_lists_infeasible_with_reason():
     cands = enumerate_placements("llama-3.1-70b", ["h100-sxm", "corsair", "sohu"], Request(input_tokens=2048,
                                  output_tokens=256), batch=4)
     by = {c.name: c for c in cands}
-    h = by["prefill:with-decode+decode:h100-sxm"]
+    h = by["P:=D D:h100-sxm"]
     assert h.placement is not None and h.placement.decode.tp == 2     # 141 GB of BF16 needs two H100s
-    assert by["prefill:with-decode+decode:sohu"].placement is None
-    assert "sohu" in by["prefill:with-decode+decode:sohu"].reason
-    assert "corsair has no native bf16" in by["prefill:with-decode+decode:corsair"].reason
+    assert by["P:=D D:sohu"].placement is None
+    assert "sohu" in by["P:=D D:sohu"].reason
+    assert "corsair has no native bf16" in by["P:=D D:corsair"].reason
 
 
 # ------------------------------------------------------------------ CLI
