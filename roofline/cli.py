@@ -159,6 +159,11 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     for r in results:
         if not np.any(r.fits):
             require_feasible(r)  # nothing fits: one clear error instead of a table of OOM rows
+    if args.plot:
+        from .plot import plot_roofline
+        w = results[0].formats.weight.compute
+        plot_roofline(device, results, args.plot, compute_class=w if w in device.peak_flop_per_s else "bf16",
+                      title=f"{model.id} on {device.id}")
     if args.json:
         _print_json(console, {"model": model.id, "device": device.id, "stages": [render.stage_dict(r) for r in results]})
         return 0
@@ -282,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--activations", default="bf16", help="activation format (default bf16)")
     sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE",
                     help="what-if override of a spec field, e.g. h200-sxm.hbm.bandwidth=6TB/s (repeatable)")
+    sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the roofline chart (needs the plot extra)")
     _add_spec(add)
     from .cli_serving import add_serving_commands, add_validation_commands
     add_serving_commands(add)

@@ -60,3 +60,31 @@ def plot_validation(rows: list[dict[str, Any]], path: str, *, title: str = "") -
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     _save(fig, path)
+
+
+def plot_roofline(device: Any, results: list[Any], path: str, *, compute_class: str = "bf16", title: str = "") -> None:
+    """The classic roofline chart of one device (Williams et al. 2009): attainable FLOP/s against arithmetic
+    intensity, with one point per stage and batch (its FLOP per device over its time)."""
+    import numpy as np
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    peak = device.peak_flop_per_s.get(compute_class)
+    x = np.logspace(-1, 5, 200)
+    for tier in device.memory:
+        if tier.bandwidth_bytes_per_s:
+            roof = x * tier.bandwidth_bytes_per_s if peak is None else np.minimum(peak, x * tier.bandwidth_bytes_per_s)
+            ax.loglog(x, roof, label=f"{tier.name} {tier.bandwidth_bytes_per_s / 1e12:.3g} TB/s roof")
+    if peak:
+        ax.axhline(peak, color="grey", ls=":", lw=0.8)
+    for r in results:
+        flops = np.ravel(np.asarray(r.flop_per_device / r.time_s, dtype=float))
+        inten = np.ravel(np.asarray(r.intensity_flop_per_byte, dtype=float))
+        ok = np.isfinite(flops) & (flops > 0) & (inten > 0)
+        ax.scatter(inten[ok], flops[ok], s=18, label=f"{r.stage} (batch {', '.join(f'{b:.0f}' for b in np.ravel(r.batch)[ok])})")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte)")
+    ax.set_ylabel("FLOP/s per device")
+    ax.set_title(title or f"{device.name}: roofline ({compute_class} peak)")
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=7)
+    _save(fig, path)

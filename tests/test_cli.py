@@ -111,3 +111,14 @@ def test_stage_errors_one_line(run_cli, args, code, needle):
     got, out, err = run_cli(*args)
     assert got == code, err
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_stage_roofline_plot(run_cli, tmp_path):
+    out = tmp_path / "roofline.png"
+    code, _, err = run_cli("stage", "llama-3.1-8b", "h100", "--batch", "1,64", "--plot", str(out))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert code == 1 and "pip install 'roofline[plot]'" in err
+    else:
+        assert code == 0 and out.stat().st_size > 1000
