@@ -35,7 +35,7 @@ class _Keys:
         shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
         return SpecError(f"{self.origin}: key {key!r} = {shown}: {why}")
 
-    def int(self, key: str, default: int | None = None, *, alt: tuple[str, ...] = (), minimum: int = 1) -> int:
+    def integer(self, key: str, default: int | None = None, *, alt: tuple[str, ...] = (), minimum: int = 1) -> int:
         for k in (key, *alt):
             if k in self.cfg and self.cfg[k] is not None:
                 key = k
@@ -52,9 +52,9 @@ class _Keys:
         return v
 
     def opt_int(self, key: str) -> int | None:
-        return self.int(key, 0, minimum=0) or None if self.cfg.get(key) is not None else None
+        return self.integer(key, 0, minimum=0) or None if self.cfg.get(key) is not None else None
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         v = self.cfg.get(key, default)
         if v is None:
             return default
@@ -64,12 +64,12 @@ class _Keys:
 
 
 def _common(k: _Keys, *, tie_default: bool) -> dict[str, Any]:
-    d = k.int("hidden_size")
-    nh = k.int("num_attention_heads")
-    head_dim = k.int("head_dim", d // nh if d % nh == 0 else None)
-    return dict(num_layers=k.int("num_hidden_layers"), hidden_size=d, num_heads=nh,
-                num_kv_heads=k.int("num_key_value_heads", nh), head_dim=head_dim,
-                vocab_size=k.int("vocab_size"), tied_embeddings=k.bool("tie_word_embeddings", tie_default))
+    d = k.integer("hidden_size")
+    nh = k.integer("num_attention_heads")
+    head_dim = k.integer("head_dim", d // nh if d % nh == 0 else None)
+    return dict(num_layers=k.integer("num_hidden_layers"), hidden_size=d, num_heads=nh,
+                num_kv_heads=k.integer("num_key_value_heads", nh), head_dim=head_dim,
+                vocab_size=k.integer("vocab_size"), tied_embeddings=k.flag("tie_word_embeddings", tie_default))
 
 
 def _all(n: int, value: Any) -> tuple[Any, ...]:
@@ -80,20 +80,20 @@ def _llama_like(k: _Keys, family: str) -> dict[str, Any]:
     c = _common(k, tie_default=False)
     n = c["num_layers"]
     window = k.cfg.get("sliding_window")
-    uses_window = family == "mistral" or k.bool("use_sliding_window", False)
+    uses_window = family == "mistral" or k.flag("use_sliding_window", False)
     sliding = uses_window and window is not None
-    bias = k.bool("attention_bias", family == "qwen2")
-    c.update(family=family, intermediate_size=k.int("intermediate_size"), mlp_bias=k.bool("mlp_bias", False),
+    bias = k.flag("attention_bias", family == "qwen2")
+    c.update(family=family, intermediate_size=k.integer("intermediate_size"), mlp_bias=k.flag("mlp_bias", False),
              qkv_bias=bias, o_bias=bias and family == "llama", qk_norm=family in ("qwen3", "qwen3_moe"),
              layer_types=_all(n, "sliding" if sliding else "full"),
-             sliding_window=k.int("sliding_window") if sliding else None, moe_layers=_all(n, False))
+             sliding_window=k.integer("sliding_window") if sliding else None, moe_layers=_all(n, False))
     return c
 
 
 def _mixtral(k: _Keys) -> dict[str, Any]:
     c = _llama_like(k, "mistral")
     n = c["num_layers"]
-    c.update(family="mixtral", num_experts=k.int("num_local_experts"), experts_per_token=k.int("num_experts_per_tok"),
+    c.update(family="mixtral", num_experts=k.integer("num_local_experts"), experts_per_token=k.integer("num_experts_per_tok"),
              expert_intermediate_size=c["intermediate_size"], moe_layers=_all(n, True))
     return c
 
@@ -101,33 +101,33 @@ def _mixtral(k: _Keys) -> dict[str, Any]:
 def _qwen3_moe(k: _Keys) -> dict[str, Any]:
     c = _llama_like(k, "qwen3_moe")
     n = c["num_layers"]
-    step = k.int("decoder_sparse_step", 1)
+    step = k.integer("decoder_sparse_step", 1)
     only_mlp = k.cfg.get("mlp_only_layers") or []
     if not isinstance(only_mlp, list) or not all(isinstance(i, int) for i in only_mlp):
         raise k.fail("mlp_only_layers", "must be a list of layer indices")
     moe = tuple((i not in only_mlp) and (i + 1) % step == 0 for i in range(n))
-    c.update(num_experts=k.int("num_experts"), experts_per_token=k.int("num_experts_per_tok"),
-             expert_intermediate_size=k.int("moe_intermediate_size"), moe_layers=moe)
+    c.update(num_experts=k.integer("num_experts"), experts_per_token=k.integer("num_experts_per_tok"),
+             expert_intermediate_size=k.integer("moe_intermediate_size"), moe_layers=moe)
     return c
 
 
 def _deepseek_v3(k: _Keys) -> dict[str, Any]:
     c = _common(k, tie_default=False)
     n = c["num_layers"]
-    first_dense = k.int("first_k_dense_replace", 0, minimum=0)
-    freq = k.int("moe_layer_freq", 1)
+    first_dense = k.integer("first_k_dense_replace", 0, minimum=0)
+    freq = k.integer("moe_layer_freq", 1)
     moe = tuple(i >= first_dense and i % freq == 0 for i in range(n))
-    shared = k.int("n_shared_experts", 0, minimum=0)
-    c.update(family="deepseek_v3", intermediate_size=k.int("intermediate_size"),
-             num_experts=k.int("n_routed_experts"), experts_per_token=k.int("num_experts_per_tok"),
-             expert_intermediate_size=k.int("moe_intermediate_size"), num_shared_experts=shared,
-             shared_intermediate_size=k.int("moe_intermediate_size") if shared else 0,
+    shared = k.integer("n_shared_experts", 0, minimum=0)
+    c.update(family="deepseek_v3", intermediate_size=k.integer("intermediate_size"),
+             num_experts=k.integer("n_routed_experts"), experts_per_token=k.integer("num_experts_per_tok"),
+             expert_intermediate_size=k.integer("moe_intermediate_size"), num_shared_experts=shared,
+             shared_intermediate_size=k.integer("moe_intermediate_size") if shared else 0,
              router_bias=k.cfg.get("topk_method", "noaux_tc") == "noaux_tc",
              moe_layers=moe, layer_types=_all(n, "full"),
-             q_lora_rank=k.opt_int("q_lora_rank"), kv_lora_rank=k.int("kv_lora_rank"),
-             qk_rope_head_dim=k.int("qk_rope_head_dim"), qk_nope_head_dim=k.int("qk_nope_head_dim"),
-             v_head_dim=k.int("v_head_dim"), num_mtp_layers=k.int("num_nextn_predict_layers", 0, minimum=0),
-             head_dim=k.int("qk_nope_head_dim") + k.int("qk_rope_head_dim"))
+             q_lora_rank=k.opt_int("q_lora_rank"), kv_lora_rank=k.integer("kv_lora_rank"),
+             qk_rope_head_dim=k.integer("qk_rope_head_dim"), qk_nope_head_dim=k.integer("qk_nope_head_dim"),
+             v_head_dim=k.integer("v_head_dim"), num_mtp_layers=k.integer("num_nextn_predict_layers", 0, minimum=0),
+             head_dim=k.integer("qk_nope_head_dim") + k.integer("qk_rope_head_dim"))
     c["num_kv_heads"] = c["num_heads"]
     return c
 
@@ -141,31 +141,31 @@ def _gpt_oss(k: _Keys) -> dict[str, Any]:
     names = {"sliding_attention": "sliding", "full_attention": "full"}
     if not isinstance(types, list) or len(types) != n or any(t not in names for t in types):
         raise k.fail("layer_types", f"must list sliding_attention/full_attention for each of {n} layers")
-    c.update(family="gpt_oss", intermediate_size=k.int("intermediate_size"),
-             num_experts=k.int("num_local_experts", alt=("num_experts",)),
-             experts_per_token=k.int("num_experts_per_tok", alt=("experts_per_token",)),
-             expert_intermediate_size=k.int("intermediate_size"), expert_bias=True, router_bias=True,
-             qkv_bias=k.bool("attention_bias", True), o_bias=k.bool("attention_bias", True), attention_sinks=True,
-             layer_types=tuple(names[t] for t in types), sliding_window=k.int("sliding_window"),
+    c.update(family="gpt_oss", intermediate_size=k.integer("intermediate_size"),
+             num_experts=k.integer("num_local_experts", alt=("num_experts",)),
+             experts_per_token=k.integer("num_experts_per_tok", alt=("experts_per_token",)),
+             expert_intermediate_size=k.integer("intermediate_size"), expert_bias=True, router_bias=True,
+             qkv_bias=k.flag("attention_bias", True), o_bias=k.flag("attention_bias", True), attention_sinks=True,
+             layer_types=tuple(names[t] for t in types), sliding_window=k.integer("sliding_window"),
              moe_layers=_all(n, True))
     return c
 
 
 def _falcon(k: _Keys) -> dict[str, Any]:
-    d = k.int("hidden_size")
-    nh = k.int("num_attention_heads", alt=("n_head",))
-    n = k.int("num_hidden_layers", alt=("n_layer",))
-    new_arch = k.bool("new_decoder_architecture", False)
+    d = k.integer("hidden_size")
+    nh = k.integer("num_attention_heads", alt=("n_head",))
+    n = k.integer("num_hidden_layers", alt=("n_layer",))
+    new_arch = k.flag("new_decoder_architecture", False)
     if new_arch:
-        nkv = k.int("num_kv_heads", alt=("n_head_kv",))
+        nkv = k.integer("num_kv_heads", alt=("n_head_kv",))
     else:
-        nkv = 1 if k.bool("multi_query", True) else nh
-    if k.bool("alibi", False):
+        nkv = 1 if k.flag("multi_query", True) else nh
+    if k.flag("alibi", False):
         raise k.fail("alibi", "ALiBi Falcon variants are not supported")
-    bias = k.bool("bias", False)
+    bias = k.flag("bias", False)
     return dict(family="falcon", num_layers=n, hidden_size=d, num_heads=nh, num_kv_heads=nkv, head_dim=d // nh,
-                vocab_size=k.int("vocab_size"), tied_embeddings=k.bool("tie_word_embeddings", True),
-                intermediate_size=k.int("ffn_hidden_size", 4 * d), mlp_gated=False, mlp_bias=bias,
+                vocab_size=k.integer("vocab_size"), tied_embeddings=k.flag("tie_word_embeddings", True),
+                intermediate_size=k.integer("ffn_hidden_size", 4 * d), mlp_gated=False, mlp_bias=bias,
                 qkv_bias=bias, o_bias=bias, norms_per_layer=2 if new_arch else 1, norm_has_bias=True,
                 layer_types=_all(n, "full"), moe_layers=_all(n, False))
 
