@@ -10,11 +10,15 @@ from rich.table import Table
 
 from .hardware import COMPUTE_CLASSES, Device
 from .model import ModelSpec
-from .units import format_quantity
+from .units import format_capacity, format_quantity
 
 
 def _q(value: float | None, kind: str) -> str:
     return "unknown" if value is None else format_quantity(value, kind)
+
+
+def _cap(value: float | None) -> str:
+    return "unknown" if value is None else format_capacity(value)
 
 
 def jsonable(value: Any) -> Any:
@@ -49,11 +53,12 @@ def device_dict(dev: Device) -> dict[str, Any]:
 
 
 def devices_table(devices: list[Device]) -> Table:
-    t = Table(title="Devices", caption="Dense peaks; rates decimal (TB/s = 1e12 B/s); 'unknown' = not published.")
+    t = Table(title="Devices", caption="Dense peaks; rates decimal (TB/s = 1e12 B/s), capacities binary (GiB); "
+                                       "'unknown' = not published.")
     for col in ("id", "status", "memory tiers (capacity @ bandwidth)", "BF16 dense", "FP8 dense", "FP4 dense", "TDP"):
         t.add_column(col, justify="left" if col in ("id", "status") or col.startswith("memory") else "right")
     for d in devices:
-        tiers = "; ".join(f"{m.name} {_q(m.capacity_bytes, 'bytes')} @ {_q(m.bandwidth_bytes_per_s, 'bytes_per_s')}"
+        tiers = "; ".join(f"{m.name} {_cap(m.capacity_bytes)} @ {_q(m.bandwidth_bytes_per_s, 'bytes_per_s')}"
                           for m in d.memory)
         peaks = [_q(d.peak_flop_per_s.get(c), "flop_per_s") if c in d.peak_flop_per_s else "—"
                  for c in ("bf16", "fp8", "fp4")]
@@ -68,7 +73,7 @@ def device_table(dev: Device) -> Table:
     t.add_column("source")
     rows: list[tuple[str, str]] = []
     for m in dev.memory:
-        rows += [(f"{m.name}.capacity", _q(m.capacity_bytes, "bytes")),
+        rows += [(f"{m.name}.capacity", _cap(m.capacity_bytes)),
                  (f"{m.name}.bandwidth", _q(m.bandwidth_bytes_per_s, "bytes_per_s"))]
     for c in COMPUTE_CLASSES:
         if c in dev.peak_flop_per_s:

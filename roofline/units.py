@@ -110,3 +110,13 @@ def format_quantity(value: float, kind: str, digits: int = 3) -> str:
         if abs(value) >= scale or scale == 1.0:
             return f"{value / scale:.{digits}g} {p}{unit}"
     raise AssertionError("unreachable")
+
+
+def format_capacity(value: float | None) -> str:
+    """A memory capacity in binary units (GiB), the way devices are built: H100's "80GB" is 80 GiB."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    for scale, unit in ((2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB")):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} B"
