@@ -52,3 +52,11 @@ def test_parser_raises_only_project_errors(text, kind):
     except RooflineError:
         return
     assert math.isfinite(v)
+
+
+def test_capacities_render_binary():
+    from roofline.units import format_capacity
+    assert format_capacity(80 * 2**30) == "80 GiB"
+    assert format_capacity(230e6) == "219 MiB"
+    assert format_capacity(128e12) == "116 TiB"
+    assert format_capacity(float("nan")) == "n/a"
