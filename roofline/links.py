@@ -10,6 +10,8 @@ are estimates, not measurements, and any link can be given explicitly as
 from __future__ import annotations
 
 import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .errors import NotFoundError, UnitError, did_you_mean
 from .units import parse_quantity
@@ -56,3 +58,27 @@ def get_link(spec: str | GroupLink) -> GroupLink:
             raise UnitError(f"link {text!r}: {e}") from None
     raise NotFoundError(f"unknown link {text!r}{did_you_mean(text, LINKS)}; known: {', '.join(LINKS)}, "
                         "or 'BANDWIDTH,LATENCY' such as '50GB/s,3us'")
+
+
+TOKEN_ID_BYTES = 4  # int32 token ids, as vLLM and TensorRT-LLM pass them
+PROBABILITY_BYTES = 4  # fp32 probabilities for lossless (rejection-sampling) verification
+
+
+def round_transfer_s(link: GroupLink, batch: ArrayLike, gamma: ArrayLike, *,
+                     vocab_size: int = 0, probability_rows: bool = False) -> NDArray[np.float64]:
+    """Time to move one speculative round between separate draft and target groups.
+
+    Forward: ``gamma`` draft token ids per sequence, plus for lossless
+    verification the draft's probability row for each of them (Leviathan et
+    al. 2023, arXiv:2211.17192, Algorithm 1 needs q(x) at the target).
+    Back: the accepted count and the correction/bonus token per sequence (two
+    int32). Each direction pays the link latency once (theory.md §5.5).
+    Zero where ``gamma`` is 0 (no speculation, nothing to send).
+    """
+    b = np.asarray(batch, dtype=float)
+    g = np.asarray(gamma, dtype=float)
+    forward = b * g * TOKEN_ID_BYTES
+    if probability_rows:
+        forward = forward + b * g * vocab_size * PROBABILITY_BYTES
+    back = b * 2 * TOKEN_ID_BYTES
+    return np.where(g > 0, 2 * link.latency_s + (forward + back) / link.bandwidth_bytes_per_s, 0.0)

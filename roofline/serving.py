@@ -36,7 +36,7 @@ from .configs import load_model
 from .energy import DEFAULT_POWER, PowerModel, busy_power_w, idle_w
 from .engine import DeviceGroup, StageResult, evaluate_pass, native_default_format, parse_group
 from .errors import broadcast_errors, UnknownSpecError, WorkloadError
-from .links import GroupLink, get_link
+from .links import GroupLink, get_link, round_transfer_s
 from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
 from .speculative import Acceptance, _gamma
@@ -239,10 +239,8 @@ def evaluate_serving(model: ModelSpec | str, placement: Placement, request: Requ
         if placement.draft is None:  # draft shares the target's devices: both must fit together
             d_fits = d_fits & (at_end.memory_per_device_bytes + d_end.memory_per_device_bytes
                                <= at_end.usable_per_device_bytes)
-        ids = B * G * 4.0
-        xfer = np.where((G > 0) & (placement.draft is not None),
-                        2 * placement.draft_link.latency_s + (ids + B * 8.0) / placement.draft_link.bandwidth_bytes_per_s,
-                        0.0)
+        xfer = (round_transfer_s(placement.draft_link, B, G) if placement.draft is not None
+                else np.zeros(np.broadcast_shapes(np.shape(B), np.shape(G))))
     else:
         d_fits = np.ones(B.shape, dtype=bool)
         xfer = zero

@@ -24,7 +24,7 @@ from .energy import DEFAULT_POWER, PowerModel, busy_power_w, idle_w
 from .engine import DeviceGroup, native_default_format, parse_group
 from .errors import broadcast_errors, UnknownSpecError, WorkloadError
 from .hardware import Device
-from .links import GroupLink, get_link
+from .links import GroupLink, get_link, round_transfer_s
 from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
 from .speculative import Acceptance, _gamma
@@ -143,9 +143,7 @@ def speculative_round(target: ModelSpec | str, *, verify_on: str | Device | Devi
         # draft and target share the devices: both sets of weights, KV and workspace must fit together
         fits = v.fits & d.fits & (v.memory_per_device_bytes + d.memory_per_device_bytes <= v.usable_per_device_bytes)
     else:
-        ids = B * G * 4.0 + (B * G * tgt.vocab_size * 4.0 if sampling == "lossless" else 0.0)
-        back = B * 8.0
-        transfer = np.where(G > 0, 2 * lk.latency_s + (ids + back) / lk.bandwidth_bytes_per_s, 0.0)
+        transfer = round_transfer_s(lk, B, G, vocab_size=tgt.vocab_size, probability_rows=sampling == "lossless")
         fits = v.fits & d.fits
     fits = np.broadcast_to(fits, shape)
     nan = np.where(fits, 1.0, np.nan)

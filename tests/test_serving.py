@@ -65,6 +65,19 @@ def test_what_if_bandwidth_moves_the_answer_in_the_expected_direction():
     assert gpu_fast.throughput_per_kw.max() > gpu.throughput_per_kw.max()
 
 
+def test_draft_transfer_is_the_same_round_transfer_as_the_spec_command():
+    # a serving step and a standalone speculative round ship the same bytes over the same link
+    from roofline.specdecode import speculative_round
+    r = evaluate_serving("gpt-oss-120b", configs()[2], REQ, batch=BATCH, gamma=GAMMA, acceptance=ACC)
+    s = speculative_round(target="gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", draft_on="corsair:2",
+                          batch=BATCH, context=REQ.input_tokens, acceptance=ACC, gamma=GAMMA)
+    np.testing.assert_allclose(r.transfer_s, np.broadcast_to(s.transfer_s, r.transfer_s.shape))
+    # greedy: gamma int32 ids forward, two int32 back per sequence, latency paid each way (theory.md §5.5)
+    np.testing.assert_allclose(r.transfer_s, 2 * 10e-6 + BATCH * (GAMMA * 4 + 8) / 63e9)
+    assert np.all(evaluate_serving("gpt-oss-120b", configs()[1], REQ, batch=BATCH, gamma=GAMMA,
+                                   acceptance=ACC).transfer_s == 0)
+
+
 def test_continuous_throughput_and_energy_identities():
     r = evaluate_serving("gpt-oss-120b", configs()[2], REQ, batch=BATCH, gamma=GAMMA, acceptance=ACC)
     ok = r.fits
