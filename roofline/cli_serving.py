@@ -220,7 +220,7 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
 
 
 def add_serving_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
-    def common(sp: argparse.ArgumentParser, *, batch_default: str) -> None:
+    def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--target", required=True, help="target model")
         sp.add_argument("--draft", default=None, help="draft model for speculative placements")
         sp.add_argument("--alpha", default=None)
@@ -236,13 +236,13 @@ def add_serving_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
         sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE")
 
     sp = add("placements", cmd_placements, "every assignment of stages to candidate devices, with TTFT, E2E, tok/s/kW")
-    common(sp, batch_default="16")
+    common(sp)
     sp.add_argument("--devices", required=True, help="candidate device ids, comma-separated")
     sp.add_argument("--batch", type=_pos_int, default=16)
     sp.add_argument("--gamma", type=_nonneg_int, default=5, help="draft length for speculative placements")
 
     sp = add("pareto", cmd_pareto, "tokens/s per kW against tokens/s per user: frontiers and their comparison")
-    common(sp, batch_default="1..")
+    common(sp)
     sp.add_argument("--placement", action="append", default=[],
                     metavar="'NAME: decode=ID:N, prefill=ID:N, draft=ID:N|target'",
                     help="a configuration (repeatable); the first is the baseline")

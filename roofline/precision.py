@@ -62,21 +62,6 @@ _FORMATS: dict[str, Format] = {
     )
 }
 
-#: When a device lacks native support for a compute class, it computes at the
-#: first class in this chain that it does support (e.g. MXFP4 weights on Hopper
-#: are dequantised and multiplied at the activation rate; see theory.md §0).
-UPCAST: dict[str, tuple[str, ...]] = {
-    "fp4": ("fp4", "fp6", "fp8"),
-    "fp6": ("fp6", "fp8"),
-    "int4": ("int4", "int8"),
-    "fp8": ("fp8",),
-    "int8": ("int8",),
-    "bf16": ("bf16", "fp16"),
-    "fp16": ("fp16", "bf16"),
-    "tf32": ("tf32",),
-    "fp32": ("fp32",),
-}
-
 _INT4 = re.compile(r"^int4-g(\d+)$")
 
 
