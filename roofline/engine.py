@@ -382,9 +382,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
 
     # ---- communication (exposed) and fixed overheads
     comm: Any = 0.0
-    if tp > 1:
+    if tp > 1 or pp > 1:
         bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
         hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
+    if tp > 1:
         msg = work.tokens * model.hidden_size * act.bytes_per_element
         n_ar = 2 * model.num_layers - (model.num_moe_layers if group.ep > 1 else 0)
         comm = n_ar * _allreduce_s(msg, tp, bw, hop, params)
@@ -392,8 +393,6 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
             a2a = work.tokens * model.experts_per_token * model.hidden_size * act.bytes_per_element
             comm = comm + 2 * model.num_moe_layers * _alltoall_s(a2a, group.ep, bw, hop, params)
     if pp > 1:  # each pass crosses pp - 1 stage boundaries with the tokens' activations
-        bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
-        hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
         comm = comm + (pp - 1) * (hop + work.tokens * model.hidden_size * act.bytes_per_element / bw)
     step = dev.step_floor_s if dev.step_floor_s is not None else params.step_overhead_s
     layer = dev.layer_floor_s if dev.layer_floor_s is not None else params.layer_overhead_s
