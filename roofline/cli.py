@@ -233,12 +233,14 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_formula(args: argparse.Namespace, console: Console) -> int:
+    import sympy
+
     from . import symbolic
     expr = symbolic.formula(args.name)
     if args.json:
-        _print_json(console, {"name": args.name, "text": str(expr), "latex": __import__("sympy").latex(expr)})
+        _print_json(console, {"name": args.name, "text": str(expr), "latex": sympy.latex(expr)})
     elif args.latex:
-        console.file.write(__import__("sympy").latex(expr) + "\n")
+        console.file.write(sympy.latex(expr) + "\n")
     else:
         console.file.write(f"{args.name}: {expr}\n")
     return 0

@@ -12,6 +12,9 @@ from . import render
 from .cli import (UsageError, _acceptance, _nonneg_int, _pos_int, _print_json, apply_sets,
                   engine_params, parse_ints)
 from .configs import load_model
+from .errors import RooflineError
+from .hardware import load_device
+from .links import get_link
 
 
 def _request(args: argparse.Namespace) -> Any:
@@ -52,8 +55,8 @@ def parse_placement(text: str, *, draft_model: str | None, sets: list[str]) -> A
         draft=_group(draft, sets) if draft and draft != "target" else None,
         draft_model=load_model(draft_model) if draft_model and kind == "model" else None, draft_kind=kind,
         head_layers=int(keys.get("head-layers", 1)),
-        kv_link=__import__("roofline.links", fromlist=["get_link"]).get_link(keys.get("kv-link", "nvlink")),
-        draft_link=__import__("roofline.links", fromlist=["get_link"]).get_link(keys.get("draft-link", "pcie5")))
+        kv_link=get_link(keys.get("kv-link", "nvlink")),
+        draft_link=get_link(keys.get("draft-link", "pcie5")))
 
 
 def _formats(args: argparse.Namespace) -> dict[str, Any]:
@@ -61,10 +64,9 @@ def _formats(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
-
     from .placements import enumerate_placements
     from .serving import evaluate_serving
-    devices = [apply_sets(__import__("roofline").load_device(d.strip()), args.set) for d in args.devices.split(",")]
+    devices = [apply_sets(load_device(d.strip()), args.set) for d in args.devices.split(",")]
     acc = _acceptance(args) if args.draft else None
     cands = enumerate_placements(args.target, devices, _request(args), batch=args.batch, draft_model=args.draft,
                                  mode=args.mode, target_formats=_formats(args), params=engine_params(args))
@@ -80,10 +82,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                 reason = "" if point["fits"] else "does not fit at this batch"
                 if r.energy_note:
                     reason = r.energy_note
-            except Exception as e:  # noqa: BLE001 - a placement that cannot be evaluated is listed with why
-                from .errors import RooflineError
-                if not isinstance(e, RooflineError):
-                    raise
+            except RooflineError as e:  # a placement that cannot be evaluated is listed with why
                 reason = str(e)
         rows.append((c.name, c.placement.describe() if c.placement else "", point, reason))
         out.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
@@ -146,7 +145,6 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
 
     from . import stages
     from .energy import busy_power_w
-    from .errors import RooflineError
     from .frontier import elasticities
     model = load_model(args.model)
     variants: list[tuple[str, Any]] = []
@@ -154,10 +152,10 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         name, eq, expr = d.partition("=")
         if eq:  # NAME=ID.FIELD=VALUE[;ID.FIELD=VALUE]: a what-if variant of a device
             dev_id = expr.split(".", 1)[0]
-            dev = apply_sets(__import__("roofline").load_device(dev_id), [*args.set, *expr.split(";")])
+            dev = apply_sets(load_device(dev_id), [*args.set, *expr.split(";")])
             variants.append((name, dev))
         else:
-            variants.append((d, apply_sets(__import__("roofline").load_device(d), args.set)))
+            variants.append((d, apply_sets(load_device(d), args.set)))
     batch = np.array(parse_ints(args.batch, "--batch"))
     fmt = dict(weights=args.weights, experts=args.experts, kv=args.kv, tp=args.tp, params=engine_params(args))
     rows = []
