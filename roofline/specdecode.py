@@ -84,7 +84,7 @@ class SpecResult:
 
 
 def _same(a: DeviceGroup, b: DeviceGroup) -> bool:
-    return a.device.id == b.device.id and a.tp == b.tp and a.device == b.device
+    return a == b   # same device spec and the same tp, ep and pp
 
 
 @broadcast_errors
@@ -151,26 +151,26 @@ def speculative_round(target: ModelSpec | str, *, verify_on: str | Device | Devi
     draft_s = np.nan_to_num(d.time_s) * nan
     round_s = (draft_s + v.time_s + transfer) * nan
     per_user = E / round_s
-    flop_round = d.flop_per_device * dg.tp + v.flop_per_device * tg.tp
-    base_flop = base.flop_per_device * tg.tp / np.asarray(batch, dtype=float)
+    flop_round = d.flop_per_device * dg.count + v.flop_per_device * tg.count
+    base_flop = base.flop_per_device * tg.count / np.asarray(batch, dtype=float)
 
     note = ""
     try:
         t_busy = busy_power_w(tg.device, time_s=v.time_s, compute_s=v.compute_s, memory_s=v.memory_s, power=power)
         t_idle = idle_w(tg.device, power)
-        energy = tg.tp * (t_busy * v.time_s + t_idle * (draft_s + transfer))
+        energy = tg.count * (t_busy * v.time_s + t_idle * (draft_s + transfer))
         if _same(dg, tg):
-            energy = energy + tg.tp * (busy_power_w(dg.device, time_s=d.time_s, compute_s=d.compute_s,
+            energy = energy + tg.count * (busy_power_w(dg.device, time_s=d.time_s, compute_s=d.compute_s,
                                                     memory_s=d.memory_s, power=power) - t_idle) * draft_s
         else:
             d_busy = busy_power_w(dg.device, time_s=d.time_s, compute_s=d.compute_s, memory_s=d.memory_s, power=power)
-            energy = energy + dg.tp * (np.where(G > 0, d_busy, 0) * draft_s
+            energy = energy + dg.count * (np.where(G > 0, d_busy, 0) * draft_s
                                        + idle_w(dg.device, power) * (v.time_s + transfer + np.where(G > 0, 0, draft_s)))
         energy = energy * power.pue
         b_busy = busy_power_w(tg.device, time_s=base.time_s, compute_s=base.compute_s, memory_s=base.memory_s,
                               power=power)
         # plain decoding on the target group alone (no draft devices)
-        base_energy = tg.tp * b_busy * base.time_s * power.pue / np.asarray(batch, dtype=float)
+        base_energy = tg.count * b_busy * base.time_s * power.pue / np.asarray(batch, dtype=float)
         power_w = energy / round_s
         energy_tok = energy / (B * E)
     except UnknownSpecError as e:

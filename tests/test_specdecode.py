@@ -134,3 +134,24 @@ def test_spec_command_keeps_pipeline_groups(run_cli):
     tp = json.loads(run_cli(*base, "--draft-on", "corsair:2")[1])
     assert "PP2" in pp["draft_group"] and "TP2" in tp["draft_group"]
     assert pp["rows"][0]["draft_s"] != tp["rows"][0]["draft_s"]
+
+
+@pytest.mark.parametrize("draft_on, cards", [("corsair:2", 2), ("corsair:1x2", 2), ("corsair:1", 1)])
+def test_round_energy_counts_every_device_of_each_group(draft_on, cards):
+    # detailed count: each device draws busy power while its stage runs and idle power for the rest of the round,
+    # whether its group splits the model by tensor (TP) or by layer (PP)
+    from roofline.energy import busy_power_w, idle_w
+    from roofline.engine import parse_group
+    g = np.array([1, 5])
+    r = speculative_round(**KW, draft_on=draft_on, acceptance=0.926, gamma=g)
+    dg, tg = parse_group(draft_on), rl.DeviceGroup(device=rl.load_device("b200"), tp=8)
+    d = rl.draft("gpt-oss-draft-1.6b", dg, batch=1, context=8192, gamma=g, weights="mxint8", kv="mxint8",
+                 activations="mxint8")
+    v = rl.verify("gpt-oss-120b", tg, batch=1, context=8192, gamma=g)
+
+    def device_j(dev, res):
+        busy = busy_power_w(dev, time_s=res.time_s, compute_s=res.compute_s, memory_s=res.memory_s)
+        return busy * res.time_s + idle_w(dev) * (r.round_s - res.time_s)
+
+    energy = cards * device_j(dg.device, d) + 8 * device_j(tg.device, v)
+    np.testing.assert_allclose(r.energy_per_token_j, energy / r.expected_tokens, rtol=1e-9)
