@@ -144,7 +144,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     import numpy as np
 
     from . import stages
-    from .energy import busy_power_w
+    from .energy import stage_power_w
     from .frontier import elasticities
     model = load_model(args.model)
     variants: list[tuple[str, Any]] = []
@@ -167,7 +167,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
             row.update(decode=render.stage_rows(dec), prefill=render.stage_rows(pre)[0],
                        max_batch=int(stages.max_batch(model, dev, context=args.context, **fmt)))
             try:
-                pw = args.tp * busy_power_w(dev, time_s=dec.time_s, compute_s=dec.compute_s, memory_s=dec.memory_s)
+                pw = args.tp * stage_power_w(dev, dec)
                 row["tokens_per_s_per_kw"] = (dec.tokens_per_s / (pw / 1000)).tolist()
             except RooflineError as e:
                 row["tokens_per_s_per_kw"] = None

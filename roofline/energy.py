@@ -12,6 +12,8 @@ bandwidth draws P_idle + w_m (P_TDP - P_idle), well below TDP, as measured.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -55,3 +57,8 @@ def busy_power_w(device: Device, *, time_s: ArrayLike, compute_s: ArrayLike, mem
         u = (power.compute_weight * np.asarray(compute_s) + (1 - power.compute_weight) * np.asarray(memory_s)) / t
     u = np.clip(np.nan_to_num(u, nan=0.0), 0.0, 1.0)
     return idle + (tdp - idle) * u
+
+
+def stage_power_w(device: Device, stage: Any, power: PowerModel = DEFAULT_POWER) -> Array:
+    """:func:`busy_power_w` of one device while it runs ``stage`` (a :class:`~roofline.engine.StageResult`)."""
+    return busy_power_w(device, time_s=stage.time_s, compute_s=stage.compute_s, memory_s=stage.memory_s, power=power)

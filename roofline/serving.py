@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .configs import load_model
-from .energy import DEFAULT_POWER, PowerModel, busy_power_w, idle_w
+from .energy import DEFAULT_POWER, PowerModel, idle_w, stage_power_w
 from .engine import DeviceGroup, StageResult, evaluate_pass, native_default_format, parse_group
 from .errors import broadcast_errors, UnknownSpecError, WorkloadError
 from .links import GroupLink, get_link, round_transfer_s
@@ -161,8 +161,7 @@ class ServingResult:
 
 
 def _busy(group: DeviceGroup, r: StageResult, power: PowerModel) -> Array:
-    return group.count * busy_power_w(group.device, time_s=r.time_s, compute_s=r.compute_s, memory_s=r.memory_s,
-                                      power=power)
+    return group.count * stage_power_w(group.device, r, power)
 
 
 def _idle(group: DeviceGroup, power: PowerModel) -> float:

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .configs import load_model
-from .energy import DEFAULT_POWER, PowerModel, busy_power_w, idle_w
+from .energy import DEFAULT_POWER, PowerModel, idle_w, stage_power_w
 from .engine import DeviceGroup, native_default_format, parse_group
 from .errors import broadcast_errors, UnknownSpecError, WorkloadError
 from .hardware import Device
@@ -156,19 +156,17 @@ def speculative_round(target: ModelSpec | str, *, verify_on: str | Device | Devi
 
     note = ""
     try:
-        t_busy = busy_power_w(tg.device, time_s=v.time_s, compute_s=v.compute_s, memory_s=v.memory_s, power=power)
+        t_busy = stage_power_w(tg.device, v, power)
         t_idle = idle_w(tg.device, power)
         energy = tg.count * (t_busy * v.time_s + t_idle * (draft_s + transfer))
         if _same(dg, tg):
-            energy = energy + tg.count * (busy_power_w(dg.device, time_s=d.time_s, compute_s=d.compute_s,
-                                                    memory_s=d.memory_s, power=power) - t_idle) * draft_s
+            energy = energy + tg.count * (stage_power_w(dg.device, d, power) - t_idle) * draft_s
         else:
-            d_busy = busy_power_w(dg.device, time_s=d.time_s, compute_s=d.compute_s, memory_s=d.memory_s, power=power)
+            d_busy = stage_power_w(dg.device, d, power)
             energy = energy + dg.count * (np.where(G > 0, d_busy, 0) * draft_s
-                                       + idle_w(dg.device, power) * (v.time_s + transfer + np.where(G > 0, 0, draft_s)))
+                                          + idle_w(dg.device, power) * (v.time_s + transfer + np.where(G > 0, 0, draft_s)))
         energy = energy * power.pue
-        b_busy = busy_power_w(tg.device, time_s=base.time_s, compute_s=base.compute_s, memory_s=base.memory_s,
-                              power=power)
+        b_busy = stage_power_w(tg.device, base, power)
         # plain decoding on the target group alone (no draft devices)
         base_energy = tg.count * b_busy * base.time_s * power.pue / np.asarray(batch, dtype=float)
         power_w = energy / round_s
