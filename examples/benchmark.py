@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.render import run_example
+from roofline.ui.output import run_example
 
 
 def best_of(fn, repeat: int) -> float:
@@ -53,7 +53,7 @@ def run(quick: bool) -> dict:
     rows.append({"workload": f"decode sweep {side}x{side} (batch x context)", "points": side * side, "time_s": t,
                  "floor_s": floor_s(side * side, repeat), "goal_ratio": 30})
 
-    from roofline.serving import Placement, Request, evaluate_serving
+    from roofline.serving.serve import Placement, Request, evaluate_serving
     acc = rl.Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})
     req = Request(input_tokens=8192, output_tokens=1024)
     batches = 2 ** np.arange(0, 9 if quick else 13)[:, None]
@@ -71,7 +71,7 @@ def run(quick: bool) -> dict:
     rows.append({"workload": "Corsair scenario: placements x batch x gamma", "points": int(n),
                  "time_s": best_of(scenario, repeat), "floor_s": floor_s(int(n), repeat), "goal_ratio": None})
 
-    from roofline.validate import read_rows, shipped_data, validate
+    from roofline.evidence.validate import read_rows, shipped_data, validate
     data = read_rows(shipped_data())
     rows.append({"workload": "validate (shipped measurements)", "points": len(data),
                  "time_s": best_of(lambda: validate(data), 1 if quick else 3), "floor_s": floor_s(len(data), repeat),
@@ -85,8 +85,8 @@ def run(quick: bool) -> dict:
     imports = [subprocess.run([py, "-c", probe], capture_output=True, text=True, check=True).stdout.split(maxsplit=1)
                for _ in range(repeat)]
     startup = {"import_s": min(float(i[0]) for i in imports), "import_pulls_heavy": imports[0][1].strip(),
-               "help_s": wall([py, "-m", "roofline.cli", "--help"], repeat),
-               "devices_s": wall([py, "-m", "roofline.cli", "devices"], repeat)}
+               "help_s": wall([py, "-m", "roofline", "--help"], repeat),
+               "devices_s": wall([py, "-m", "roofline", "devices"], repeat)}
     startup["goals"] = {"import_s": 0.150, "help_s": 0.5, "devices_s": 0.5}
     return {"rows": rows, "startup": startup, "quick": quick}
 

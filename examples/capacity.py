@@ -2,7 +2,7 @@
 
 Majestic Labs' Prometheus (announced) puts up to 128 TB of LPDDR-class memory
 in one server; its bandwidth and compute are not published, so this example
-states them as assumptions and sweeps the bandwidth (DESIGN.md scenario 5).
+states them as assumptions and sweeps the bandwidth (docs/design.md scenario 5).
 For Llama-3.1-70B in FP8 at 128K and 1M tokens of context it finds the largest
 batch each system holds and the decode speed at that batch.
 
@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.engine import parse_group
-from roofline.render import run_example
+from roofline import resolve_group as parse_group
+from roofline.ui.output import run_example
 
 ASSUMED_BW = ["2 TB/s", "8 TB/s", "32 TB/s"]       # not published: swept
 ASSUMED_COMPUTE = "2 PFLOP/s"                      # not published: assumed, dense FP8-class

@@ -4,7 +4,7 @@ Two published measurements: gpt-fast's Llama-2-7B at batch 1 on an A100
 (104.9 tok/s, which gpt-fast itself reports as 1,397 GB/s achieved;
 https://github.com/pytorch-labs/gpt-fast) and a vLLM-format result file holding
 NVIDIA's NIM measurement of Llama-3.3-70B FP8 on 2x H100 at concurrency 50
-(examples/data/vllm_benchmark_sample.json). DESIGN.md scenario 6.
+(examples/data/vllm_benchmark_sample.json). docs/design.md scenario 6.
 
 Run: python examples/diagnose.py [--json]
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from roofline.diagnose import Measurement, diagnose, read_vllm_benchmark
-from roofline.render import run_example
+from roofline.evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
+from roofline.ui.output import run_example
 
 SAMPLE = Path(__file__).parent / "data" / "vllm_benchmark_sample.json"
 FP8 = dict(weights="fp8", kv="fp8", activations="fp8")

@@ -2,7 +2,7 @@
 
 Rubin GPUs prefill for Groq 3 LPUs (the pairing NVIDIA announced for the LPX
 rack), Trainium2 prefills for Cerebras WSE-3, against GPU-only disaggregation on
-B200 and H100 (DESIGN.md scenario 2). Llama-3.1-70B, 8K in / 1K out, batch 32
+B200 and H100 (docs/design.md scenario 2). Llama-3.1-70B, 8K in / 1K out, batch 32
 in continuous serving; the KV cache crosses a 400 GbE link (Rubin + Groq over
 NVLink-class rack links is not published; the link is an explicit assumption).
 
@@ -14,9 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.placements import smallest_group
-from roofline.render import run_example, serving_point
-from roofline.serving import Placement, Request, evaluate_serving
+from roofline.serving.placements import smallest_group
+from roofline.serving.serve import Placement, Request, evaluate_serving
+from roofline.ui.output import run_example
+from roofline.ui.render import serving_point
 
 MODEL = "llama-3.1-70b"
 REQUEST = Request(input_tokens=8192, output_tokens=1024)

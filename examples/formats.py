@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.render import run_example
+from roofline.ui.output import run_example
 
 CASES = [  # model, group spec, formats per variant
     ("llama-3.3-70b", "b200:1", {"fp8": dict(weights="fp8", kv="fp8", activations="fp8"),
@@ -31,7 +31,7 @@ BATCHES = np.array([1, 32, 256])
 
 
 def run(context: int = 2048, prompt: int = 4096) -> dict:
-    from roofline.engine import parse_group
+    from roofline import resolve_group as parse_group
     rows = []
     for model, group, variants in CASES:
         g = parse_group(group)

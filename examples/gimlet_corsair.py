@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.frontier import compare_frontiers, pareto_frontier
-from roofline.render import run_example, serving_point
-from roofline.serving import Placement, Request, evaluate_serving
+from roofline.serving.frontier import compare_frontiers, pareto_frontier
+from roofline.serving.serve import Placement, Request, evaluate_serving
+from roofline.ui.output import run_example
+from roofline.ui.render import serving_point
 
 REQUEST = Request(input_tokens=8192, output_tokens=1024)
 # The Corsair's fixed cost per draft step is not published. The package default is fitted to GPU serving

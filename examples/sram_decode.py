@@ -3,8 +3,8 @@
 Groq LPU (230 MB SRAM per chip), Groq 3 LPU (500 MB) and Cerebras WSE-3 (44 GB
 per wafer) hold the weights in SRAM, so a model needs many chips (pipeline
 stages here; each token crosses them in turn). Published: SRAM machines serve
-over 1000 tokens/s per user where GPUs give 50-125 (DESIGN.md scenario 3;
-gimlet.md §4 "SRAM-centric chips"). Cerebras does not publish its scale-out
+over 1000 tokens/s per user where GPUs give 50-125 (docs/design.md scenario 3;
+docs/gimlet.md §4 "SRAM-centric chips"). Cerebras does not publish its scale-out
 bandwidth: the wafers are assumed linked at 150 GB/s per direction (stated in
 the output).
 
@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.placements import smallest_group
-from roofline.render import run_example
+from roofline.serving.placements import smallest_group
+from roofline.ui.output import run_example
 
 CEREBRAS_LINK = "150 GB/s"   # assumption: not published by Cerebras
 MACHINES = [  # device, formats it runs natively, max TP before pipelining (SRAM chips: pipeline only)

@@ -4,44 +4,69 @@ The public API (``import roofline as rl``):
 
 * devices: :func:`load_device`, :func:`list_devices`, :func:`override`
 * models: :func:`load_model`, :func:`list_models`, :func:`model_from_hf_config`
+* device groups: :class:`DeviceGroup`, :func:`resolve_group` (``"b200:8"``, ``"corsair:1x2"``)
 * formats and units: :func:`get_format`, :func:`parse_quantity`
 * stages: :func:`decode_step`, :func:`prefill`, :func:`verify`, :func:`draft`
   (each returns a frozen :class:`StageResult`)
 * speculative decoding: :func:`expected_tokens`, :func:`alpha_from_acceptance_length`,
   :class:`Acceptance`, :func:`speculative_round` (draft and verify on different groups)
+* serving: :class:`Request`, :class:`Placement`, :func:`evaluate_serving`, :func:`pareto_frontier`
 
-Nothing here imports sympy, scipy or matplotlib; those load lazily where used.
+The package is layered (README "How it is built"): errors/units/workload, then
+specs, physics, serving, evidence, ui; this module re-exports the public names
+of the first five. Nothing here imports sympy, scipy or matplotlib.
 """
 
 from __future__ import annotations
 
-from .configs import list_models, load_model, model_from_hf_config
-from .errors import (InfeasibleError, NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError,
-                     WorkloadError)
-from .hardware import Device, Link, MemoryTier, list_devices, load_device, override
-from .model import ModelSpec
-from .params import DEFAULT_PARAMS, EngineParams
-from .precision import Format, get_format, list_formats
-from .energy import DEFAULT_POWER, PowerModel
-from .links import GroupLink, get_link
-from .specdecode import SpecResult, optimal_gamma, speculative_round
-from .speculative import (Acceptance, acceptance_length_from_rate, acceptance_rate_from_length,
-                          alpha_from_acceptance_length, compute_increase_factor, expected_tokens,
-                          expected_tokens_positional, optimal_gamma_closed_form, speedup_closed_form)
-from .stages import DeviceGroup, StageResult, decode_step, draft, draft_head, max_batch, prefill, verify
-from .work import Formats, forward_work
-from .units import parse_quantity
+from typing import Any
 
-__version__ = "0.1.0"
+from .errors import InfeasibleError, NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, WorkloadError
+from .physics.energy import DEFAULT_POWER, PowerModel
+from .physics.speculative import (
+    Acceptance,
+    acceptance_length_from_rate,
+    acceptance_rate_from_length,
+    alpha_from_acceptance_length,
+    compute_increase_factor,
+    expected_tokens,
+    expected_tokens_positional,
+    optimal_gamma_closed_form,
+    speedup_closed_form,
+)
+from .physics.stages import decode_step, draft, draft_head, max_batch, prefill, verify
+from .physics.timing import StageResult
+from .physics.work import forward_work
+from .serving.frontier import compare_frontiers, pareto_frontier
+from .serving.serve import Placement, Request, ServingResult, evaluate_serving
+from .serving.speculation import SpecResult, optimal_gamma, speculative_round
+from .specs.devices import Device, Link, MemoryTier, list_devices, load_device, override
+from .specs.formats import Format, Formats, get_format, list_formats
+from .specs.groups import DeviceGroup
+from .specs.hf_config import list_models, load_model, model_from_hf_config
+from .specs.links import GroupLink, get_link
+from .specs.models import ModelSpec
+from .specs.params import EngineParams, Profile, default_params, load_profile
+from .specs.resolve import resolve_group
+from .units import parse_quantity
+from .version import __version__
 
 __all__ = [
-    "Acceptance", "DEFAULT_POWER", "GroupLink", "PowerModel", "SpecResult", "acceptance_length_from_rate",
-    "acceptance_rate_from_length", "alpha_from_acceptance_length", "compute_increase_factor", "expected_tokens",
-    "expected_tokens_positional", "get_link", "optimal_gamma", "optimal_gamma_closed_form", "speculative_round",
-    "speedup_closed_form",
-    "DEFAULT_PARAMS", "Device", "DeviceGroup", "EngineParams", "Format", "Formats", "InfeasibleError", "Link",
-    "MemoryTier", "ModelSpec", "NotFoundError", "RooflineError", "SpecError", "StageResult", "UnitError",
-    "UnknownSpecError", "WorkloadError", "decode_step", "draft", "draft_head", "forward_work", "get_format",
-    "list_devices", "list_formats", "list_models", "load_device", "load_model", "max_batch", "model_from_hf_config",
-    "override", "parse_quantity", "prefill", "verify",
+    "Acceptance", "DEFAULT_POWER", "Device", "DeviceGroup", "EngineParams", "Format", "Formats", "GroupLink",
+    "InfeasibleError", "Link", "MemoryTier", "ModelSpec", "NotFoundError", "Placement", "PowerModel", "Profile",
+    "Request", "RooflineError", "ServingResult", "SpecError", "SpecResult", "StageResult", "UnitError",
+    "UnknownSpecError", "WorkloadError", "__version__", "acceptance_length_from_rate", "acceptance_rate_from_length",
+    "alpha_from_acceptance_length", "compare_frontiers", "compute_increase_factor", "decode_step", "default_params",
+    "draft", "draft_head", "evaluate_serving", "expected_tokens", "expected_tokens_positional", "forward_work",
+    "get_format", "get_link", "list_devices", "list_formats", "list_models", "load_device", "load_model",
+    "load_profile", "max_batch", "model_from_hf_config", "optimal_gamma", "optimal_gamma_closed_form", "override",
+    "pareto_frontier", "parse_quantity", "prefill", "resolve_group", "speculative_round", "speedup_closed_form",
+    "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``rl.DEFAULT_PARAMS``: the shipped calibration's parameters, read on first use (not at import)."""
+    if name == "DEFAULT_PARAMS":
+        return default_params()
+    raise AttributeError(f"module 'roofline' has no attribute {name!r}")

@@ -61,7 +61,7 @@ def speedup() -> Any:
 
 
 def ridge_batch() -> Any:
-    """Decode batch at which compute time equals memory time (theory.md §3.3), solved by sympy.
+    """Decode batch at which compute time equals memory time (docs/theory.md §3.3), solved by sympy.
 
     B F_seq / pi = (Q_w + B KV_seq) / beta  =>  B* = pi Q_w / (beta F_seq - pi KV_seq);
     finite only when the per-sequence intensity F_seq / KV_seq exceeds pi / beta.
@@ -93,3 +93,8 @@ def lambdified(name: str) -> Callable[..., Any]:
     expr = formula(name)
     args = sorted(expr.free_symbols, key=lambda x: x.name)
     return sp.lambdify(args, expr, modules="numpy")
+
+
+def latex(expr: Any) -> str:
+    """The LaTeX form of a derived expression."""
+    return str(_sp().latex(expr))

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from roofline.calibrate import shipped_profile
-from roofline.validate import predict_row, read_rows, shipped_data
+from roofline.evidence.validate import predict_row, read_rows, shipped_data
 
 MODELS = {"llama-2-7b": "NousResearch_Llama-2-7b-hf", "llama-2-70b": "upstage_Llama-2-70b-instruct-v2"}
 GPUS = {"a100-sxm-80gb": "a100-sxm-80gb", "h100-sxm": "h100-sxm-80gb"}
@@ -81,7 +81,7 @@ if __name__ == "__main__":
     try:
         import llm_analysis  # noqa: F401
     except ImportError:
-        raise SystemExit("compare_llm_analysis: llm-analysis is not installed (pip install llm-analysis)")
+        raise SystemExit("compare_llm_analysis: llm-analysis is not installed (pip install llm-analysis)") from None
     out = run()
     if args.json:
         print(json.dumps(out, indent=1, default=lambda x: None))

@@ -51,7 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--loo", action="store_true")
     args = ap.parse_args()
-    rl = [sys.executable, "-m", "roofline.cli"]
+    rl = [sys.executable, "-m", "roofline"]
     readme = (ROOT / "README.md").read_text()
     readme = replace_block(readme, "The main job:", sh(*rl, "spec", "--target", "gpt-oss-120b", "--draft",
                                                        "gpt-oss-draft-1.6b", "--draft-on", "corsair:1x2", "--verify-on",

@@ -13,7 +13,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def run_cli():
     """Run the CLI in-process; returns (exit status, stdout, stderr)."""
-    from roofline.cli import main
+    from roofline.ui.cli import main
 
     def run(*argv: str) -> tuple[int, str, str]:
         buf = io.StringIO()
@@ -23,3 +23,10 @@ def run_cli():
         return code, buf.getvalue(), err.getvalue()
 
     return run
+
+
+def golden() -> dict:
+    """Published numbers with their URLs (tests/golden/published.toml)."""
+    import tomllib
+    from pathlib import Path
+    return tomllib.loads((Path(__file__).parent / "golden" / "published.toml").read_text())

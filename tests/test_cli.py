@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_hardware_specs import REQUIRED as DEVICES
 from test_models import REQUIRED as MODELS
 
@@ -37,7 +36,7 @@ def test_tables_render(run_cli):
 
 
 def test_show_accepts_paths(run_cli, tmp_path):
-    from roofline.hardware import specs_dir
+    from roofline.specs.devices import specs_dir
     code, out, _ = run_cli("show", str(specs_dir() / "corsair.toml"), "--json")
     assert code == 0 and json.loads(out)["id"] == "corsair"
 
@@ -57,14 +56,14 @@ def test_errors_are_one_line(run_cli, args, code, needle):
 def test_bad_spec_file_one_line_no_traceback(tmp_path):
     bad = tmp_path / "h100-sxm.toml"
     bad.write_text('schema = 1\nid = "h100-sxm"\n')
-    p = subprocess.run([sys.executable, "-m", "roofline.cli", "show", str(bad)], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "roofline", "show", str(bad)], capture_output=True, text=True)
     assert p.returncode == 1
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert str(bad) in p.stderr
 
 
 def test_help_does_not_import_heavy_modules():
-    code = ("import sys, roofline.cli as c\n"
+    code = ("import sys, roofline.ui.cli as c\n"
             "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('sympy', 'scipy', 'matplotlib') if m in sys.modules]\n"
             "assert not heavy, heavy")
@@ -99,7 +98,7 @@ def test_stage_what_if_set(run_cli):
 
 @pytest.mark.parametrize("args,code,needle", [
     (("stage", "gpt-oss-120b", "h200-sxm", "--weights", "fp9"), 1, "unknown format 'fp9'"),
-    (("stage", "gpt-oss-120b", "h200-sxm", "--batch", "-4"), 1, "batch must be >= 1"),
+    (("stage", "gpt-oss-120b", "h200-sxm", "--batch", "-4"), 2, "--batch"),
     (("stage", "gpt-oss-120b", "h200-sxm", "--batch", "x"), 2, "--batch"),
     (("stage", "llama-3.1-70b", "h100-sxm", "--batch", "1"), 1, "does not fit on h100-sxm"),
     (("stage", "llama-3.1-8b", "h100-sxm", "--tp", "0"), 2, "must be >= 1"),

@@ -1,4 +1,4 @@
-"""Every example runs, prints a table, and gives the same result as JSON (DESIGN.md scenarios)."""
+"""Every example runs, prints a table, and gives the same result as JSON (docs/design.md scenarios)."""
 
 import json
 import subprocess

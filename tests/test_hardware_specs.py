@@ -7,11 +7,13 @@ from pathlib import Path
 
 import attrs
 import pytest
-from hypothesis import given, strategies as st
+from conftest import golden
+from hypothesis import given
+from hypothesis import strategies as st
 
 import roofline as rl
 from roofline.errors import NotFoundError, RooflineError, SpecError, UnknownSpecError
-from roofline.hardware import device_from_dict, specs_dir
+from roofline.specs.devices import device_from_dict, specs_dir
 
 REQUIRED = ["a100-sxm-80gb", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "gb200", "b300", "l40s", "mi300x",
             "mi325x", "mi355x", "tpu-v5e", "tpu-v6e", "tpu-7x", "gaudi3", "trainium2", "trainium3", "corsair",
@@ -67,9 +69,9 @@ def test_dense_peaks_from_published_sparse():
 
 
 def test_capacity_conventions():
-    # nvidia-smi reports 81,559 MiB for H100-80GB and 143,771 MiB for H200 (theory.md §0).
-    assert rl.load_device("h100").get("hbm.capacity") == pytest.approx(85.52e9, rel=1e-3)
-    assert rl.load_device("h200").get("hbm.capacity") == pytest.approx(150.75e9, rel=1e-3)
+    # nvidia-smi's totals (tests/golden/published.toml): 81,559 MiB on H100-80GB, 143,771 MiB on H200
+    for row in golden()["nvidia_smi_mib"]:
+        assert rl.load_device(row["device"]).get("hbm.capacity") == row["value"] * 2**20, row["source"]
     corsair = rl.load_device("corsair")
     assert [t.name for t in corsair.memory] == ["sram", "lpddr"]
     assert corsair.get("sram.capacity") == 2e9 and corsair.get("sram.bandwidth") == 150e12

@@ -5,12 +5,14 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from conftest import golden
+from hypothesis import given
+from hypothesis import strategies as st
 
 import roofline as rl
-from roofline.configs import _presets_dir
 from roofline.errors import NotFoundError, RooflineError, SpecError
-from roofline.precision import get_format
+from roofline.specs.formats import get_format
+from roofline.specs.hf_config import presets_dir
 
 REQUIRED = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.3-70b",
             "llama-3.1-405b", "mixtral-8x7b", "falcon-180b", "qwen3-32b", "qwen3-235b-a22b", "deepseek-r1",
@@ -21,30 +23,19 @@ def test_every_required_preset_ships():
     assert set(REQUIRED) <= set(rl.list_models())
 
 
-# Published totals. Sources: OpenAI gpt-oss model card (arXiv 2508.10925, Table 1: 116.83B total, 5.13B active,
-# counted without the embedding); Meta Llama 3.1 model card (8.03B / 70.6B / 405.9B on the HF model pages);
-# Mistral "Mixtral of experts" (arXiv 2401.04088: 46.7B total, 12.9B active); DeepSeek-V3 report
-# (arXiv 2412.19437: 671B total, 37B activated); Qwen3 technical report (arXiv 2505.09388: 235B / 22B);
-# Meta Llama 2 paper (arXiv 2307.09288: 7B/13B/70B nominal, so not asserted to 1%).
-@pytest.mark.parametrize("model,total", [
-    ("gpt-oss-120b", 116.83e9), ("gpt-oss-20b", 20.91e9), ("llama-3.1-8b", 8.03e9), ("llama-3.1-70b", 70.6e9),
-    ("llama-3.3-70b", 70.6e9), ("llama-3.1-405b", 405.9e9), ("mixtral-8x7b", 46.7e9), ("deepseek-r1", 671e9),
-    ("qwen3-235b-a22b", 235e9), ("qwen3-32b", 32.8e9),
-])
-def test_total_params_match_published_within_1pct(model, total):
-    assert rl.load_model(model).total_params == pytest.approx(total, rel=0.01)
+GOLDEN = golden()
 
 
-@pytest.mark.parametrize("model,active,with_embedding", [
-    ("gpt-oss-120b", 5.13e9, False),     # OpenAI counts active without the embedding table
-    ("gpt-oss-20b", 3.61e9, False),
-    ("mixtral-8x7b", 12.9e9, True),      # Mistral's 12.9B includes it (12.75B without)
-    ("qwen3-235b-a22b", 22e9, True),
-])
-def test_active_params_match_published_within_1pct(model, active, with_embedding):
-    m = rl.load_model(model)
-    ours = m.active_params if with_embedding else m.active_params_without_embedding
-    assert ours == pytest.approx(active, rel=0.01)
+@pytest.mark.parametrize("row", GOLDEN["params_total"], ids=lambda r: r["model"])
+def test_total_params_match_published_within_1pct(row):
+    assert rl.load_model(row["model"]).total_params == pytest.approx(row["value"], rel=0.01), row["source"]
+
+
+@pytest.mark.parametrize("row", GOLDEN["params_active"], ids=lambda r: r["model"])
+def test_active_params_match_published_within_1pct(row):
+    m = rl.load_model(row["model"])
+    ours = m.active_params if row["with_embedding"] else m.active_params_without_embedding
+    assert ours == pytest.approx(row["value"], rel=0.01), row["source"]
 
 
 def test_deepseek_active_params_within_published_rounding():
@@ -63,7 +54,7 @@ def test_component_counts_sum_to_total():
 
 
 def test_gpt_oss_detailed_count():
-    # theory.md §2.7: attention 26,550,144 per layer incl. biases and sinks; one expert 24.89M.
+    # docs/theory.md §2.7: attention 26,550,144 per layer incl. biases and sinks; one expert 24.89M.
     m = rl.load_model("gpt-oss-120b")
     assert m.attention_params_per_layer() == 26_550_144
     assert m.expert_params() == 24_891_840
@@ -71,7 +62,7 @@ def test_gpt_oss_detailed_count():
 
 
 def test_gpt_oss_checkpoint_size():
-    # MXFP4 experts + BF16 rest = 65.25 GB, the published ~60.8 GiB checkpoint (theory.md §2.10).
+    # MXFP4 experts + BF16 rest = 65.25 GB, the published ~60.8 GiB checkpoint (docs/theory.md §2.10).
     m = rl.load_model("gpt-oss-120b")
     parts = m.param_breakdown()
     expert = parts["experts"] * get_format("mxfp4").bytes_per_element
@@ -80,12 +71,12 @@ def test_gpt_oss_checkpoint_size():
 
 
 def test_kv_cache_bytes():
-    # theory.md §2.9: Llama-70B 327,680 B/token; DeepSeek-V3 MLA 70,272 B/token; gpt-oss full layers 36,864.
+    # docs/theory.md §2.9: Llama-70B 327,680 B/token; DeepSeek-V3 MLA 70,272 B/token; gpt-oss full layers 36,864.
     assert rl.load_model("llama-3.1-70b").kv_cache_bytes_per_token("bf16") == 327_680
     assert rl.load_model("deepseek-r1").kv_cache_bytes_per_token("bf16") == 70_272
     g = rl.load_model("gpt-oss-120b")
     assert g.kv_cache_bytes_per_token("bf16") == 36_864
-    # sliding layers hold only their window: 9.44 MB at 128 tokens, 306.7 MB at 8,192 (theory.md §2.4 table)
+    # sliding layers hold only their window: 9.44 MB at 128 tokens, 306.7 MB at 8,192 (docs/theory.md §2.4 table)
     got = g.kv_cache_bytes([128, 1024, 8192, 131072], "bf16")
     np.testing.assert_allclose(got / 1e6, [9.437, 42.47, 306.7, 4835.0], rtol=2e-3)
     assert g.kv_cache_bytes(8192, "fp8") == pytest.approx(g.kv_cache_bytes(8192, "bf16") / 2)
@@ -97,7 +88,7 @@ def test_draft_shares_vocabulary_with_target():
 
 
 def test_config_path_and_dict(tmp_path):
-    cfg = json.loads((_presets_dir() / "llama-3.1-8b.json").read_text())
+    cfg = json.loads((presets_dir() / "llama-3.1-8b.json").read_text())
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
     assert rl.load_model(str(tmp_path / "m" / "config.json")).total_params == rl.load_model("llama-3.1-8b").total_params
@@ -112,7 +103,7 @@ def test_config_path_and_dict(tmp_path):
     (lambda c: c.update(num_key_value_heads=5), "multiple of num_key_value_heads"),
 ])
 def test_bad_configs_name_file_and_key(tmp_path, edit, match):
-    cfg = json.loads((_presets_dir() / "llama-3.1-8b.json").read_text())
+    cfg = json.loads((presets_dir() / "llama-3.1-8b.json").read_text())
     edit(cfg)
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
@@ -136,7 +127,7 @@ _values = st.one_of(st.none(), st.booleans(), st.integers(-3, 300000), st.floats
 
 @given(st.sampled_from(REQUIRED), st.dictionaries(st.text(max_size=3), _values, max_size=2), st.data())
 def test_fuzz_configs_only_raise_project_errors(preset, extra, data):
-    cfg = json.loads((_presets_dir() / f"{preset}.json").read_text())
+    cfg = json.loads((presets_dir() / f"{preset}.json").read_text())
     for key in data.draw(st.lists(st.sampled_from(sorted(cfg)), max_size=3)):
         if data.draw(st.booleans()):
             cfg.pop(key, None)

@@ -1,7 +1,7 @@
 import pytest
 
 from roofline.errors import NotFoundError
-from roofline.precision import get_format
+from roofline.specs.formats import get_format
 
 
 @pytest.mark.parametrize("name,bits", [

@@ -4,17 +4,19 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import roofline as rl
 from roofline.errors import WorkloadError
-from roofline.frontier import compare_frontiers, elasticities, pareto_frontier
-from roofline.placements import enumerate_placements
-from roofline.serving import Placement, Request, evaluate_serving
-from roofline.speculative import Acceptance
+from roofline.physics.speculative import Acceptance
+from roofline.serving.frontier import compare_frontiers, pareto_frontier
+from roofline.serving.placements import enumerate_placements
+from roofline.serving.serve import Placement, Request, evaluate_serving
+from roofline.serving.whatif import elasticities
 
 REQ = Request(input_tokens=8192, output_tokens=1024)
-ACC = Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})   # gimlet.md §1.3
+ACC = Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})   # docs/gimlet.md §1.3
 BATCH = np.array([1, 4, 16, 64, 256])[:, None]
 GAMMA = np.arange(1, 21)[None, :]
 
@@ -67,12 +69,12 @@ def test_what_if_bandwidth_moves_the_answer_in_the_expected_direction():
 
 def test_draft_transfer_is_the_same_round_transfer_as_the_spec_command():
     # a serving step and a standalone speculative round ship the same bytes over the same link
-    from roofline.specdecode import speculative_round
+    from roofline.serving.speculation import speculative_round
     r = evaluate_serving("gpt-oss-120b", configs()[2], REQ, batch=BATCH, gamma=GAMMA, acceptance=ACC)
     s = speculative_round(target="gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", draft_on="corsair:2",
                           batch=BATCH, context=REQ.input_tokens, acceptance=ACC, gamma=GAMMA)
     np.testing.assert_allclose(r.transfer_s, np.broadcast_to(s.transfer_s, r.transfer_s.shape))
-    # greedy: gamma int32 ids forward, two int32 back per sequence, latency paid each way (theory.md §5.5)
+    # greedy: gamma int32 ids forward, two int32 back per sequence, latency paid each way (docs/theory.md §5.5)
     np.testing.assert_allclose(r.transfer_s, 2 * 10e-6 + BATCH * (GAMMA * 4 + 8) / 63e9)
     assert np.all(evaluate_serving("gpt-oss-120b", configs()[1], REQ, batch=BATCH, gamma=GAMMA,
                                    acceptance=ACC).transfer_s == 0)
@@ -102,7 +104,7 @@ def test_kv_transfer_over_a_slow_link_costs_ttft():
     req = Request(input_tokens=8192, output_tokens=128)
     a, t, b = (evaluate_serving("llama-3.1-70b", p, req, batch=4) for p in (fast, tcp, slow))
     # 2.68 GB of KV per prompt: 6 ms on NVLink, 215 ms on 100 GbE, both hidden behind the ~1.1 s prefill by
-    # layer-wise streaming (theory.md §5.6); at 1 GB/s the 2.7 s transfer is not
+    # layer-wise streaming (docs/theory.md §5.6); at 1 GB/s the 2.7 s transfer is not
     assert a.kv_transfer_s == 0 and t.kv_transfer_s == 0
     expected = 0.05e-3 + 2.684e9 / 1e9 - float(a.prefill_s) * (1 - 1 / 80)
     assert expected > 0.5
@@ -135,8 +137,10 @@ def test_bad_serving_inputs():
         evaluate_serving("gpt-oss-120b", configs()[0], REQ, batch=1, gamma=3)
     with pytest.raises(WorkloadError, match="mode"):
         evaluate_serving("gpt-oss-120b", configs()[0], REQ, batch=1, mode="batchy")
-    with pytest.raises(ValueError):
+    with pytest.raises(WorkloadError, match="input_tokens"):
         Request(input_tokens=0, output_tokens=5)
+    with pytest.raises(WorkloadError, match="output_tokens"):
+        Request(input_tokens=5, output_tokens=np.array([1, 2]))
 
 
 # -------------------------------------------------------------- frontiers
@@ -145,7 +149,8 @@ points = st.lists(st.tuples(st.floats(1, 1e4), st.floats(1, 1e5), st.booleans())
 
 @given(points)
 def test_frontier_is_exactly_the_non_dominated_set(pts):
-    x = np.array([p[0] for p in pts]); y = np.array([p[1] for p in pts]); ok = np.array([p[2] for p in pts])
+    x, y = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    ok = np.array([p[2] for p in pts])
     f = pareto_frontier(x, y, ok)
     for i in np.flatnonzero(ok):
         dominated = np.any(ok & (x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i])))

@@ -7,8 +7,8 @@ import pytest
 
 import roofline as rl
 from roofline.errors import WorkloadError
-from roofline.specdecode import optimal_gamma, speculative_round
-from roofline.speculative import Acceptance
+from roofline.physics.speculative import Acceptance
+from roofline.serving.speculation import optimal_gamma, speculative_round
 
 KW = dict(target="gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", batch=1, context=8192)
 
@@ -27,7 +27,7 @@ def test_round_is_draft_plus_verify_plus_transfer():
                  gamma=g, weights="mxint8", kv="mxint8", activations="mxint8")
     v = rl.verify("gpt-oss-120b", rl.DeviceGroup(device=rl.load_device("b200"), tp=8), batch=1, context=8192, gamma=g)
     np.testing.assert_allclose(r.round_s, d.time_s + v.time_s + r.transfer_s)
-    # greedy sends gamma token ids and gets back 8 bytes over PCIe Gen5: latency-dominated (theory.md §5.5)
+    # greedy sends gamma token ids and gets back 8 bytes over PCIe Gen5: latency-dominated (docs/theory.md §5.5)
     np.testing.assert_allclose(r.transfer_s, 2 * 10e-6 + (g * 4 + 8) / 63e9)
     np.testing.assert_allclose(r.tokens_per_s_per_user, r.expected_tokens / r.round_s)
 
@@ -42,7 +42,7 @@ def test_extra_flop_of_speculation():
 def test_lossless_sampling_ships_probability_rows():
     greedy = speculative_round(**KW, draft_on="corsair:2", acceptance=0.9, gamma=4)
     lossless = speculative_round(**KW, draft_on="corsair:2", acceptance=0.9, gamma=4, sampling="lossless")
-    # 4 x 201,088 fp32 = 3.2 MB: ~51 us at 63 GB/s (theory.md §5.5)
+    # 4 x 201,088 fp32 = 3.2 MB: ~51 us at 63 GB/s (docs/theory.md §5.5)
     assert float(lossless.transfer_s - greedy.transfer_s) == pytest.approx(4 * 201088 * 4 / 63e9, rel=1e-6)
 
 
@@ -113,7 +113,7 @@ def test_spec_command(run_cli):
 
 @pytest.mark.parametrize("extra,code,needle", [
     (["--alpha", "1.5"], 1, "alpha must be in [0, 1]"),
-    (["--alpha", "0.9", "--gamma", "-1"], 1, "gamma (draft length) must be a whole number"),
+    (["--alpha", "0.9", "--gamma", "-1"], 2, "--gamma"),
     (["--alpha", "0.9", "--acceptance-length", "5:3"], 2, "exactly one"),
     (["--acceptance-length", "4:9"], 1, "exceeds gamma + 1"),
     (["--alpha", "0.9", "--draft", "llama-3.1-8b"], 1, "vocabulary"),
@@ -140,8 +140,8 @@ def test_spec_command_keeps_pipeline_groups(run_cli):
 def test_round_energy_counts_every_device_of_each_group(draft_on, cards):
     # detailed count: each device draws busy power while its stage runs and idle power for the rest of the round,
     # whether its group splits the model by tensor (TP) or by layer (PP)
-    from roofline.energy import busy_power_w, idle_w
-    from roofline.engine import parse_group
+    from roofline import resolve_group as parse_group
+    from roofline.physics.energy import busy_power_w, idle_w
     g = np.array([1, 5])
     r = speculative_round(**KW, draft_on=draft_on, acceptance=0.926, gamma=g)
     dg, tg = parse_group(draft_on), rl.DeviceGroup(device=rl.load_device("b200"), tp=8)

@@ -2,21 +2,30 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from roofline.errors import WorkloadError
-from roofline.speculative import (Acceptance, acceptance_length_from_rate, acceptance_rate_from_length,
-                                  alpha_from_acceptance_length, compute_increase_factor, expected_tokens,
-                                  expected_tokens_positional, optimal_gamma_closed_form, speedup_closed_form)
+from roofline.physics.speculative import (
+    Acceptance,
+    acceptance_length_from_rate,
+    acceptance_rate_from_length,
+    alpha_from_acceptance_length,
+    compute_increase_factor,
+    expected_tokens,
+    expected_tokens_positional,
+    optimal_gamma_closed_form,
+    speedup_closed_form,
+)
 
 alphas = st.floats(0, 1, allow_nan=False)
 gammas = st.integers(0, 64)
 
 
 def test_done_when_values():
-    assert round(float(expected_tokens(0.926, 5)), 2) == 4.99   # gimlet.md §1.4
+    assert round(float(expected_tokens(0.926, 5)), 2) == 4.99   # docs/gimlet.md §1.4
     assert expected_tokens(1.0, 5) == 6                         # all drafts plus the bonus token
-    assert expected_tokens(0.8, 4) == pytest.approx(3.3616)     # theory.md §4.2 check value
+    assert expected_tokens(0.8, 4) == pytest.approx(3.3616)     # docs/theory.md §4.2 check value
     assert expected_tokens(0.962, 40) == pytest.approx(20.94, abs=0.01)
 
 
@@ -58,7 +67,7 @@ def test_matches_monte_carlo_of_bernoulli_acceptance(alpha, gamma):
 
 def test_positional_and_tables():
     assert expected_tokens_positional([0.8] * 4) == pytest.approx(float(expected_tokens(0.8, 4)))
-    # theory.md §4.7: unconditional per-position rates 0.58, 0.31, 0.16, 0.08 give tau(gamma=4) = 2.13
+    # docs/theory.md §4.7: unconditional per-position rates 0.58, 0.31, 0.16, 0.08 give tau(gamma=4) = 2.13
     r = np.array([0.58, 0.31, 0.16, 0.08])
     conditional = r / np.concatenate([[1.0], r[:-1]])
     assert expected_tokens_positional(conditional) == pytest.approx(2.13)
@@ -78,7 +87,7 @@ def test_positional_and_tables():
 @pytest.mark.parametrize("tau,gamma,alpha", [(3.5, 5, 0.7773), (2.5, 3, 0.6914), (3.0, 4, 0.7413), (6.0, 7, 0.9158),
                                              (2.0, 2, 0.6180)])
 def test_alpha_from_acceptance_length(tau, gamma, alpha):
-    # theory.md §4.7 inversion table
+    # docs/theory.md §4.7 inversion table
     assert alpha_from_acceptance_length(tau, gamma) == pytest.approx(alpha, abs=1e-4)
 
 
@@ -89,15 +98,15 @@ def test_inversion_roundtrip(a, g):
 
 
 def test_engine_acceptance_rate_is_not_alpha():
-    # alpha = 0.8, gamma = 4 shows as a 0.590 "acceptance rate" (theory.md §4.7)
+    # alpha = 0.8, gamma = 4 shows as a 0.590 "acceptance rate" (docs/theory.md §4.7)
     tau = expected_tokens(0.8, 4)
     assert acceptance_rate_from_length(tau, 4) == pytest.approx(0.590, abs=1e-3)
     assert acceptance_length_from_rate(0.590, 4) == pytest.approx(3.36)
 
 
 def test_speedup_and_compute_factor():
-    assert speedup_closed_form(0.8, 4, 0.1) == pytest.approx(2.401, abs=1e-3)   # theory.md §4.3
-    assert compute_increase_factor(0.8, 4, 0.1) == pytest.approx(1.606, abs=1e-3)  # theory.md §4.5
+    assert speedup_closed_form(0.8, 4, 0.1) == pytest.approx(2.401, abs=1e-3)   # docs/theory.md §4.3
+    assert compute_increase_factor(0.8, 4, 0.1) == pytest.approx(1.606, abs=1e-3)  # docs/theory.md §4.5
     assert speedup_closed_form(0.5, 0, 0.3) == 1
 
 

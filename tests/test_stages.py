@@ -5,12 +5,15 @@ import itertools
 import attrs
 import numpy as np
 import pytest
-from hypothesis import assume, given, strategies as st
+from conftest import golden
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 import roofline as rl
-from roofline import stages
 from roofline.errors import InfeasibleError, NotFoundError, UnknownSpecError, WorkloadError
-from roofline.params import DEFAULT_PARAMS
+from roofline.physics import stages
+
+DEFAULT_PARAMS = rl.default_params()
 
 H100 = rl.load_device("h100-sxm")
 H200 = rl.load_device("h200-sxm")
@@ -97,8 +100,8 @@ def test_array_call_equals_stacked_scalar_calls():
     B, L = np.array([1, 16, 64]), np.array([0, 2048, 30000])
     for fn, kw in ((stages.decode_step, {}), (stages.verify, {"gamma": 3}), (stages.draft, {"gamma": 4})):
         grid = fn("gpt-oss-120b", H200, batch=B[:, None], context=L[None, :], on_infeasible="nan", **kw)
-        for (i, b), (j, l) in itertools.product(enumerate(B), enumerate(L)):
-            one = fn("gpt-oss-120b", H200, batch=int(b), context=int(l), on_infeasible="nan", **kw)
+        for (i, b), (j, ctx) in itertools.product(enumerate(B), enumerate(L)):
+            one = fn("gpt-oss-120b", H200, batch=int(b), context=int(ctx), on_infeasible="nan", **kw)
             np.testing.assert_equal(grid.time_s[i, j], one.time_s)
             assert grid.bound[i, j] == one.bound
     S = np.array([100, 5000])
@@ -115,20 +118,20 @@ def test_h100_bf16_ridge():
 
 
 def test_decode_turns_compute_bound_past_the_ridge_batch():
-    # theory.md §3.3: with BF16 weights decode becomes compute-bound near B* ~ pi/beta ~ 295 at short context
+    # docs/theory.md §3.3: with BF16 weights decode becomes compute-bound near B* ~ pi/beta ~ 295 at short context
     lo = stages.decode_step("llama-3.1-8b", H100, batch=200, context=1, params=PURE)
     hi = stages.decode_step("llama-3.1-8b", H100, batch=400, context=1, params=PURE)
     assert lo.bound == "memory:hbm" and hi.bound == "compute"
 
 
 def test_llama70b_bf16_does_not_fit_one_h100_but_fits_h200():
-    # theory.md §1.4: 141.1 GB of BF16 weights against 85.5 GB of HBM; one H200 (150.75 GB) holds it
+    # docs/theory.md §1.4: 141.1 GB of BF16 weights against 85.5 GB of HBM; one H200 (150.75 GB) holds it
     with pytest.raises(InfeasibleError, match="does not fit on h100-sxm"):
         stages.decode_step("llama-3.1-70b", H100, batch=1, context=1024)
     r = stages.decode_step("llama-3.1-70b", H200, batch=1, context=1024)
     assert r.fits and r.weights_per_device_bytes == pytest.approx(141.1e9, rel=1e-3)
     assert stages.decode_step("llama-3.1-70b", H100, batch=1, context=1024, tp=2).fits
-    # theory.md §3.3 worked example 1: TP2 on 2 x H100 at L = 2,048 and u = 0.95 holds B_max = 31
+    # docs/theory.md §3.3 worked example 1: TP2 on 2 x H100 at L = 2,048 and u = 0.95 holds B_max = 31
     assert stages.max_batch("llama-3.1-70b", H100, context=2048, tp=2) == 31
 
 
@@ -139,12 +142,9 @@ def test_sweep_marks_infeasible_points_with_nan():
     assert stages.max_batch("gpt-oss-120b", H200, context=8192) > 64
 
 
-# gpt-fast README (pytorch-labs/gpt-fast @c9f683e, A100-80GB, batch 1): measured tokens/s never exceed our
-# bandwidth bound (peak HBM bandwidth, no overheads).
-GPT_FAST = [("llama-2-7b", "bf16", 1, 104.9), ("llama-2-7b", "int4-g32", 1, 196.8), ("llama-2-70b", "int4-g32", 1, 25.25),
-            ("llama-3.1-8b", "int8", 1, 137.64), ("llama-2-7b", "bf16", 2, 168.84), ("llama-2-7b", "bf16", 8, 328.43),
-            ("llama-2-70b", "bf16", 4, 38.01), ("llama-3.1-8b", "bf16", 8, 276.01), ("llama-2-70b", "int8", 8, 80.44),
-            ("llama-3.1-405b", "int8", 8, 15.6)]
+# gpt-fast README (tests/golden/published.toml): measured tokens/s never exceed our bandwidth bound
+# (peak HBM bandwidth, no overheads).
+GPT_FAST = [tuple(r) for r in golden()["gpt_fast"][0]["rows"]]
 
 
 @pytest.mark.parametrize("model,weights,tp,measured", GPT_FAST)
@@ -159,7 +159,7 @@ def test_prefill_8k_is_compute_bound_on_h100():
 
 
 def test_tensor_parallel_small_model_is_latency_bound():
-    # DESIGN.md: TP over 8 GPUs on a small model is bound by per-layer all-reduce latency, not bandwidth.
+    # docs/design.md: TP over 8 GPUs on a small model is bound by per-layer all-reduce latency, not bandwidth.
     r = stages.decode_step("llama-3.1-8b", A100, batch=1, context=205, tp=8)
     assert r.communication_s > 0.3 * r.memory_s
 

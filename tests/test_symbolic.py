@@ -1,12 +1,13 @@
 """sympy derivations against the numeric closed forms (three-way check with the Monte Carlo in test_speculative)."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 sympy = pytest.importorskip("sympy")
 
 from roofline import symbolic  # noqa: E402
-from roofline.speculative import expected_tokens, speedup_closed_form  # noqa: E402
+from roofline.physics.speculative import expected_tokens, speedup_closed_form  # noqa: E402
 
 E = symbolic.lambdified("expected-tokens")       # args: alpha, gamma
 S = symbolic.lambdified("speedup")               # args: alpha, c, gamma
@@ -30,7 +31,7 @@ def test_speedup_sympy_equals_numeric(a, c, g):
 
 
 def test_ridge_batch_matches_worked_table():
-    # theory.md §3.3: Llama-70B BF16 on H100: B* ~ 300 at L = 0, ~979 at L = 1,024, infinite at 8,192
+    # docs/theory.md §3.3: Llama-70B BF16 on H100: B* ~ 300 at L = 0, ~979 at L = 1,024, infinite at 8,192
     rb = symbolic.formula("ridge-batch")
     s = symbolic.symbols()
     P, nh, dh, nL = 69.502e9, 64, 128, 80

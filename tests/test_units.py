@@ -1,7 +1,8 @@
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from roofline.errors import RooflineError, UnitError
 from roofline.units import GB, GiB, parse_quantity

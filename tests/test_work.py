@@ -4,10 +4,12 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import roofline as rl
-from roofline.work import Formats, attended_pairs, expected_experts_touched, forward_work
+from roofline.physics.work import attended_pairs, expected_experts_touched, forward_work
+from roofline.specs.formats import Formats
 
 GPT = rl.load_model("gpt-oss-120b")
 LLAMA70 = rl.load_model("llama-3.1-70b")
@@ -19,7 +21,7 @@ def test_expected_experts_limits():
     assert expected_experts_touched(8, 8, 3) == pytest.approx(8)
     n = np.arange(1, 300)
     assert np.all(np.diff(expected_experts_touched(256, 8, n)) >= 0)
-    # theory.md §2.7 table, E=128, k=4 and DeepSeek E=256, k=8
+    # docs/theory.md §2.7 table, E=128, k=4 and DeepSeek E=256, k=8
     np.testing.assert_allclose(expected_experts_touched(128, 4, [8, 32, 64, 128]), [28.7, 81.7, 111.2, 125.8], atol=0.06)
     np.testing.assert_allclose(expected_experts_touched(256, 8, [8, 32, 64]), [57.4, 163.3, 222.4], atol=0.06)
 
@@ -44,7 +46,7 @@ def test_chunks_sum_to_causal_total(S, C):
 
 
 def test_prefill_flop_llama70b_matches_worked_example():
-    # theory.md §3.2: Llama-70B, S = 2,048: F = 285.9 TFLOP (2 P_mat S - 2dV(S-1) + causal attention)
+    # docs/theory.md §3.2: Llama-70B, S = 2,048: F = 285.9 TFLOP (2 P_mat S - 2dV(S-1) + causal attention)
     w = forward_work(LLAMA70, Formats(), batch=1, new_tokens=2048, prefix_tokens=0, logits_per_seq=1,
                      mla_absorbed=False)
     assert float(w.flop_total) == pytest.approx(285.9e12, rel=2e-3)
@@ -61,7 +63,7 @@ def test_decode_flop_is_two_per_active_param_plus_attention():
 
 
 def test_gpt_oss_decode_bytes_match_worked_example():
-    # theory.md §3.3 worked example 2: bytes per step at L = 8,192 (MXFP4 experts, BF16 rest and KV)
+    # docs/theory.md §3.3 worked example 2: bytes per step at L = 8,192 (MXFP4 experts, BF16 rest and KV)
     B = np.array([1, 8, 32, 64, 128, 256])
     w = forward_work(GPT, Formats.for_model(GPT), batch=B, new_tokens=1, prefix_tokens=8192)
     got = (w.weight_bytes_total - w.weight_bytes["embedding"] + w.kv_read_bytes) / 1e9
@@ -69,7 +71,7 @@ def test_gpt_oss_decode_bytes_match_worked_example():
 
 
 def test_verify_reads_more_experts_than_decode():
-    # theory.md §3.4: gpt-oss on H200, B = 1, L = 4,096: T_ver/T_dec = 1.36, 1.70, 2.04, 2.37 for gamma = 1..4
+    # docs/theory.md §3.4: gpt-oss on H200, B = 1, L = 4,096: T_ver/T_dec = 1.36, 1.70, 2.04, 2.37 for gamma = 1..4
     f = Formats.for_model(GPT)
 
     def step_bytes(n):
@@ -81,7 +83,7 @@ def test_verify_reads_more_experts_than_decode():
 
 
 def test_mla_absorbed_intensity():
-    # theory.md §2.6: absorbed MLA decode attention does 278,528 FLOP per 1,152 B cached token: 241.8 FLOP/B
+    # docs/theory.md §2.6: absorbed MLA decode attention does 278,528 FLOP per 1,152 B cached token: 241.8 FLOP/B
     m = rl.load_model("deepseek-r1")
     w1 = forward_work(m, Formats(), batch=1, new_tokens=1, prefix_tokens=1000)
     w2 = forward_work(m, Formats(), batch=1, new_tokens=1, prefix_tokens=2000)
@@ -112,7 +114,7 @@ def test_array_call_equals_stacked_scalar_calls():
     B, L, n = np.array([1, 4, 32]), np.array([0, 100, 9000]), np.array([1, 2, 6])
     grid = forward_work(GPT, f, batch=B[:, None, None], prefix_tokens=L[None, :, None], new_tokens=n[None, None, :],
                         logits_per_seq=1)
-    for (i, b), (j, l), (k, nn) in itertools.product(enumerate(B), enumerate(L), enumerate(n)):
-        one = forward_work(GPT, f, batch=b, prefix_tokens=l, new_tokens=nn, logits_per_seq=1)
+    for (i, b), (j, ctx), (k, nn) in itertools.product(enumerate(B), enumerate(L), enumerate(n)):
+        one = forward_work(GPT, f, batch=b, prefix_tokens=ctx, new_tokens=nn, logits_per_seq=1)
         assert grid.bytes_total[i, j, k] == one.bytes_total
         assert grid.flop_total[i, j, k] == one.flop_total

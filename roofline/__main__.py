@@ -1,0 +1,7 @@
+"""``python -m roofline``: the command line."""
+
+import sys
+
+from .ui.cli import main
+
+sys.exit(main())

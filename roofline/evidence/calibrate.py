@@ -1,0 +1,200 @@
+"""Fit the engine's global parameters to published measurements (scipy least squares).
+
+Few, physical parameters (:class:`roofline.specs.params.EngineParams`): achieved
+fractions of peak bandwidth and FLOP/s, the token count at which matmuls reach
+half their peak efficiency, fixed costs per pass and per layer, the fixed cost
+of a collective, and the dequantisation work per weight element of weight-only
+formats. The efficiency and fixed-cost parameters are fitted per serving-stack
+family (gpt-fast against TensorRT-LLM/NIM: their kernels and schedulers
+differ); the rest are shared. Residuals are log(predicted / measured), so a row
+2x too fast weighs as much as one 2x too slow. The fit reports each parameter
+with its standard error (Jacobian at the optimum) and, on request, the
+leave-one-out error: each row predicted by a fit that never saw it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..errors import RooflineError
+from ..specs.params import EngineParams, Profile, profile_toml, stack_family, write_profile
+from .validate import Row, predict_row
+
+#: name -> (lower bound, upper bound, scale used inside the optimiser). The bounds bracket the physical ranges
+#: of docs/theory.md: a pass costs 0.05-0.3 ms of fixed time with CUDA graphs and over 1 ms without (§1.2;
+#: bounds 20 us-2 ms), a layer at most 20 us of kernel boundaries, a collective 5-20 us of NCCL small-message
+#: latency (§5.1; bounds 2-20 us); they keep the fit from turning a fixed cost into a catch-all for what the
+#: model misses.
+BOUNDS: dict[str, tuple[float, float, float]] = {
+    "memory_bandwidth_fraction": (0.3, 1.0, 1.0),
+    "compute_fraction": (0.2, 1.0, 1.0),
+    "compute_half_tokens": (0.0, 2048.0, 100.0),
+    "low_precision_compute_scale": (0.3, 1.0, 1.0),
+    "step_overhead_s": (20e-6, 2e-3, 1e-4),
+    "layer_overhead_s": (0.0, 20e-6, 1e-5),
+    "collective_base_s": (2e-6, 20e-6, 1e-5),
+    "dequant_ops_per_element": (0.0, 64.0, 10.0),
+}
+PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "step_overhead_s", "layer_overhead_s", "collective_base_s")
+SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
+
+
+@attrs.frozen(kw_only=True)
+class Fit:
+    """A calibration: the fitted profile, standard errors by parameter set (``default``, ``*`` for the
+    parameters the stack families share, one per family), the rows used and skipped, and the errors."""
+
+    profile: Profile
+    standard_errors: dict[str, dict[str, float]]
+    rows: list[str]
+    skipped: list[dict[str, str]]
+    median_abs_error: float
+    loo_median_abs_error: float | None
+    loo_errors: dict[str, float] | None
+
+
+class _Layout:
+    def __init__(self, families: list[str]) -> None:
+        self.families = families
+        self.keys: list[tuple[str, str]] = [("*", k) for k in SHARED] + [(f, k) for f in families for k in PER_FAMILY]
+
+    def x0(self, base: EngineParams) -> np.ndarray:
+        return np.array([getattr(base, k) / BOUNDS[k][2] for _f, k in self.keys])
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        return (np.array([BOUNDS[k][0] / BOUNDS[k][2] for _f, k in self.keys]),
+                np.array([BOUNDS[k][1] / BOUNDS[k][2] for _f, k in self.keys]))
+
+    def params(self, base: EngineParams, x: np.ndarray) -> dict[str, EngineParams]:
+        shared = {k: float(np.clip(v * BOUNDS[k][2], BOUNDS[k][0], BOUNDS[k][1]))
+                  for (f, k), v in zip(self.keys, x) if f == "*"}
+        out = {}
+        for fam in self.families:
+            own = {k: float(np.clip(v * BOUNDS[k][2], BOUNDS[k][0], BOUNDS[k][1]))
+                   for (f, k), v in zip(self.keys, x) if f == fam}
+            out[fam] = attrs.evolve(base, **shared, **own)
+        return out
+
+
+def _usable(rows: list[Row], base: EngineParams) -> tuple[list[Row], list[dict[str, str]]]:
+    ok, skipped = [], []
+    for r in rows:
+        try:
+            measured = float(r.get("value"))
+            if not (math.isfinite(measured) and measured > 0):
+                raise RooflineError("measured value is not a positive number")
+            predict_row(r, base)
+            ok.append(r)
+        except (RooflineError, ValueError) as e:
+            skipped.append({"id": r.id, "reason": str(e)})
+    return ok, skipped
+
+
+def _family(layout: _Layout, row: Row) -> str:
+    return layout.families[0] if layout.families == ["all"] else stack_family(row.get("stack"))
+
+
+def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> np.ndarray:
+    per = layout.params(base, x)
+    out = []
+    for r in rows:
+        try:
+            out.append(math.log(predict_row(r, per[_family(layout, r)]) / float(r.get("value"))))
+        except RooflineError:
+            out.append(3.0)  # a parameter set that makes a row infeasible is heavily penalised
+    return np.array(out)
+
+
+def _solve(rows: list[Row], base: EngineParams, layout: _Layout) -> Any:
+    from scipy.optimize import least_squares
+    lo, hi = layout.bounds()
+    return least_squares(_residuals, np.clip(layout.x0(base), lo, hi), bounds=(lo, hi),
+                         args=(rows, base, layout), x_scale="jac", diff_step=1e-3, max_nfev=300)
+
+
+def _standard_errors(res: Any, layout: _Layout, n_rows: int) -> dict[str, dict[str, float]]:
+    """Standard error of each parameter from the Jacobian at the optimum (Gauss-Newton covariance)."""
+    s2 = float(np.sum(res.fun**2)) / max(1, n_rows - len(layout.keys))
+    cov = np.linalg.pinv(res.jac.T @ res.jac) * s2
+    se: dict[str, dict[str, float]] = {}
+    for i, (fam, k) in enumerate(layout.keys):
+        se.setdefault(fam, {})[k] = float(math.sqrt(max(cov[i, i], 0.0)) * BOUNDS[k][2])
+    return se
+
+
+def calibrate(rows: list[Row], base: EngineParams | None = None, *, leave_one_out: bool = False,
+              progress: Any = None) -> Fit:
+    """Fit shared and per-stack-family parameters to ``rows`` (log residuals, scipy least squares).
+
+    ``progress``, if given, is called as ``progress(done, total, what)`` between fits (the CLI shows a bar).
+    """
+    base = base or EngineParams()
+    ok, skipped = _usable(rows, base)
+    families = sorted({stack_family(r.get("stack")) for r in ok})
+    layout = _Layout(families)
+    if len(ok) <= len(layout.keys):
+        raise RooflineError(f"calibration needs more than {len(layout.keys)} usable rows, got {len(ok)}")
+    total = 2 + (len(ok) if leave_one_out else 0)
+    tick = progress or (lambda done, total, what: None)
+    tick(0, total, "fitting per stack family")
+    res = _solve(ok, base, layout)
+    se = _standard_errors(res, layout, len(ok))
+    per = layout.params(base, res.x)
+    # the default, for any other stack and for the stage commands: one parameter set fitted to all rows
+    tick(1, total, "fitting the pooled default")
+    pooled = _Layout(["all"])
+    pooled_fit = _solve(ok, base, pooled)
+    default = pooled.params(base, pooled_fit.x)["all"]
+    pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
+    se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
+    errs = np.abs(np.expm1(res.fun))
+    loo = None
+    if leave_one_out:
+        loo = {}
+        for i, r in enumerate(ok):
+            tick(2 + i, total, f"leave-one-out: {r.id}")
+            fit_i = _solve(ok[:i] + ok[i + 1:], base, layout)
+            p_i = layout.params(base, fit_i.x)[_family(layout, r)]
+            loo[r.id] = float(predict_row(r, p_i) / float(r.get("value")) - 1)
+    return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
+               skipped=skipped, median_abs_error=float(np.median(errs)),
+               loo_median_abs_error=float(np.median(np.abs(list(loo.values())))) if loo else None, loo_errors=loo)
+
+
+
+
+def _notes(value: float, se: float | None) -> str:
+    if se is None:
+        return ""
+    if not math.isfinite(se) or se > max(abs(value), 1e-300):
+        return f"not identified by this data (+/- {se:.2g})"
+    return f"+/- {se:.3g}"
+
+
+def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
+    """Per parameter set and name: ``+/- se``, or ``not identified by this data`` where the standard error
+    exceeds the value itself (the data cannot tell the parameter from zero)."""
+    out: dict[str, dict[str, str]] = {"default": {}}
+    for k, se in fit.standard_errors.get("default", {}).items():
+        out["default"][k] = _notes(getattr(fit.profile.default, k), se)
+    for fam, p in fit.profile.families.items():
+        ses = {**fit.standard_errors.get("*", {}), **fit.standard_errors.get(fam, {})}
+        out[fam] = {k: _notes(getattr(p, k), se) for k, se in ses.items()}
+    return out
+
+
+def profile_text(fit: Fit, *, data: str) -> str:
+    """The profile file of a fit, with each parameter's uncertainty and the fit's record."""
+    record: dict[str, Any] = {"data": data, "rows": len(fit.rows), "median_abs_error": round(fit.median_abs_error, 4)}
+    if fit.loo_median_abs_error is not None:
+        record["loo_median_abs_error"] = round(fit.loo_median_abs_error, 4)
+    return profile_toml(fit.profile, uncertainty=uncertainty(fit), fit=record)
+
+
+def save_profile(fit: Fit, path: str, *, data: str) -> None:
+    """Write ``fit`` as a profile every command accepts with ``--profile`` (atomically)."""
+    write_profile(path, profile_text(fit, data=data))

@@ -1,0 +1,75 @@
+"""Power and energy of device groups.
+
+Linear utilisation model (docs/theory.md §7, model 1; the utilisation-based power model of
+ML.ENERGY's Zeus and of GenZ's energy estimates):
+
+    P = P_idle + (P_TDP - P_idle) * u,   u = w_c * T_compute / T + w_m * T_memory / T   (w_c + w_m = 1)
+
+clipped to [P_idle, P_TDP], for the time a group works; a group that waits on
+another draws P_idle. Energy = P * T * devices, times the facility PUE. The
+weights and the idle fallback are parameters: a memory-bound decode at full
+bandwidth draws P_idle + w_m (P_TDP - P_idle), well below TDP, as measured.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..specs.devices import Device
+from ..specs.groups import DeviceGroup
+from .timing import StageResult
+
+Array = NDArray[np.float64]
+
+
+@attrs.frozen(kw_only=True)
+class PowerModel:
+    """Parameters of the power model.
+
+    * ``compute_weight`` (w_c): share of the dynamic range drawn by saturated
+      tensor units; the rest (w_m) by saturated memory traffic. 0.5 [est].
+    * ``idle_fraction_of_tdp``: used only when a spec file does not publish idle
+      power: 0.12 = the measured 85 W of 700 W on H100 SXM (hardware_specs/h100-sxm.toml).
+    * ``pue``: facility power usage effectiveness (1.0 = chip power only).
+    """
+
+    compute_weight: float = attrs.field(default=0.5, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
+    idle_fraction_of_tdp: float = attrs.field(default=0.12, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
+    pue: float = attrs.field(default=1.0, validator=attrs.validators.ge(1))
+
+
+DEFAULT_POWER = PowerModel()
+
+
+def idle_w(device: Device, power: PowerModel = DEFAULT_POWER) -> float:
+    """Idle power per device: the spec's value, else the documented fraction of TDP."""
+    tdp = device.get("power.tdp")
+    return device.idle_w if device.idle_w is not None else power.idle_fraction_of_tdp * tdp
+
+
+def busy_power_w(device: Device, *, time_s: ArrayLike, compute_s: ArrayLike, memory_s: ArrayLike,
+                 power: PowerModel = DEFAULT_POWER) -> Array:
+    """Power of one device while it runs a stage (linear utilisation model, clipped to [idle, TDP])."""
+    t = np.asarray(time_s, dtype=float)
+    tdp, idle = device.get("power.tdp"), idle_w(device, power)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = (power.compute_weight * np.asarray(compute_s) + (1 - power.compute_weight) * np.asarray(memory_s)) / t
+    u = np.clip(np.nan_to_num(u, nan=0.0), 0.0, 1.0)
+    return idle + (tdp - idle) * u
+
+
+def stage_power_w(device: Device, stage: StageResult, power: PowerModel = DEFAULT_POWER) -> Array:
+    """:func:`busy_power_w` of one device while it runs ``stage``."""
+    return busy_power_w(device, time_s=stage.time_s, compute_s=stage.compute_s, memory_s=stage.memory_s, power=power)
+
+
+def group_busy_w(group: DeviceGroup, stage: StageResult, power: PowerModel = DEFAULT_POWER) -> Array:
+    """Power of a whole group while it runs ``stage`` (every device of the tp x pp group draws it)."""
+    return group.count * stage_power_w(group.device, stage, power)
+
+
+def group_idle_w(group: DeviceGroup, power: PowerModel = DEFAULT_POWER) -> float:
+    """Power of a whole group while it waits."""
+    return group.count * idle_w(group.device, power)

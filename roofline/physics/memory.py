@@ -1,0 +1,141 @@
+"""Memory: what a device holds (weights, KV cache, workspace), where it is placed, and the traffic per tier.
+
+Data is placed fastest tier first (weights, then KV, then workspace); bytes
+that do not fit a tier spill to the next and are re-read from there every pass
+(hierarchical roofline, docs/theory.md §1.4). A point fits when everything is
+placed within the usable share of the tiers. KV heads split over tensor-parallel
+ranks only while tp <= n_kv; MLA's single latent is replicated on every rank
+(docs/theory.md §2.9).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..specs.devices import Device
+from ..specs.formats import Formats
+from ..specs.groups import DeviceGroup
+from ..specs.models import ModelSpec
+
+Array = NDArray[np.float64]
+
+
+def kv_shards(model: ModelSpec, tp: int) -> int:
+    """Ranks the KV cache is split over: min(tp, n_kv) for GQA/MQA, 1 for MLA (replicated latent)."""
+    return 1 if model.is_mla else min(tp, model.num_kv_heads)
+
+
+def stored_weight_bytes(model: ModelSpec, formats: Formats) -> float:
+    """Bytes of all stored weights (every expert), non-expert and expert formats apart."""
+    experts = model.param_breakdown()["experts"]
+    return ((model.total_params - experts) * formats.weight.bytes_per_element
+            + experts * formats.expert.bytes_per_element)
+
+
+def workspace_per_sequence_bytes(model: ModelSpec, formats: Formats, tp: int, new_tokens: ArrayLike,
+                                 logits_per_seq: ArrayLike) -> Array:
+    """Transient activations per sequence and device: the residual stream and the widest MLP
+    intermediate for each new token (4d + 2*d_ff_widest elements) plus fp32 logits."""
+    widest = max(model.intermediate_size, model.experts_per_token * model.expert_intermediate_size, model.hidden_size)
+    n = np.asarray(new_tokens, dtype=float)
+    return (formats.activation.bytes_per_element * n * (4 * model.hidden_size + 2 * widest)
+            + 4.0 * np.asarray(logits_per_seq, dtype=float) * model.vocab_size) / tp
+
+
+@attrs.frozen(kw_only=True)
+class Residency:
+    """What one device of one pipeline stage holds, in factored (unbroadcast) form."""
+
+    weights_bytes: float          # stored weights per device
+    workspace_bytes: Any          # batch x workspace per sequence (batch-shaped)
+    kv_sequences: Any             # sequences whose KV one device holds: batch / (KV shards x pp)
+    kv_sequence_bytes: Any        # KV of one sequence at the pass's context (context-shaped)
+
+    def kv_bytes(self) -> Array:
+        return self.kv_sequences * self.kv_sequence_bytes
+
+    def total_bytes(self) -> Array:
+        return self.weights_bytes + self.workspace_bytes + self.kv_bytes()
+
+
+@attrs.frozen(kw_only=True)
+class Placement:
+    """Traffic time per tier (seconds at the achieved bandwidth), whether it fits, and the usable capacity."""
+
+    time_by_tier_s: dict[str, Any]
+    fits: Any
+    usable_bytes: float
+
+
+def place(device: Device, res: Residency, *, weight_read: Any, kv_read: Any, kv_share: float, kv_write: Any,
+          activation: Any, pp: int, bandwidth_fraction: float, usable_fraction: float) -> Placement:
+    """Place weights, KV and workspace over ``device``'s tiers and time each tier's traffic.
+
+    Traffic per device: ``weight_read`` (weights the pass touches), ``kv_read`` x ``kv_share`` (the whole
+    pass's KV reads, of which this device reads its share), ``kv_write`` (this device's), ``activation``
+    (matmul inputs and outputs). A pass crosses ``pp`` stages, so the time is pp stage-times.
+    """
+    first = device.memory[0]
+    cap = device.get(f"{first.name}.capacity") * usable_fraction
+    if len(device.memory) == 1:
+        # one tier (most GPUs): everything lives there; the comparison builds only a boolean grid
+        fits = res.kv_sequence_bytes <= (cap - res.weights_bytes - res.workspace_bytes) / res.kv_sequences
+        k = pp / (device.get(f"{first.name}.bandwidth") * bandwidth_fraction)
+        small = weight_read + activation + kv_write
+        return Placement(time_by_tier_s={first.name: small * k + kv_read * (k * kv_share)}, fits=fits,
+                         usable_bytes=cap)
+    return _place_tiers(device, res, weight_read=weight_read, kv_traffic=kv_read * kv_share + kv_write,
+                        activation=activation,
+                        pp=pp, bandwidth_fraction=bandwidth_fraction, usable_fraction=usable_fraction)
+
+
+def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic: Any, activation: Any, pp: int,
+                 bandwidth_fraction: float, usable_fraction: float) -> Placement:
+    kv_held = res.kv_bytes()
+    remaining: dict[str, Any] = {"w": res.weights_bytes, "kv": kv_held, "ws": res.workspace_bytes}
+    usable_total = 0.0
+    by_tier: dict[str, Any] = {}
+    for tier in device.memory:
+        if not any(np.any(r > 0) for r in remaining.values()):
+            if tier.capacity_bytes is not None:
+                usable_total += tier.capacity_bytes * usable_fraction
+            continue
+        free: Any = device.get(f"{tier.name}.capacity") * usable_fraction
+        usable_total += free
+        placed = {}
+        for key in ("w", "kv", "ws"):
+            placed[key] = np.minimum(remaining[key], free)
+            free = free - placed[key]
+            remaining[key] = remaining[key] - placed[key]
+        traffic = (weight_read * placed["w"] / res.weights_bytes + kv_traffic * _share(placed["kv"], kv_held)
+                   + activation * _share(placed["ws"], res.workspace_bytes))
+        if np.any(traffic > 0):
+            by_tier[tier.name] = pp * traffic / (device.get(f"{tier.name}.bandwidth") * bandwidth_fraction)
+    shape = np.broadcast_shapes(*(np.shape(r) for r in remaining.values()))
+    fits = np.logical_and.reduce([np.broadcast_to(r <= 1e-6 * (res.weights_bytes + 1), shape)
+                                  for r in remaining.values()])
+    return Placement(time_by_tier_s=by_tier, fits=fits, usable_bytes=usable_total)
+
+
+def _share(part: Any, whole: Any) -> Array:
+    part, whole = np.asarray(part, dtype=float), np.asarray(whole, dtype=float)
+    shape = np.broadcast_shapes(part.shape, whole.shape)
+    return np.divide(part, whole, out=np.zeros(shape), where=whole > 0)
+
+
+def max_batch(model: ModelSpec, group: DeviceGroup, formats: Formats, *, context: Array, new_tokens: Array,
+              usable_fraction: float) -> np.ndarray:
+    """Largest batch whose weights, KV at ``context`` + ``new_tokens`` and workspace fit (0 if none).
+
+    B_max = floor((N C u - W) / (KV_seq(L) + A_seq)) per device (docs/theory.md §3.3 "Capacity limit"),
+    over all memory tiers of the device.
+    """
+    usable = sum(group.device.get(f"{t.name}.capacity") for t in group.device.memory) * usable_fraction
+    per_seq = (model.kv_cache_bytes(context + new_tokens, formats.kv) / (kv_shards(model, group.tp) * group.pp)
+               + workspace_per_sequence_bytes(model, formats, group.tp, new_tokens, 1))
+    free = usable - stored_weight_bytes(model, formats) / group.count
+    return np.maximum(np.floor(free / per_seq), 0).astype(int)

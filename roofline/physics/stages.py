@@ -1,0 +1,197 @@
+"""The inference stages: prefill, decode step, speculative verify and draft.
+
+Each function takes a model (preset id, config path or :class:`ModelSpec`), a
+device group (``"b200"``, ``"b200:8"``, ``"corsair:1x2"``, a spec path, a
+:class:`Device` or a :class:`DeviceGroup`) and workload arguments that
+broadcast as numpy arrays, and returns a frozen :class:`StageResult` with
+``time_s``, ``compute_s``, ``memory_s``, ``bound`` and the rest. Formats:
+``weights`` (non-expert), ``experts`` (default: the checkpoint's, e.g. MXFP4
+for gpt-oss, else ``weights``), ``kv``, ``activations``.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..errors import WorkloadError, broadcast_errors
+from ..specs.formats import Formats
+from ..specs.groups import DeviceGroup
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams, default_params
+from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
+from ..workload import check_count, check_gamma, check_whole
+from . import memory
+from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass
+
+__all__ = ["StageResult", "decode_step", "draft", "draft_head", "max_batch", "prefill", "verify"]
+
+#: A stage evaluated pass by pass (chunked prefill, gamma draft steps) is refused beyond this many passes.
+MAX_PASSES = 100_000
+
+
+@attrs.frozen(kw_only=True)
+class Setup:
+    """The records one stage call runs on, resolved once at the public boundary."""
+
+    model: ModelSpec
+    group: DeviceGroup
+    formats: Formats
+    params: EngineParams
+
+
+def setup(model: ModelLike, device: GroupLike, *, tp: int | None, ep: int | None, weights: str,
+          experts: str | None, kv: str, activations: str, params: EngineParams | None) -> Setup:
+    """Resolve names to records and pick the formats (the checkpoint's expert format by default)."""
+    m = resolve_model(model)
+    g = resolve_group(device, tp=tp, ep=ep)
+    if params is not None and not isinstance(params, EngineParams):
+        raise WorkloadError(f"params must be an EngineParams, got {type(params).__name__}")
+    return Setup(model=m, group=g, formats=Formats.for_model(m, weights=weights, experts=experts, kv=kv,
+                                                             activations=activations),
+                 params=params if params is not None else default_params())
+
+
+def _scalar(*values: ArrayLike) -> bool:
+    return all(np.ndim(v) == 0 for v in values)
+
+
+@broadcast_errors
+def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, weights: str = "bf16",
+                experts: str | None = None, kv: str = "bf16", activations: str = "bf16", tp: int | None = None,
+                ep: int | None = None, params: EngineParams | None = None,
+                on_infeasible: str = "auto") -> StageResult:
+    """One decode step: ``batch`` sequences each add one token after ``context`` cached tokens.
+
+    Reads all (touched) weights once and each sequence's KV cache once:
+    bytes = Q_w(B) + B * KV_seq(L) (docs/theory.md §3.3; the scaling book, "(Batch x KV size
+    + Parameter size) / Total memory bandwidth", https://jax-ml.github.io/scaling-book/inference/).
+    """
+    s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
+              params=params)
+    B, L = check_count("batch", batch, minimum=1), check_count("context", context)
+    r = evaluate_pass(s.model, s.group, s.formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
+                      mla_absorbed=True, stage="decode", params=s.params)
+    return check_feasible(r, on_infeasible, _scalar(batch, context))
+
+
+@broadcast_errors
+def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: ArrayLike = 1, prefix: ArrayLike = 0,
+            chunk: int | None = None, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
+            activations: str = "bf16", tp: int | None = None, ep: int | None = None,
+            params: EngineParams | None = None, on_infeasible: str = "auto") -> StageResult:
+    """Prefill ``prompt`` tokens per sequence (after ``prefix`` cached ones), logits for the last only.
+
+    FLOP = 2 P_mat S + causal attention (exact) (docs/theory.md §3.2). With ``chunk``
+    = C (Sarathi-Serve chunked prefill, https://arxiv.org/abs/2403.02310) the prompt runs as
+    ceil(S/C) passes: the FLOP are unchanged, weights are re-read every chunk and each chunk
+    re-reads the KV of the chunks before it.
+    """
+    s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
+              params=params)
+    S, P = check_count("prompt", prompt, minimum=1), check_count("prefix", prefix)
+    Bb = check_count("batch", batch, minimum=1)
+    common = dict(mla_absorbed=False, params=s.params, stage="prefill")
+    if chunk is None:
+        r = evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=S, prefix_tokens=P, logits_per_seq=1.0,
+                          **common)
+        return check_feasible(r, on_infeasible, _scalar(batch, prompt, prefix))
+    C = check_whole("chunk", chunk)
+    S, P, Bb = np.broadcast_arrays(S, P, Bb)
+    n_chunks = np.ceil(S / C)
+    if n_chunks.max() > MAX_PASSES:
+        raise WorkloadError(f"prompt / chunk gives {n_chunks.max():,.0f} passes; use a chunk of at least "
+                            f"{int(np.ceil(S.max() / MAX_PASSES))} tokens")
+    results, masks = [], []
+    for j in range(int(n_chunks.max())):
+        c = np.clip(S - j * C, 0, C)
+        last = (j == n_chunks - 1).astype(float)
+        results.append(evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=np.maximum(c, 1),
+                                     prefix_tokens=P + j * C, logits_per_seq=last, **common))
+        masks.append(c > 0)
+    out = combine(results, masks, stage=f"prefill (chunk {C})")
+    return check_feasible(out, on_infeasible, _scalar(batch, prompt, prefix))
+
+
+@broadcast_errors
+def verify(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
+           weights: str = "bf16", experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
+           tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
+           on_infeasible: str = "auto") -> StageResult:
+    """One target forward over gamma + 1 tokens per sequence (the drafts plus the bonus position).
+
+    The KV cache is read once per sequence, logits are needed at all gamma + 1
+    positions, and for MoE the B(gamma+1) tokens touch more experts than one
+    decode step (docs/theory.md §3.4).
+    """
+    s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
+              params=params)
+    G = check_gamma(gamma)
+    B, L = check_count("batch", batch, minimum=1), check_count("context", context)
+    r = evaluate_pass(s.model, s.group, s.formats, batch=B, new_tokens=G + 1, prefix_tokens=L, logits_per_seq=G + 1,
+                      mla_absorbed=True, stage="verify", params=s.params)
+    return check_feasible(r, on_infeasible, _scalar(batch, context, gamma))
+
+
+def draft_steps(s: Setup, *, batch: np.ndarray, context: np.ndarray, gamma: np.ndarray) -> StageResult:
+    """gamma sequential decode steps of ``s.model`` at contexts L, L+1, ..., L+gamma-1 (checked arrays).
+
+    Step i is evaluated once over batch x context (it does not depend on gamma) and the steps are summed
+    up to each point's gamma, so a batch x gamma sweep stays O(batch x gamma) in memory.
+    """
+    steps = max(int(np.max(gamma)), 1)
+    results = [evaluate_pass(s.model, s.group, s.formats, batch=batch, new_tokens=1.0, prefix_tokens=context + i,
+                             logits_per_seq=1.0, mla_absorbed=True, stage="draft", params=s.params)
+               for i in range(steps)]
+    return accumulate(results, gamma, stage="draft")
+
+
+@broadcast_errors
+def draft(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
+          weights: str = "bf16", experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
+          tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
+          on_infeasible: str = "auto") -> StageResult:
+    """gamma sequential decode steps of a draft model at contexts L, L+1, ..., L+gamma-1 (docs/theory.md §3.5).
+
+    Exact sum over the steps (the draft's context grows by one each step); gamma = 0 costs nothing.
+    """
+    s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
+              params=params)
+    G = check_gamma(gamma)
+    out = draft_steps(s, batch=check_count("batch", batch, minimum=1), context=check_count("context", context),
+                      gamma=G)
+    return check_feasible(out, on_infeasible, _scalar(batch, context, gamma))
+
+
+def head_model(target: ModelSpec, layers: int) -> ModelSpec:
+    """An MTP (DeepSeek-style) or EAGLE-style head: the target's last ``layers`` layers with its embedding and
+    full-vocabulary LM head, which the head pays every step (docs/theory.md §2.8, §3.5: a 1-layer head is not
+    c = 1/n_L)."""
+    n = check_whole("layers", layers, minimum=1, maximum=target.num_layers)
+    return attrs.evolve(target, id=f"{target.id}-head{n}", num_layers=n, layer_types=target.layer_types[-n:],
+                        moe_layers=target.moe_layers[-n:], num_mtp_layers=0)
+
+
+@broadcast_errors
+def draft_head(target: ModelLike, device: GroupLike, *, layers: int = 1, batch: ArrayLike, context: ArrayLike,
+               gamma: ArrayLike, **kwargs: object) -> StageResult:
+    """gamma steps of an MTP or EAGLE-style head of ``layers`` of the target's layers (see :func:`head_model`)."""
+    return draft(head_model(resolve_model(target), layers), device, batch=batch, context=context, gamma=gamma,
+                 **kwargs)  # type: ignore[arg-type]
+
+
+@broadcast_errors
+def max_batch(model: ModelLike, device: GroupLike, *, context: ArrayLike, new_tokens: ArrayLike = 1,
+              weights: str = "bf16", experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
+              tp: int | None = None, ep: int | None = None, params: EngineParams | None = None) -> np.ndarray:
+    """Largest batch whose weights, KV at ``context`` + ``new_tokens`` and workspace fit (0 if none).
+
+    B_max = floor((N C u - W) / (KV_seq(L) + A_seq)) per device (docs/theory.md §3.3 "Capacity limit"),
+    over all memory tiers of the device.
+    """
+    s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
+              params=params)
+    return memory.max_batch(s.model, s.group, s.formats, context=check_count("context", context),
+                            new_tokens=check_count("new_tokens", new_tokens, minimum=1),
+                            usable_fraction=s.params.usable_memory_fraction)

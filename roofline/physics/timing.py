@@ -1,0 +1,462 @@
+"""Time of one forward pass on a device group: the physics core behind :mod:`roofline.physics.stages`.
+
+One forward pass (:func:`roofline.physics.work.count_work`) is turned into time
+on a group of ``tp x pp`` identical devices:
+
+    T_lower = max(T_compute, max_i T_mem,i) + T_comm + T_fixed      (overlapped)
+    T_upper = T_compute + sum_i T_mem,i + T_comm + T_fixed           (serial)
+
+``time_s`` is the overlapped form; both are reported (the scaling book,
+"Rooflines", https://jax-ml.github.io/scaling-book/roofline/: ``max`` lower
+bound, ``sum`` upper bound, never more than 2x apart before the additive terms).
+T_mem,i is the traffic from memory tier i at the achieved bandwidth
+(:mod:`roofline.physics.memory`). T_compute runs each component at the rate of
+its compute class (weight-only and non-native formats are dequantised and
+multiplied at the activation rate, docs/theory.md §0, §8). T_comm is the
+exposed communication (:mod:`roofline.physics.comms`). T_fixed is the per-pass
+and per-layer overhead plus the dequantisation work of weight-only formats,
+which kernels do not hide behind the weight stream.
+
+Points that do not fit in memory come back as NaN with ``fits == False``; a
+call whose workload arguments are all scalars raises :class:`InfeasibleError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from ..errors import InfeasibleError, UnknownSpecError, WorkloadError
+from ..specs.devices import Device
+from ..specs.formats import NATIVE_DEFAULTS, Format, Formats
+from ..specs.groups import DeviceGroup
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams
+from ..units import format_quantity
+from .comms import group_communication_s
+from .memory import Residency, kv_shards, place, stored_weight_bytes, workspace_per_sequence_bytes
+from .work import Work, add, count_work
+
+Array = NDArray[np.float64]
+LOW_PRECISION = frozenset({"fp8", "fp6", "fp4", "int8", "int4"})
+ON_INFEASIBLE = ("auto", "raise", "nan")
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class PassFootprint:
+    """What one device computes, moves and holds in one pass, kept in factored (small) arrays until read."""
+
+    work: Work
+    flop_scale: Any = 1.0          # FLOP per device = work.flop_total x flop_scale
+    small_bytes: Any = 0.0         # weights + activations + KV writes per device (batch-shaped)
+    kv_read_scale: Any = 0.0       # bytes per device += work.kv_read_bytes x kv_read_scale
+    bytes_scale: Any = 1.0         # microbatches: weights are re-read for each
+    residency: Residency
+
+    def flop(self, zero: Array) -> Array:
+        return self.work.flop_total * self.flop_scale
+
+    def bytes_moved(self, zero: Array) -> Array:
+        return add(self.small_bytes, self.work.kv_read_bytes * self.kv_read_scale) * self.bytes_scale
+
+    def kv_held(self) -> Array:
+        return self.residency.kv_bytes()
+
+    def memory_held(self) -> Array:
+        return self.residency.total_bytes()
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class StagesFootprint:
+    """The footprint of a stage made of several passes (chunked prefill, gamma draft steps): work adds up
+    over the passes where their masks are set; memory held is the peak."""
+
+    parts: tuple[StageResult, ...]
+    masks: tuple[Any, ...]
+
+    def _total(self, name: str, zero: Array) -> Array:
+        return sum((np.where(m, np.nan_to_num(getattr(r, name)), 0.0) for r, m in zip(self.parts, self.masks)), zero)
+
+    def _peak(self, name: str) -> Array:
+        return np.maximum.reduce([np.where(m, getattr(r, name), 0.0) for r, m in zip(self.parts, self.masks)])
+
+    def flop(self, zero: Array) -> Array:
+        return self._total("flop_per_device", zero)
+
+    def bytes_moved(self, zero: Array) -> Array:
+        return self._total("bytes_per_device", zero)
+
+    def kv_held(self) -> Array:
+        return self._peak("kv_per_device_bytes")
+
+    def memory_held(self) -> Array:
+        return self._peak("memory_per_device_bytes")
+
+
+def prefix_sum(values: list[Any], count: Array, *, op: Any = np.add, initial: float = 0.0) -> Array:
+    """``op``-accumulation of the first ``count`` of ``values`` at every point: values[0] op ... op values[count-1]
+    (``initial`` where count is 0). ``values`` share a shape without the count axis; the result has count's shape
+    broadcast with it, so memory stays O(steps x points without the count axis + points)."""
+    base = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in values))
+    acc = op.accumulate(np.stack([np.full_like(base[0], initial), *base]), axis=0)
+    idx = np.asarray(count, dtype=np.intp)
+    shape = np.broadcast_shapes(acc.shape[1:], idx.shape)
+    acc = acc.reshape((acc.shape[0],) + (1,) * (len(shape) - acc.ndim + 1) + acc.shape[1:])
+    full = np.broadcast_to(acc, (acc.shape[0], *shape))
+    return np.take_along_axis(full, np.broadcast_to(idx, shape)[None], axis=0)[0]
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class PrefixFootprint:
+    """The footprint of the first ``count`` of a run of passes (gamma draft steps): work adds up, memory
+    held is the peak over the steps that ran."""
+
+    parts: tuple[StageResult, ...]
+    count: Any
+
+    def flop(self, zero: Array) -> Array:
+        return prefix_sum([r.flop_per_device for r in self.parts], self.count)
+
+    def bytes_moved(self, zero: Array) -> Array:
+        return prefix_sum([r.bytes_per_device for r in self.parts], self.count)
+
+    def kv_held(self) -> Array:
+        return prefix_sum([r.kv_per_device_bytes for r in self.parts], self.count, op=np.maximum)
+
+    def memory_held(self) -> Array:
+        return prefix_sum([r.memory_per_device_bytes for r in self.parts], self.count, op=np.maximum)
+
+
+@attrs.frozen(kw_only=True)
+class StageResult:
+    """Time, bounds and memory of one stage; every numeric field broadcasts with the workload.
+
+    Times are seconds for the whole stage (for ``draft``, all gamma steps).
+    ``bound`` names the largest term: ``compute``, ``memory:<tier>``,
+    ``communication`` or ``overhead``. Per-device quantities are for one device
+    of the group. Infeasible points have ``fits`` False and NaN ``time_s`` and
+    ``time_serial_s``; the component times there are what the pass would take
+    if it fitted. Fields are read-only arrays of the broadcast workload shape.
+    """
+
+    stage: str
+    model_id: str
+    group: str
+    formats: Formats
+    batch: Array
+    new_tokens: Array
+    context: Array
+    time_s: Array
+    compute_s: Array
+    memory_s: Array
+    memory_serial_s: Array
+    memory_by_tier_s: dict[str, Array]
+    communication_s: Array
+    overhead_s: Array
+    ridge_flop_per_byte: float
+    weights_per_device_bytes: Array
+    usable_per_device_bytes: float
+    fits: NDArray[np.bool_]
+    passes: int = 1
+    footprint: PassFootprint | StagesFootprint | PrefixFootprint = attrs.field(eq=False, repr=False)
+
+    def _full(self, value: Any) -> Array:
+        return np.broadcast_to(np.asarray(value, dtype=float), self.time_s.shape)
+
+    @functools.cached_property
+    def time_serial_s(self) -> Array:
+        """Upper bound: compute + memory from every tier in turn + communication + fixed (NaN where infeasible)."""
+        t = self._full(add(self.compute_s, self.communication_s, self.overhead_s, self.memory_serial_s))
+        return t if self.fits.all() else np.where(self.fits, t, np.nan)
+
+    @functools.cached_property
+    def flop_per_device(self) -> Array:
+        """FLOP one device executes in the stage."""
+        return self._full(self.footprint.flop(np.zeros(self.time_s.shape)))
+
+    @functools.cached_property
+    def bytes_per_device(self) -> Array:
+        """Bytes one device moves from memory in the stage."""
+        return self._full(self.footprint.bytes_moved(np.zeros(self.time_s.shape)))
+
+    @functools.cached_property
+    def kv_per_device_bytes(self) -> Array:
+        """KV cache held by one device."""
+        return self._full(self.footprint.kv_held())
+
+    @functools.cached_property
+    def memory_per_device_bytes(self) -> Array:
+        """Weights + KV + workspace held by one device."""
+        return self._full(self.footprint.memory_held())
+
+    @functools.cached_property
+    def bound(self) -> NDArray[np.str_]:
+        """The largest term per point: ``compute``, ``memory:<tier>``, ``communication``, ``overhead``
+        (``does not fit`` where the point is infeasible); computed on first use, not in sweeps that skip it."""
+        terms = [self.compute_s, *self.memory_by_tier_s.values(), self.communication_s, self.overhead_s]
+        labels = np.array(["compute", *(f"memory:{t}" for t in self.memory_by_tier_s), "communication", "overhead"])
+        best = np.nan_to_num(np.asarray(terms[0], dtype=float), nan=-1.0)
+        code = np.zeros(best.shape, dtype=np.int8)
+        for i, t in enumerate(terms[1:], start=1):
+            t = np.asarray(t, dtype=float)
+            bigger = t > best
+            code = np.where(bigger, i, code)
+            best = np.where(bigger, t, best)
+        return np.where(self.fits, labels[code], "does not fit")
+
+    @property
+    def intensity_flop_per_byte(self) -> Array:
+        f, b = np.asarray(self.flop_per_device, dtype=float), np.asarray(self.bytes_per_device, dtype=float)
+        return np.divide(f, b, out=np.zeros(np.broadcast_shapes(f.shape, b.shape)), where=b > 0)
+
+    @property
+    def tokens_per_s(self) -> Array:
+        """Tokens processed per second by the whole batch (batch * new tokens / time)."""
+        return self.batch * self.new_tokens / self.time_s
+
+    @property
+    def per_sequence_tokens_per_s(self) -> Array:
+        """Tokens per second one sequence sees in this stage (new tokens / time)."""
+        return self.new_tokens / self.time_s
+
+
+def native_default_format(device: Device) -> str:
+    """The format a device computes natively, preferring 16-bit: what to run on it when the user does not say."""
+    for cls, fmt in NATIVE_DEFAULTS:
+        if cls in device.native:
+            return fmt
+    raise UnknownSpecError(f"{device.id} lists no native compute format; supply one with --set {device.id}.compute.bf16=...")
+
+
+def compute_class(fmt: Format, activation: Format, device: Device) -> tuple[str, bool]:
+    """The compute class a matmul with weights in ``fmt`` runs at, and whether it dequantises.
+
+    A native, non-weight-only format computes at its own rate (FP8 on Hopper,
+    NVFP4/MXFP4 on Blackwell: activations quantised to match). Otherwise the
+    weights are dequantised to the activation format (int4 weight-only, MXFP4
+    on Hopper: BF16 rate; docs/theory.md §0).
+    """
+    if not fmt.weight_only and device.supports(fmt.compute):
+        return fmt.compute, False
+    return activation.compute, fmt.name != activation.name
+
+
+def _rate(device: Device, cls: str) -> float:
+    if not device.supports(cls):
+        suggest = next((fmt for c, fmt in NATIVE_DEFAULTS if c in device.native), "?")
+        raise UnknownSpecError(
+            f"{device.id} has no native {cls} units (native: {', '.join(device.native) or 'none'}); choose formats "
+            f"it runs natively (e.g. --weights/--kv/--activations {suggest}) or supply "
+            f"--set {device.id}.compute.{cls}=VALUE")
+    return device.get(f"compute.{cls}")
+
+
+_COMPONENT_WEIGHTS = (("attention", "mlp", "shared_experts", "router", "lm_head"), ("experts",))
+
+
+def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: EngineParams) -> tuple[Any, Any]:
+    """(matmul and attention time, dequantisation time) of one pass on one device of ``group``.
+
+    Each FLOP component runs at its compute class's dense peak x efficiency, where efficiency =
+    compute_fraction x T / (T + T_half) for a pass over T tokens (small matmuls run below peak) x the
+    low-precision scale for 8-/6-/4-bit classes. Weight-only formats are unpacked on the vector units at
+    the fp32 rate, ``dequant_ops_per_element`` ops per weight element, serially with the weight stream.
+    """
+    dev, act = group.device, formats.activation
+    mfu = vector_fraction = dev.compute_fraction or params.compute_fraction
+    if params.compute_half_tokens > 0:
+        mfu = mfu * work.tokens / (work.tokens + params.compute_half_tokens)
+    w_cls, w_deq = compute_class(formats.weight, act, dev)
+    e_cls, e_deq = compute_class(formats.expert, act, dev)
+    classes = {"attention_proj": w_cls, "attention_core": act.compute, "mlp": w_cls, "experts": e_cls,
+               "shared_experts": w_cls, "router": w_cls, "lm_head": w_cls}
+    by_class: dict[str, list[Any]] = {}
+    for comp, flop in work.flop.items():
+        if np.any(flop > 0):
+            by_class.setdefault(classes[comp], []).append(flop)
+    inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product
+    compute = add(*(add(*flops) * (inv_mfu / (group.tp * _rate(dev, cls)
+                                            * (params.low_precision_compute_scale if cls in LOW_PRECISION else 1.0)))
+                    for cls, flops in by_class.items()))
+    elements: Any = 0.0
+    for fmt, dequantised, comps in zip((formats.weight, formats.expert), (w_deq, e_deq), _COMPONENT_WEIGHTS):
+        if dequantised:
+            elements = elements + sum(work.weight_bytes[c] for c in comps) / fmt.bytes_per_element
+    if not (np.any(elements > 0) and params.dequant_ops_per_element > 0):
+        return compute, 0.0
+    if dev.peak_flop_per_s.get("fp32") is None:
+        name = formats.expert.name if e_deq else formats.weight.name
+        raise UnknownSpecError(
+            f"{dev.id}: dequantising {name} weights (no native units for them) runs on the vector units, whose "
+            f"rate compute.fp32 is not published; supply --set {dev.id}.compute.fp32=VALUE or choose a format "
+            f"{dev.id} computes natively")
+    return compute, elements / group.tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction)
+
+
+def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, *, batch: Any, new_tokens: Any,
+            prefix_tokens: Any, logits_per_seq: Any, params: EngineParams) -> tuple[Any, Residency, PassFootprint, Any]:
+    """(placement over tiers, residency, footprint factors) of one pass on one device of ``group``."""
+    tp, pp = group.tp, group.pp
+    imbalance = params.expert_imbalance if group.ep > 1 else 1.0
+    w_read = (work.weight_bytes_total - work.weight_bytes["experts"]
+              + imbalance * work.weight_bytes["experts"]) / (tp * pp)
+    shards = kv_shards(model, tp) * pp
+    res = Residency(weights_bytes=stored_weight_bytes(model, formats) / (tp * pp),
+                    workspace_bytes=batch * workspace_per_sequence_bytes(model, formats, tp, new_tokens,
+                                                                         np.asarray(logits_per_seq, dtype=float)),
+                    kv_sequences=batch / shards, kv_sequence_bytes=model.kv_cache_bytes(prefix_tokens + new_tokens,
+                                                                                      formats.kv))
+    act_bytes = work.activation_bytes / (tp * pp)
+    kv_write = work.kv_write_bytes / shards
+    mbu = group.device.memory_bandwidth_fraction or params.memory_bandwidth_fraction
+    placed = place(group.device, res, weight_read=w_read, kv_read=work.kv_read_bytes, kv_share=1 / shards,
+                   kv_write=kv_write, activation=act_bytes, pp=pp, bandwidth_fraction=mbu,
+                   usable_fraction=params.usable_memory_fraction)
+    footprint = PassFootprint(work=work, small_bytes=add(w_read, act_bytes, kv_write), kv_read_scale=1 / shards,
+                              residency=res)
+    return placed, res, footprint, w_read
+
+
+def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any, new_tokens: Any,
+                  prefix_tokens: Any, logits_per_seq: Any, mla_absorbed: bool, stage: str,
+                  params: EngineParams) -> StageResult:
+    """Time one forward pass on ``group`` (see the module docstring); arguments are already checked
+    (:mod:`roofline.workload`) and may be fractional (a mean-field serving step).
+
+    With pipeline stages the batch is split into m = min(batch, pp) microbatches that keep every stage
+    busy: a token still crosses all pp stages, so the step takes pp stage-times of one microbatch (weights
+    are re-read for every microbatch), while memory residency counts the whole batch.
+    """
+    pp = group.pp
+    B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
+    shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
+    micro = np.minimum(B, pp) if pp > 1 else 1.0
+    work = count_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
+                      logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
+    compute, dequant_s = compute_time_s(work, group, formats, params)
+    placed, res, footprint, _ = _memory(model, group, formats, work, batch=B, new_tokens=n, prefix_tokens=p,
+                                        logits_per_seq=logits_per_seq, params=params)
+    comm = group_communication_s(model, group, formats.activation, work.tokens, params)
+    dev = group.device
+    step = dev.step_floor_s if dev.step_floor_s is not None else params.step_overhead_s
+    layer = dev.layer_floor_s if dev.layer_floor_s is not None else params.layer_overhead_s
+    overhead = step + layer * model.num_layers + dequant_s
+    footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
+    return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
+                    context=p, compute=compute, by_tier=placed.time_by_tier_s, comm=comm, overhead=overhead,
+                    fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint)
+
+
+def _ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
+    """Datasheet ridge point (FLOP per byte of the first tier) of the model's main weight class."""
+    fmt = formats.expert if model.is_moe else formats.weight
+    cls, _ = compute_class(fmt, formats.activation, group.device)
+    peak, bw = group.device.peak_flop_per_s.get(cls), group.device.memory[0].bandwidth_bytes_per_s
+    return peak / bw if peak and bw else math.nan
+
+
+def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Formats, shape: tuple[int, ...],
+             batch: Any, new_tokens: Any, context: Any, compute: Any, by_tier: dict[str, Any], comm: Any,
+             overhead: Any, fits: Any, weights: Any, usable: float, footprint: PassFootprint) -> StageResult:
+    """A :class:`StageResult` from the terms of one pass: lower bound max(compute, memory) + comm + fixed."""
+    def full(x: Any) -> Array:
+        return np.broadcast_to(np.asarray(x, dtype=float), shape)
+
+    mem = list(by_tier.values()) or [0.0]
+    memory = mem[0] if len(mem) == 1 else np.maximum.reduce(np.broadcast_arrays(*mem))
+    memory_serial = mem[0] if len(mem) == 1 else sum(mem)
+    fits = np.broadcast_to(np.asarray(fits, dtype=bool), shape)
+    lower = _owned(np.maximum(compute, memory), shape)   # a fresh full-size array, written in place below
+    lower += comm + overhead
+    if not fits.all():
+        np.putmask(lower, ~fits, np.nan)
+    return StageResult(
+        stage=stage, model_id=model.id, group=group.describe(), formats=formats, batch=full(batch),
+        new_tokens=full(new_tokens), context=full(context), time_s=lower, compute_s=full(compute),
+        memory_s=full(memory), memory_serial_s=full(memory_serial), memory_by_tier_s={k: full(v) for k, v in by_tier.items()},
+        communication_s=full(comm), overhead_s=full(overhead), ridge_flop_per_byte=_ridge(model, group, formats),
+        weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, footprint=footprint)
+
+
+def _owned(x: Any, shape: tuple[int, ...]) -> Array:
+    """``x`` itself when it is already a fresh float array of ``shape``, else a full-size copy."""
+    if isinstance(x, np.ndarray) and x.shape == shape and x.dtype == np.float64 and x.flags.owndata:
+        return x
+    return np.array(np.broadcast_to(np.asarray(x, dtype=float), shape), dtype=float)
+
+
+def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> StageResult:
+    """Sum sequential passes (chunked prefill, gamma draft steps); ``masks`` say where each pass happens.
+
+    The overlapped time is the sum of each pass's max(compute, memory): kernels do not overlap across passes.
+    """
+    first = results[0]
+    zero = np.zeros_like(first.time_s)
+
+    def total(name: str) -> Array:
+        return sum((np.where(m, np.nan_to_num(getattr(r, name)), 0.0) for r, m in zip(results, masks)), zero)
+
+    fits = np.all([np.where(m, r.fits, True) for r, m in zip(results, masks)], axis=0)
+    tiers = sorted({t for r in results for t in r.memory_by_tier_s})   # sorted: key order never depends on hashing
+    by_tier = {t: sum((np.where(m, np.nan_to_num(r.memory_by_tier_s.get(t, zero)), 0.0)
+                       for r, m in zip(results, masks)), zero) for t in tiers}
+    return attrs.evolve(
+        first, stage=stage, new_tokens=total("new_tokens"), time_s=np.where(fits, total("time_s"), np.nan),
+        compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
+        memory_by_tier_s=by_tier, communication_s=total("communication_s"), overhead_s=total("overhead_s"),
+        fits=fits, passes=len(results), footprint=StagesFootprint(parts=tuple(results), masks=tuple(masks)))
+
+
+def check_feasible(r: StageResult, on_infeasible: str, scalar: bool) -> StageResult:
+    """Apply the ``on_infeasible`` policy: ``nan`` marks, ``raise`` raises, ``auto`` raises for scalar calls."""
+    if on_infeasible not in ON_INFEASIBLE:
+        raise WorkloadError(f"on_infeasible must be 'auto', 'raise' or 'nan', got {on_infeasible!r}")
+    if np.all(r.fits) or on_infeasible == "nan" or (on_infeasible == "auto" and not scalar):
+        return r
+    return require_feasible(r)
+
+
+def require_feasible(r: StageResult) -> StageResult:
+    """Return ``r`` if every point fits, else raise :class:`InfeasibleError` describing the first that does not."""
+    if np.all(r.fits):
+        return r
+    i = np.unravel_index(np.argmin(r.fits), r.fits.shape) if r.fits.ndim else ()
+    need = float(np.asarray(r.memory_per_device_bytes)[i])
+    raise InfeasibleError(
+        f"{r.model_id} does not fit on {r.group} for {r.stage}: needs {format_quantity(need, 'bytes')} per device "
+        f"(weights {format_quantity(float(np.asarray(r.weights_per_device_bytes)[i]), 'bytes')}, "
+        f"KV {format_quantity(float(np.asarray(r.kv_per_device_bytes)[i]), 'bytes')}) but "
+        f"{format_quantity(r.usable_per_device_bytes, 'bytes')} is usable; use more devices (--tp), "
+        f"a smaller format, or a smaller batch/context")
+
+
+def accumulate(steps: list[StageResult], count: Any, *, stage: str) -> StageResult:
+    """The first ``count`` of a run of passes, summed (``count`` broadcasts: a gamma axis).
+
+    The passes are evaluated without the count axis (draft step i does not depend on how many steps
+    follow), so a batch x gamma grid costs O(batch x gamma) memory, not O(batch x gamma^2).
+    """
+    first = steps[0]
+    count = np.asarray(count, dtype=float)
+
+    def total(name: str) -> Array:
+        return prefix_sum([np.nan_to_num(getattr(r, name)) for r in steps], count)
+
+    fits = prefix_sum([r.fits.astype(float) for r in steps], count, op=np.minimum, initial=1.0) > 0.5
+    tiers = sorted({t for r in steps for t in r.memory_by_tier_s})
+    zero = np.zeros(first.time_s.shape)
+    shape = fits.shape
+    return attrs.evolve(
+        first, stage=stage, batch=np.broadcast_to(first.batch, shape), context=np.broadcast_to(first.context, shape),
+        new_tokens=np.broadcast_to(count, shape), time_s=np.where(fits, total("time_s"), np.nan),
+        compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
+        memory_by_tier_s={t: prefix_sum([np.nan_to_num(r.memory_by_tier_s.get(t, zero)) for r in steps], count)
+                          for t in tiers},
+        communication_s=total("communication_s"), overhead_s=total("overhead_s"),
+        weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape), fits=fits,
+        passes=len(steps), footprint=PrefixFootprint(parts=tuple(steps), count=count))

@@ -1,0 +1,215 @@
+"""FLOP and bytes of one forward pass, by component. No hardware involved.
+
+A forward pass processes ``new_tokens`` tokens per sequence for ``batch``
+sequences that already hold ``prefix_tokens`` tokens in their KV cache, and
+computes logits for ``logits_per_seq`` positions. Every stage is such a pass:
+
+* prefill of S tokens: new = S, prefix = 0 (a chunk: new = c, prefix = p), logits = 1;
+* decode step at context L: new = 1, prefix = L, logits = 1;
+* verify of gamma drafts: new = logits = gamma + 1, prefix = L.
+
+All workload arguments broadcast (numpy). Formulas (docs/theory.md §2-3): the
+scaling book, "All About Transformer Inference"
+(https://jax-ml.github.io/scaling-book/inference/); LLM-Viewer's per-operator
+counts with causal attention halved (https://arxiv.org/abs/2402.16363);
+DeepSeek-V2 for MLA (https://arxiv.org/abs/2405.04434).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..specs.formats import Formats
+from ..specs.models import ModelSpec
+from ..workload import check_count
+
+Array = NDArray[np.float64]
+
+#: FLOP components and the format whose compute rate they run at.
+FLOP_COMPONENTS = ("attention_proj", "attention_core", "mlp", "experts", "shared_experts", "router", "lm_head")
+#: Weight-byte components.
+WEIGHT_COMPONENTS = ("attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head", "embedding")
+
+
+@attrs.frozen(kw_only=True)
+class Work:
+    """FLOP and bytes of one forward pass over the whole model (all devices together).
+
+    ``flop`` and ``weight_bytes`` map components to arrays that broadcast to
+    the workload shape (a component that does not depend on an argument keeps
+    that axis at length 1, a constant is a scalar); ``tokens`` = batch * new_tokens.
+    """
+
+    flop: dict[str, Array]
+    weight_bytes: dict[str, Array]
+    kv_read_bytes: Array
+    kv_write_bytes: Array
+    activation_bytes: Array
+    tokens: Array
+    experts_touched_per_layer: Array
+
+    @property
+    def flop_total(self) -> Array:
+        return add(*self.flop.values())
+
+    @property
+    def weight_bytes_total(self) -> Array:
+        return add(*self.weight_bytes.values())
+
+    @property
+    def bytes_total(self) -> Array:
+        return self.weight_bytes_total + self.kv_read_bytes + self.kv_write_bytes + self.activation_bytes
+
+
+def add(*terms: ArrayLike) -> Array:
+    """Sum of broadcastable terms, smallest first, so only the last additions run at the full grid size."""
+    out: Any = np.float64(0.0)
+    for t in sorted(terms, key=np.size):
+        out = out + t
+    return out
+
+
+def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> Array:
+    """Expected distinct experts hit by ``tokens`` tokens under uniform top-k routing.
+
+    E_u(n) = E * (1 - (1 - k/E)^n): a token's k distinct experts miss a given
+    expert with probability C(E-1,k)/C(E,k) = 1 - k/E (docs/theory.md §2.7; the
+    scaling book's "distinct outcomes in K dice rolls",
+    https://jax-ml.github.io/scaling-book/inference/). n = 1 gives k; n -> inf gives E.
+    Checked against a Monte-Carlo simulation in the tests.
+    """
+    n = np.asarray(tokens, dtype=float)
+    if num_experts == 0:
+        return np.zeros_like(n)
+    return num_experts * -np.expm1(n * np.log1p(-experts_per_token / num_experts)) if experts_per_token < num_experts \
+        else np.where(n > 0, float(num_experts), 0.0)
+
+
+def attended_pairs(prefix: ArrayLike, new: ArrayLike, window: float | None = None) -> Array:
+    """Query-key pairs of causal attention for ``new`` queries after ``prefix`` cached tokens.
+
+    Query j (1-based) at absolute position p + j attends min(p + j, W) keys, so the
+    total is S(p + n) - S(p) with S(m) = m(m+1)/2 (full) or, with a window W,
+    S(m) = m(m+1)/2 for m <= W and W(W+1)/2 + (m - W) W beyond (docs/theory.md §2.3-2.4; checked
+    against a brute-force count in the tests).
+    """
+    p = np.asarray(prefix, dtype=float)
+    n = np.asarray(new, dtype=float)
+
+    def s(m: Array) -> Array:
+        if window is None:
+            return m * (m + 1) / 2
+        w = float(window)
+        return np.where(m <= w, m * (m + 1) / 2, w * (w + 1) / 2 + (m - w) * w)
+
+    return s(p + n) - s(p)
+
+
+def forward_work(model: ModelSpec, formats: Formats, *, batch: ArrayLike, new_tokens: ArrayLike,
+                 prefix_tokens: ArrayLike, logits_per_seq: ArrayLike = 1, mla_absorbed: bool = True,
+                 mean_field: bool = False) -> Work:
+    """Count FLOP and bytes of one forward pass, checking the arguments (see :func:`count_work`).
+
+    ``mean_field=True`` admits fractional token counts: a steady-state serving
+    step whose sequences carry on average 1 decode token plus isl/osl prefill
+    tokens (docs/theory.md §6) is counted as that average pass.
+    """
+    B = check_count("batch", batch, minimum=1, integer=not mean_field)
+    n = check_count("new_tokens", new_tokens, minimum=1, integer=not mean_field)
+    p = check_count("prefix_tokens", prefix_tokens, minimum=0, integer=not mean_field)
+    logits = check_count("logits_per_seq", logits_per_seq, minimum=0)
+    np.broadcast_shapes(B.shape, n.shape, p.shape, logits.shape)  # fail early on incompatible shapes
+    return count_work(model, formats, batch=B, new_tokens=n, prefix_tokens=p, logits_per_seq=logits,
+                      mla_absorbed=mla_absorbed)
+
+
+def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any, prefix_tokens: Any,
+               logits_per_seq: Any = 1, mla_absorbed: bool = True) -> Work:
+    """Count FLOP and bytes of one forward pass (arguments already checked; see the module docstring).
+
+    * Matmuls: 2 FLOP per multiply-add; projections 2*T*P per layer type.
+    * Attention core: 2*n_h*(d_qk + d_v) per attended query-key pair (QK^T and AV),
+      causal pairs exact, sliding layers windowed. MLA absorbed (decode, verify):
+      2*n_h*(2*d_c + d_r) per pair over the latent cache; non-absorbed (prefill):
+      the same core as MHA with d_qk = d_n + d_r plus decompressing the context's
+      latent cache, 2*d_c*n_h*(d_n + d_v) per cached token (DeepSeek-V2 §2.1,
+      https://arxiv.org/abs/2405.04434; docs/theory.md §2.6).
+    * MoE: routed experts touched per layer E_u(T) for T = batch*new tokens, so
+      verifying gamma+1 tokens reads more expert bytes than a decode step;
+      shared experts and dense layers always count.
+    * Weights are read once per pass; the embedding is a row gather (T*d
+      elements); the LM head is read once and costs 2*d*V per logit position.
+    * KV: the prefix is read once per sequence (all new queries share it), the
+      new tokens' K/V are written once; sliding layers read min(p, W).
+    * Activations: every matmul reads its input and writes its output once.
+
+    Terms that depend only on batch (or only on context) stay small arrays; only the products that need
+    the full grid (KV reads, attention) are materialised at its shape.
+    """
+    B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
+    logits = np.asarray(logits_per_seq, dtype=float)
+    T = B * n
+    m = model
+    d, nh, nL = m.hidden_size, m.num_heads, m.num_layers
+    bw, be = formats.weight.bytes_per_element, formats.expert.bytes_per_element
+    bkv, ba = formats.kv_format.bytes_per_element, formats.activation.bytes_per_element
+    n_moe = m.num_moe_layers
+    n_dense = nL - n_moe
+    n_full = nL - m.num_sliding_layers
+
+    core = _attention_core_flop(m, B, n, p, mla_absorbed)
+
+    touched = expected_experts_touched(m.num_experts, m.experts_per_token, T) if m.is_moe else np.zeros(1)[0] * T
+    flop = {
+        "attention_proj": 2 * T * nL * m.attention_params_per_layer(),
+        "attention_core": core,
+        "mlp": 2 * T * n_dense * m.dense_mlp_params(),
+        "experts": 2 * T * n_moe * m.experts_per_token * m.expert_params(),
+        "shared_experts": 2 * T * n_moe * m.shared_expert_params(),
+        "router": 2 * T * n_moe * m.router_params(),
+        "lm_head": 2 * B * logits * d * m.vocab_size,
+    }
+    weight_bytes = {
+        "attention": np.float64(nL * m.attention_params_per_layer() * bw),
+        "mlp": np.float64(n_dense * m.dense_mlp_params() * bw),
+        "experts": n_moe * touched * m.expert_params() * be,
+        "shared_experts": np.float64(n_moe * m.shared_expert_params() * bw),
+        "router": np.float64(n_moe * m.router_params() * bw),
+        "norms": np.float64((nL * m.norm_params_per_layer() + d) * bw),
+        "lm_head": np.where(logits > 0, m.lm_head_params() * bw, 0.0),
+        "embedding": T * d * bw,
+    }
+    kv_elems = m.kv_elements_per_token_per_layer()
+    window = float(m.sliding_window or 0)
+    kv_read = (B * (kv_elems * bkv)) * (n_full * p + m.num_sliding_layers * np.minimum(p, window))
+    kv_write = T * nL * kv_elems * bkv
+
+    # activations: each matmul reads its input and writes its output (elements per token)
+    if m.is_mla:
+        attn_io = 2 * d + 2 * nh * (m.qk_head_dim + m.attn_v_head_dim)
+    else:
+        attn_io = 2 * d + 2 * m.head_dim * (nh + m.num_kv_heads)
+    mlp_io = (2 * d + (3 if m.mlp_gated else 2) * m.intermediate_size) if n_dense else 0
+    moe_io = (m.experts_per_token * (2 * d + 3 * m.expert_intermediate_size)
+              + m.num_shared_experts * (2 * d + 3 * m.shared_intermediate_size) + d + m.num_experts)
+    act = ba * (T * (nL * attn_io + n_dense * mlp_io + n_moe * moe_io) + B * logits * (d + m.vocab_size))
+    return Work(flop=flop, weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
+                activation_bytes=act, tokens=T, experts_touched_per_layer=touched)
+
+
+def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: bool) -> Any:
+    """FLOP of QK^T and AV over the attended query-key pairs (full and sliding layers), MLA absorbed or not."""
+    nL, nh = m.num_layers, m.num_heads
+    n_full = nL - m.num_sliding_layers
+    pairs = n_full * attended_pairs(p, n) + m.num_sliding_layers * attended_pairs(p, n, m.sliding_window)
+    if m.is_mla:
+        dc, dr = m.kv_lora_rank or 0, m.qk_rope_head_dim or 0
+        if mla_absorbed:
+            return (B * (2 * nh * (2 * dc + dr))) * pairs
+        decompress = (B * (nL * 2 * dc * nh * ((m.qk_nope_head_dim or 0) + (m.v_head_dim or 0)))) * (p + n)
+        return (B * (2 * nh * (m.qk_head_dim + m.attn_v_head_dim))) * pairs + decompress
+    return (B * (2 * nh * (m.qk_head_dim + m.attn_v_head_dim))) * pairs

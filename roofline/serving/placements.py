@@ -1,0 +1,121 @@
+"""Enumerate placements of the stages on candidate device kinds, each with the smallest group that fits.
+
+Placement names read ``P:<prefill kind> D:<decode kind> d:<draft kind>``; ``=D`` means the stage shares the
+decode group (aggregated prefill, or the draft on the target's devices).
+
+Every assignment of prefill, decode (or verify) and draft to each candidate
+kind is tried; a stage's group is the smallest count that holds its weights,
+KV cache and workspace: tensor parallelism up to ``max_tp`` (8, one NVLink
+domain), then pipeline stages (SRAM chips need hundreds). Placements that
+cannot be built are returned with the reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from ..errors import RooflineError
+from ..physics.stages import decode_step, prefill
+from ..physics.stages import draft as draft_stage
+from ..specs.devices import Device
+from ..specs.groups import DeviceGroup
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams
+from ..specs.resolve import DeviceLike, ModelLike, resolve_device, resolve_model
+from .round import draft_formats
+from .serve import Placement, Request
+
+TP_CHOICES = (1, 2, 4, 8)
+
+
+@attrs.frozen(kw_only=True)
+class Candidate:
+    """A placement, or the reason it could not be built (``placement`` None)."""
+
+    name: str
+    placement: Placement | None
+    reason: str = ""
+
+
+def smallest_group(fits: Any, device: Device, *, max_tp: int = 8, max_devices: int = 4096) -> DeviceGroup:
+    """The smallest group for which ``fits(group)`` is true: TP 1, 2, 4, ... up to ``max_tp``, then
+    pipeline stages of ``max_tp`` devices each, the fewest that fit (memory per device falls as stages grow)."""
+    tps = [t for t in TP_CHOICES if t <= max_tp] or [1]
+    for tp in tps:
+        if fits(DeviceGroup(device=device, tp=tp)):
+            return DeviceGroup(device=device, tp=tp)
+    tp = tps[-1]
+    lo, hi = 1, 2
+    while not fits(DeviceGroup(device=device, tp=tp, pp=hi)):
+        lo, hi = hi, hi * 2
+        if tp * hi > max_devices:
+            raise RooflineError(f"does not fit on up to {max_devices} {device.id} devices")
+    while hi - lo > 1:  # fewest stages: fitting is monotone in the stage count
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(DeviceGroup(device=device, tp=tp, pp=mid)) else (mid, hi)
+    return DeviceGroup(device=device, tp=tp, pp=hi)
+
+
+def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], request: Request, *,
+                         batch: int, draft_model: ModelLike | None = None, mode: str = "continuous",
+                         prefill_batch: int = 1, target_formats: dict[str, Any] | None = None,
+                         params: EngineParams | None = None, kv_link: str = "nvlink",
+                         draft_link: str = "pcie5") -> list[Candidate]:
+    """All stage-to-kind assignments for ``devices``, each stage on its smallest fitting group."""
+    m = resolve_model(model)
+    dm = resolve_model(draft_model) if draft_model is not None else None
+    kinds = [resolve_device(d) for d in devices]
+    tf = dict(target_formats or {})
+    end = request.input_tokens + request.output_tokens
+    nan = dict(params=params, on_infeasible="nan")
+    cache: dict[tuple[str, str], DeviceGroup | str] = {}
+
+    def group_for(stage: str, dev: Device) -> DeviceGroup | str:
+        key = (stage, dev.id)
+        if key not in cache:
+            try:
+                if stage == "decode":
+                    cache[key] = smallest_group(lambda g: bool(decode_step(m, g, batch=batch, context=end, **tf,
+                                                                           **nan).fits), dev)
+                elif stage == "prefill":
+                    pb = batch if mode == "static" else prefill_batch
+                    cache[key] = smallest_group(lambda g: bool(prefill(m, g, prompt=request.input_tokens, batch=pb,
+                                                                       **tf, **nan).fits), dev)
+                else:
+                    fmt = draft_formats(DeviceGroup(device=dev))
+                    cache[key] = smallest_group(lambda g: bool(draft_stage(dm, g, batch=batch, context=end, gamma=1,
+                                                                           **fmt, **nan).fits), dev)
+            except RooflineError as e:
+                cache[key] = f"{stage} on {dev.id}: {e}"
+        return cache[key]
+
+    return _assemble(m, kinds, dm, group_for, kv_link=kv_link, draft_link=draft_link)
+
+
+def _assemble(m: ModelSpec, kinds: list[Device], dm: ModelSpec | None, group_for: Any, *, kv_link: str,
+              draft_link: str) -> list[Candidate]:
+    out: list[Candidate] = []
+    prefill_options: list[Device | None] = [None, *kinds]
+    draft_options: list[Device | None] = [None, *kinds] if dm is not None else [None]
+    for pre, dec, dra in itertools.product(prefill_options, kinds, draft_options):
+        name = " ".join(x for x in (f"P:{pre.id}" if pre else "P:=D", f"D:{dec.id}",
+                                    (f"d:{dra.id}" if dra else "d:=D") if dm is not None else "") if x)
+        groups = {"decode": group_for("decode", dec)}
+        if pre is not None:
+            groups["prefill"] = group_for("prefill", pre)
+        if dra is not None:
+            groups["draft"] = group_for("draft", dra)
+        bad = [g for g in groups.values() if isinstance(g, str)]
+        if bad:
+            out.append(Candidate(name=name, placement=None, reason="; ".join(bad)))
+            continue
+        out.append(Candidate(name=name, placement=Placement.build(
+            name, decode=groups["decode"], prefill=groups.get("prefill"), draft=groups.get("draft"),
+            draft_model=dm, kv_link=kv_link, draft_link=draft_link)))
+    return out
+
+

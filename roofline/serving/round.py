@@ -1,0 +1,215 @@
+"""One speculative round (or one plain decode step): the only implementation, used by ``roofline spec`` and serving.
+
+A round on a target group and a draft group (docs/theory.md §3.6, §5.5):
+
+    T_round = T_draft(gamma steps on the draft group) + T_verify(gamma + 1 tokens on the target group)
+              + T_transfer(draft tokens [+ probability rows] one way, accepted count + bonus token back)
+
+With gamma = 0 and no draft it is one decode step. Energy per round: each group
+draws its busy power while it works and its idle power while it waits on the
+other (:mod:`roofline.physics.energy`); a draft on the target's own devices
+adds its busy power there instead and needs to fit in memory beside the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from ..errors import UnknownSpecError, WorkloadError
+from ..physics.energy import PowerModel, group_busy_w, group_idle_w
+from ..physics.stages import Setup, draft_steps, head_model
+from ..physics.timing import StageResult, evaluate_pass, native_default_format
+from ..specs.formats import Formats
+from ..specs.groups import DeviceGroup
+from ..specs.links import GroupLink
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams
+from ..workload import check_whole
+
+Array = NDArray[np.float64]
+DRAFT_KINDS = ("model", "mtp", "eagle")
+SAMPLING = ("greedy", "lossless")
+TOKEN_ID_BYTES = 4       # int32 token ids, as vLLM and TensorRT-LLM pass them
+PROBABILITY_BYTES = 4    # fp32 probabilities for lossless (rejection-sampling) verification
+
+
+@attrs.frozen(kw_only=True)
+class Drafter:
+    """What drafts: a separate model (``kind="model"``), or ``head_layers`` of the target as an MTP/EAGLE head."""
+
+    kind: str = attrs.field(default="model", validator=attrs.validators.in_(DRAFT_KINDS))
+    model: ModelSpec | None = None
+    head_layers: int = attrs.field(default=1, converter=lambda v: check_whole("head_layers", v))
+
+    @kind.validator
+    def _needs_model(self, _a: attrs.Attribute, kind: str) -> None:
+        if kind == "model" and self.model is None:
+            raise WorkloadError("draft kind 'model' needs a draft model")
+
+    def for_target(self, target: ModelSpec) -> ModelSpec:
+        """The model that runs the draft steps; a separate draft must share the target's tokenizer."""
+        if self.kind != "model":
+            return head_model(target, self.head_layers)
+        if self.model is None:  # excluded by the validator; kept for type checkers
+            raise WorkloadError("draft kind 'model' needs a draft model")
+        if self.model.vocab_size != target.vocab_size:
+            raise WorkloadError(f"draft {self.model.id} has vocabulary {self.model.vocab_size} but target "
+                                f"{target.id} has {target.vocab_size}: speculative decoding needs the same tokenizer")
+        return self.model
+
+    def describe(self, target: ModelSpec) -> str:
+        if self.kind == "model" and self.model is not None:
+            return self.model.id
+        s = "s" if self.head_layers > 1 else ""
+        return f"{target.id} {self.kind} head ({self.head_layers} layer{s})"
+
+
+def draft_formats(group: DeviceGroup, given: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """The draft's formats: each of weights, kv and activations as given, else (missing, None or ``"auto"``)
+    the format the draft device computes natively (bf16 on GPUs, mxint8 on Corsair)."""
+    given = dict(given or {})
+    unknown = set(given) - {"weights", "kv", "activations", "experts"}
+    if unknown:
+        raise WorkloadError(f"draft formats: unknown keys {sorted(unknown)} (weights, experts, kv, activations)")
+    chosen = {k: v for k, v in given.items() if v not in (None, "auto")}
+    if all(k in chosen for k in ("weights", "kv", "activations")):
+        return chosen
+    native = native_default_format(group.device)
+    return {"weights": native, "kv": native, "activations": native, **chosen}
+
+
+def round_transfer_s(link: GroupLink, batch: Any, gamma: Any, *, vocab_size: int = 0,
+                     probability_rows: bool = False) -> Array:
+    """Time to move one speculative round between separate draft and target groups.
+
+    Forward: ``gamma`` draft token ids per sequence, plus for lossless verification the draft's
+    probability row for each of them (Leviathan et al. 2023, https://arxiv.org/abs/2211.17192,
+    Algorithm 1 needs q(x) at the target). Back: the accepted count and the correction/bonus token per
+    sequence (two int32). Each direction pays the link latency once (docs/theory.md §5.5).
+    Zero where ``gamma`` is 0 (no speculation, nothing to send).
+    """
+    b, g = np.asarray(batch, dtype=float), np.asarray(gamma, dtype=float)
+    forward = b * g * TOKEN_ID_BYTES
+    if probability_rows:
+        forward = forward + b * g * vocab_size * PROBABILITY_BYTES
+    back = b * 2 * TOKEN_ID_BYTES
+    return np.where(g > 0, 2 * link.latency_s + (forward + back) / link.bandwidth_bytes_per_s, 0.0)
+
+
+@attrs.frozen(kw_only=True)
+class Round:
+    """The stages of one round and what they add up to; arrays broadcast over the workload.
+
+    ``draft`` is None for plain decoding. ``shared`` says the draft runs on the target's devices.
+    Infeasible points have ``fits`` False and NaN times.
+    """
+
+    verify: StageResult
+    verify_end: StageResult     # the verify pass at the context where memory is checked
+    draft: StageResult | None
+    transfer_s: Array
+    fits: NDArray[np.bool_]
+    shared: bool
+    target_group: DeviceGroup
+    draft_group: DeviceGroup
+
+    @property
+    def draft_s(self) -> Array:
+        zero = np.zeros(self.fits.shape)
+        return zero if self.draft is None else np.broadcast_to(np.nan_to_num(self.draft.time_s), self.fits.shape)
+
+    @property
+    def time_s(self) -> Array:
+        """draft + verify + transfer, NaN where the round does not fit."""
+        return np.where(self.fits, self.draft_s + self.verify.time_s + self.transfer_s, np.nan)
+
+    def energy_j(self, power: PowerModel) -> dict[str, Array]:
+        """Energy per round by group (``target``; ``draft`` when separate), before PUE.
+
+        Raises :class:`UnknownSpecError` when a device publishes no TDP.
+        """
+        tg, dg = self.target_group, self.draft_group
+        draft_s, verify_s = self.draft_s, np.nan_to_num(self.verify.time_s)
+        t_idle = group_idle_w(tg, power)
+        out = {"target": group_busy_w(tg, self.verify, power) * verify_s + t_idle * (draft_s + self.transfer_s)}
+        if self.draft is not None:
+            d_busy = group_busy_w(dg, self.draft, power)
+            if self.shared:
+                out["target"] = out["target"] + (d_busy - t_idle) * draft_s
+            else:
+                out["draft"] = d_busy * draft_s + group_idle_w(dg, power) * (verify_s + self.transfer_s)
+        return {k: np.broadcast_to(v, self.fits.shape) for k, v in out.items()}
+
+
+@attrs.frozen(kw_only=True)
+class RoundPlan:
+    """Where and how a round runs: target (verify/decode) group, optional drafter on its group, the link."""
+
+    target: ModelSpec
+    target_group: DeviceGroup
+    target_formats: Formats
+    drafter: Drafter | None = None
+    draft_group: DeviceGroup | None = None
+    draft_formats: Mapping[str, str | None] | None = None
+    link: GroupLink | None = None
+    sampling: str = attrs.field(default="greedy", validator=attrs.validators.in_(SAMPLING))
+    #: the draft runs on the target's own devices (no transfer; both must fit in its memory)
+    shared: bool = True
+
+    def draft_setup(self, drafter: Drafter, params: EngineParams) -> Setup:
+        group = self.target_group if self.shared or self.draft_group is None else self.draft_group
+        model = drafter.for_target(self.target)
+        return Setup(model=model, group=group, formats=Formats.for_model(model, **draft_formats(
+            group, self.draft_formats)), params=params)
+
+
+def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: EngineParams,
+              extra_tokens: Any = 0.0, fit_context: Any = None) -> Round:
+    """Evaluate one round of ``plan`` (checked arrays; ``gamma`` 0 everywhere without a drafter).
+
+    ``extra_tokens`` per sequence ride along the verify pass (the prompt tokens of a mixed continuous-
+    batching step, a mean-field count). ``fit_context``, if given, is where memory is checked (the
+    final context of a request), while time is taken at ``context`` (its mean).
+    """
+    G = np.asarray(gamma, dtype=float)
+    tg, fmt = plan.target_group, plan.target_formats
+    stage = "verify" if plan.drafter is not None else "decode"
+
+    def verify_at(ctx: Any, extra: Any) -> StageResult:
+        return evaluate_pass(plan.target, tg, fmt, batch=batch, new_tokens=G + 1 + extra, prefix_tokens=ctx,
+                             logits_per_seq=G + 1, mla_absorbed=True, stage=stage, params=params)
+
+    v = verify_at(context, extra_tokens)
+    v_end = v if fit_context is None else verify_at(fit_context, 0.0)
+    shape = np.broadcast_shapes(v.time_s.shape, G.shape)
+    fits = v.fits & v_end.fits
+    d = None
+    if plan.drafter is not None:
+        ds = plan.draft_setup(plan.drafter, params)
+        d = draft_steps(ds, batch=batch, context=context, gamma=G)
+        d_end = d if fit_context is None else draft_steps(ds, batch=batch, context=fit_context, gamma=np.minimum(G, 1))
+        fits = fits & d.fits & d_end.fits
+        if plan.shared:   # draft and target share the devices: both sets of weights, KV and workspace must fit
+            fits = fits & (v_end.memory_per_device_bytes + d_end.memory_per_device_bytes <= v_end.usable_per_device_bytes)
+    transfer = np.zeros(shape)
+    if d is not None and not plan.shared:
+        if plan.link is None:
+            raise WorkloadError("a draft on separate devices needs a link to the target group")
+        transfer = np.broadcast_to(round_transfer_s(plan.link, batch, G, vocab_size=plan.target.vocab_size,
+                                                    probability_rows=plan.sampling == "lossless"), shape)
+    dg = tg if plan.shared or plan.draft_group is None else plan.draft_group
+    return Round(verify=v, verify_end=v_end, draft=d, transfer_s=transfer, fits=np.broadcast_to(fits, shape), shared=plan.shared,
+                 target_group=tg, draft_group=dg)
+
+
+def energy_or_note(rnd: Round, power: PowerModel) -> tuple[dict[str, Array] | None, str]:
+    """The round's energy by group, or None and why (a device without a published TDP)."""
+    try:
+        return rnd.energy_j(power), ""
+    except UnknownSpecError as e:
+        return None, f"energy not computed: {e}"

@@ -1,0 +1,331 @@
+"""Placements and requests: TTFT, TPOT, end-to-end latency, throughput, power and energy.
+
+A :class:`Placement` maps the stages to device groups: prefill (or ``None``:
+prefill shares the decode group), decode/verify (the target's group) and, for
+speculative decoding, the draft. A :class:`Request` is (input, output) tokens.
+
+Serving modes (docs/theory.md §6):
+
+* ``continuous`` (steady state): the decode group runs ``batch`` sequences;
+  requests finish at batch * tokens_per_step / osl per step. Aggregated, each
+  step also carries batch * tokens_per_step * isl / osl prefill tokens (one
+  mean-field pass), and a new prompt is prefilled in chunks of ``chunk``
+  tokens (TensorRT-LLM's default token budget, 8192) as it arrives, plus one
+  step of the running batch. Disaggregated, a prefill group
+  (batch ``prefill_batch``) serves prompts and the KV cache moves over
+  ``kv_link``; prefill groups are provisioned exactly to the request rate, so
+  the fleet holds a fractional number of them.
+* ``static``: the whole batch is prefilled, then decoded together.
+
+TPOT is the step (or speculative round, :mod:`roofline.serving.round`) time over
+tokens per step, E2E = TTFT + (osl - 1) TPOT, interactivity = 1 / TPOT, and
+energy follows :mod:`roofline.physics.energy` for every group (busy while
+working, idle while waiting). Decode is timed at the mean context isl + osl/2
+and checked for memory at the final context isl + osl.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..errors import UnknownSpecError, WorkloadError, broadcast_errors
+from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w, group_idle_w
+from ..physics.speculative import Acceptance
+from ..physics.stages import prefill
+from ..physics.timing import StageResult
+from ..specs.formats import Formats
+from ..specs.groups import DeviceGroup
+from ..specs.links import GroupLink, get_link
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams, default_params
+from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
+from ..workload import check_count, check_gamma, check_whole
+from .round import DRAFT_KINDS, Drafter, Round, RoundPlan, run_round
+
+Array = NDArray[np.float64]
+MODES = ("continuous", "static")
+
+
+def _tokens(_inst: object, attribute: attrs.Attribute, value: Any) -> None:
+    check_whole(attribute.name, value, minimum=1, maximum=10**9)
+
+
+@attrs.frozen(kw_only=True)
+class Request:
+    """One request: input (prompt) and output tokens, whole numbers >= 1."""
+
+    input_tokens: int = attrs.field(validator=_tokens)
+    output_tokens: int = attrs.field(validator=_tokens)
+
+
+@attrs.frozen(kw_only=True)
+class Placement:
+    """Stages on device groups. ``draft_kind`` None means no speculation; ``draft`` None with a draft kind
+    means the draft runs on the decode group's own devices."""
+
+    name: str
+    decode: DeviceGroup
+    prefill: DeviceGroup | None = None
+    draft: DeviceGroup | None = None
+    draft_model: ModelSpec | None = None
+    draft_kind: str | None = attrs.field(default=None)
+    head_layers: int = 1
+    kv_link: GroupLink = attrs.field(factory=lambda: get_link("nvlink"))
+    draft_link: GroupLink = attrs.field(factory=lambda: get_link("pcie5"))
+
+    @draft_kind.validator
+    def _kind(self, _a: attrs.Attribute, v: str | None) -> None:
+        if v is not None and v not in DRAFT_KINDS:
+            raise WorkloadError(f"draft_kind must be None or one of {', '.join(DRAFT_KINDS)}, got {v!r}")
+        if v == "model" and self.draft_model is None:
+            raise WorkloadError(f"placement {self.name!r}: draft_kind 'model' needs a draft_model")
+
+    @property
+    def speculative(self) -> bool:
+        return self.draft_kind is not None
+
+    @property
+    def draft_group(self) -> DeviceGroup:
+        return self.draft or self.decode
+
+    @property
+    def drafter(self) -> Drafter | None:
+        if self.draft_kind is None:
+            return None
+        return Drafter(kind=self.draft_kind, model=self.draft_model, head_layers=self.head_layers)
+
+    def describe(self) -> str:
+        parts = [f"prefill {self.prefill.describe() if self.prefill else '(on decode group)'}",
+                 f"{'verify' if self.speculative else 'decode'} {self.decode.describe()}"]
+        if self.speculative:
+            parts.append(f"draft {self.draft_group.describe() if self.draft else '(on target group)'}")
+        return "; ".join(parts)
+
+    @classmethod
+    def build(cls, name: str, *, decode: GroupLike, prefill: GroupLike | None = None, draft: GroupLike | None = None,
+              draft_model: ModelLike | None = None, draft_kind: str | None = None, head_layers: int = 1,
+              kv_link: str | GroupLink = "nvlink", draft_link: str | GroupLink = "pcie5") -> Placement:
+        """Convenience constructor taking ``"b200:8"``-style group strings and model ids."""
+        dm = resolve_model(draft_model) if draft_model is not None else None
+        kind = draft_kind if draft_kind is not None else ("model" if dm is not None else None)
+        return cls(name=name, decode=resolve_group(decode), prefill=resolve_group(prefill) if prefill else None,
+                   draft=resolve_group(draft) if draft else None, draft_model=dm, draft_kind=kind,
+                   head_layers=head_layers, kv_link=get_link(kv_link), draft_link=get_link(draft_link))
+
+
+@attrs.frozen(kw_only=True)
+class ServingResult:
+    """Serving metrics of one placement; arrays broadcast over batch and gamma (batch first).
+
+    Throughput, devices and power are per replica: one decode group, its draft
+    group, and the (fractional) prefill groups it keeps busy. Infeasible points
+    are NaN with ``fits`` False.
+    """
+
+    placement: str
+    description: str
+    mode: str
+    request: Request
+    batch: Array
+    gamma: Array
+    expected_tokens: Array
+    ttft_s: Array
+    tpot_s: Array
+    e2e_s: Array
+    step_s: Array
+    prefill_s: Array
+    draft_s: Array
+    verify_s: Array
+    transfer_s: Array
+    kv_transfer_s: Array
+    tokens_per_s: Array
+    devices: Array
+    power_w: Array
+    memory_per_device_bytes: Array
+    power_by_group_w: dict[str, Array]
+    fits: NDArray[np.bool_]
+    prefill_bound: NDArray[np.str_]
+    decode_bound: NDArray[np.str_]
+    draft_bound: NDArray[np.str_]
+    energy_note: str = ""
+
+    @property
+    def tokens_per_s_per_user(self) -> Array:
+        return 1.0 / self.tpot_s
+
+    @property
+    def tokens_per_s_per_device(self) -> Array:
+        return self.tokens_per_s / self.devices
+
+    @property
+    def tokens_per_s_per_kw(self) -> Array:
+        return self.tokens_per_s / (self.power_w / 1000.0)
+
+    @property
+    def energy_per_token_j(self) -> Array:
+        return self.power_w / self.tokens_per_s
+
+    @property
+    def energy_per_request_j(self) -> Array:
+        return self.energy_per_token_j * self.request.output_tokens
+
+
+@attrs.frozen(kw_only=True)
+class _Prefill:
+    """The prefill side of serving: its stage, TTFT terms, fit. ``mixed``: the prompt rides along the decode
+    steps (aggregated continuous batching), so no separate prefill stage runs; ``result`` is then the
+    prompt's own chunked prefill, which sets its TTFT."""
+
+    result: StageResult
+    mixed: bool
+    time_s: Any
+    kv_transfer_s: Any
+    ttft_s: Any
+    fits: Any
+    batch: Any
+
+
+def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt: Formats, *, mode: str,
+                   batch: Array, step_s: Array, prefill_batch: int, chunk: int, params: EngineParams) -> _Prefill:
+    isl = request.input_tokens
+    kw = dict(params=params, on_infeasible="nan", **fmt.names())
+    aggregated = placement.prefill is None
+    if aggregated and mode == "continuous":
+        # the new prompt is prefilled in chunks of up to `chunk` tokens as soon as it arrives; while other
+        # sequences are running it also waits for one of their steps (docs/theory.md §6)
+        alone = prefill(model, placement.decode, prompt=isl, batch=1, chunk=chunk if isl > chunk else None, **kw)
+        zero = np.zeros(batch.shape)
+        return _Prefill(result=alone, mixed=True, time_s=zero, kv_transfer_s=zero,
+                        ttft_s=alone.time_s + np.where(batch > 1, step_s, 0.0),
+                        fits=np.broadcast_to(alone.fits, batch.shape), batch=zero)
+    p_batch = batch if mode == "static" else np.full(batch.shape, float(prefill_batch))
+    r = prefill(model, placement.prefill or placement.decode, prompt=isl, batch=p_batch, **kw)
+    kv = np.zeros(batch.shape)
+    if not aggregated:   # layer-wise streaming hides all but the last layer's transfer (docs/theory.md §5.6)
+        raw = placement.kv_link.latency_s + p_batch * model.kv_cache_bytes(isl, fmt.kv) / placement.kv_link.bandwidth_bytes_per_s
+        kv = np.maximum(0.0, raw - r.time_s * (1 - 1 / model.num_layers))
+    return _Prefill(result=r, mixed=False, time_s=r.time_s, kv_transfer_s=kv, ttft_s=r.time_s + kv, fits=r.fits,
+                    batch=p_batch)
+
+
+def _power_by_group(placement: Placement, rnd: Round, pre: _Prefill, *, mode: str, E: Array, step_s: Array,
+                    tokens_per_s: Array, e2e_s: Array, osl: int, power: PowerModel) -> tuple[dict[str, Array], Array]:
+    """Mean power of each group (decode, draft, prefill) and the devices per replica (fractional prefill
+    groups in continuous disaggregated serving)."""
+    dec = placement.decode
+    devices = float(dec.count) + (placement.draft.count if placement.speculative and placement.draft else 0)
+    per_round = rnd.energy_j(power)
+    groups = {"decode": per_round["target"], **({"draft": per_round["draft"]} if "draft" in per_round else {})}
+    pg = placement.prefill or dec
+    if mode == "continuous":
+        by_group = {k: e / step_s for k, e in groups.items()}
+        if placement.prefill is not None:
+            n_groups = tokens_per_s / osl * pre.time_s / pre.batch      # prefill groups kept busy by the request rate
+            devices = devices + n_groups * pg.count
+            by_group["prefill"] = n_groups * group_busy_w(pg, pre.result, power)
+        return by_group, np.broadcast_to(devices, step_s.shape)
+    rounds = (osl - 1) / E                                              # static: one batch cycle
+    energy = {k: e * rounds for k, e in groups.items()}
+    decode_s = rounds * step_s
+    if placement.prefill is None:
+        energy["decode"] = energy["decode"] + group_busy_w(dec, pre.result, power) * pre.time_s
+        cycle = e2e_s
+    else:
+        cycle = np.maximum(pre.time_s + pre.kv_transfer_s, decode_s)
+        devices = devices + pg.count
+        energy["prefill"] = group_busy_w(pg, pre.result, power) * pre.time_s + group_idle_w(pg, power) * (cycle - pre.time_s)
+        energy["decode"] = energy["decode"] + group_idle_w(dec, power) * (cycle - decode_s)
+    return {k: e / cycle for k, e in energy.items()}, np.broadcast_to(devices, step_s.shape)
+
+
+def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, acceptance: Acceptance | float | None,
+             mode: str, prefill_batch: int) -> tuple[Array, Array, Acceptance | None]:
+    if mode not in MODES:
+        raise WorkloadError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    check_whole("prefill_batch", prefill_batch)
+    G = check_gamma(gamma)
+    if not placement.speculative and np.any(G != 0):
+        raise WorkloadError(f"placement {placement.name!r} does not speculate: gamma must be 0")
+    if placement.speculative and acceptance is None:
+        raise WorkloadError(f"placement {placement.name!r} speculates: give an acceptance (alpha or Acceptance)")
+    acc = acceptance if isinstance(acceptance, Acceptance) or acceptance is None else Acceptance.geometric(acceptance)
+    B, G = np.broadcast_arrays(check_count("batch", batch, minimum=1), G)
+    return B, G, acc
+
+
+@broadcast_errors
+def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *, batch: ArrayLike,
+                     gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
+                     prefill_batch: int = 1, chunk: int = 8192, target_formats: Mapping[str, Any] | None = None,
+                     draft_formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
+                     power: PowerModel = DEFAULT_POWER) -> ServingResult:
+    """Serve ``request`` with ``placement``: latency, throughput and energy per batch (and gamma).
+
+    ``batch`` and ``gamma`` broadcast (``batch[:, None]``, ``gamma[None, :]`` sweeps a grid).
+    Without speculation gamma must be 0. Draft formats default to the draft device's native format.
+    """
+    m = resolve_model(model)
+    if not isinstance(placement, Placement) or not isinstance(request, Request):
+        raise WorkloadError("evaluate_serving needs a Placement and a Request")
+    B, G, acc = _checked(placement, batch=batch, gamma=gamma, acceptance=acceptance, mode=mode,
+                         prefill_batch=prefill_batch)
+    p = params if params is not None else default_params()
+    isl, osl = request.input_tokens, request.output_tokens
+    fmt = Formats.for_model(m, **dict(target_formats or {}))
+    E = acc.expected_tokens(G) if acc is not None else np.ones_like(G)
+    mixed = placement.prefill is None and mode == "continuous"
+    plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
+                     draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
+                     shared=placement.draft is None)
+    rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
+                    extra_tokens=E * isl / osl if mixed else 0.0, fit_context=float(isl + osl - 1))
+    step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
+    pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, prefill_batch=prefill_batch,
+                         chunk=chunk, params=p)
+    e2e = pre.ttft_s + (osl - 1) * step / E
+    if mode == "continuous":
+        tokens_per_s = B * E / step
+    elif placement.prefill is None:
+        tokens_per_s = B * osl / e2e
+    else:
+        tokens_per_s = B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step / E)
+    fits = rnd.fits & pre.fits
+    note = ""
+    try:
+        by_group, devices = _power_by_group(placement, rnd, pre, mode=mode, E=E, step_s=step,
+                                            tokens_per_s=tokens_per_s, e2e_s=e2e, osl=osl, power=power)
+        by_group = {k: np.where(fits, np.broadcast_to(w * power.pue, B.shape), np.nan) for k, w in by_group.items()}
+        power_w = sum(by_group.values())
+    except UnknownSpecError as e:
+        note, by_group = f"power not computed: {e}", {}
+        devices = np.broadcast_to(float(placement.decode.count), B.shape)
+        power_w = np.full(B.shape, np.nan)
+    return _result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e, tokens_per_s=tokens_per_s,
+                   devices=devices, power_w=power_w, by_group=by_group, fits=fits, note=note)
+
+
+def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: _Prefill, *, B: Array, G: Array,
+            E: Array, step: Array, e2e: Array, tokens_per_s: Array, devices: Array, power_w: Any,
+            by_group: dict[str, Array], fits: Array, note: str) -> ServingResult:
+    nan = np.where(fits, 1.0, np.nan)
+
+    def full(a: Any) -> Array:
+        return np.broadcast_to(a, B.shape)
+
+    def bound(r: StageResult | None) -> NDArray[np.str_]:
+        return full(r.bound) if r is not None else np.full(B.shape, "—")
+
+    return ServingResult(
+        placement=placement.name, description=placement.describe(), mode=mode, request=request, batch=B, gamma=G,
+        expected_tokens=full(E), ttft_s=pre.ttft_s * nan, tpot_s=step / E * nan, e2e_s=e2e * nan, step_s=step * nan,
+        prefill_s=full(pre.time_s) * nan, draft_s=rnd.draft_s * nan, verify_s=rnd.verify.time_s * nan,
+        transfer_s=rnd.transfer_s * nan, kv_transfer_s=full(pre.kv_transfer_s) * nan, tokens_per_s=tokens_per_s * nan,
+        devices=full(devices), power_w=full(power_w) * nan,
+        memory_per_device_bytes=full(rnd.verify_end.memory_per_device_bytes), power_by_group_w=by_group, fits=fits,
+        prefill_bound=bound(None if pre.mixed else pre.result), decode_bound=bound(rnd.verify), draft_bound=bound(rnd.draft),
+        energy_note=note)

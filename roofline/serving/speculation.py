@@ -1,0 +1,160 @@
+"""Speculative decoding on devices: one round per gamma, against plain decoding on the target group.
+
+tokens per user per second = E[N] / T_round, speedup = E[N] T_decode / T_round (the roofline-aware form
+of Leviathan et al., Thm 3.8, https://arxiv.org/abs/2211.17192; docs/theory.md §4.3). The round itself
+is :func:`roofline.serving.round.run_round`, the same one serving uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..errors import WorkloadError, broadcast_errors
+from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
+from ..physics.speculative import Acceptance
+from ..physics.timing import evaluate_pass
+from ..specs.formats import Formats
+from ..specs.links import GroupLink, get_link
+from ..specs.params import EngineParams, default_params
+from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
+from ..workload import check_count, check_gamma
+from .round import Drafter, RoundPlan, energy_or_note, run_round
+
+Array = NDArray[np.float64]
+
+
+@attrs.frozen(kw_only=True)
+class SpecResult:
+    """One speculative round and its comparison with plain decoding on the target group.
+
+    Arrays broadcast over gamma, batch and context. ``*_j`` energies are NaN
+    (with ``energy_note`` saying why) when a device's TDP is not published.
+    ``draft_step_s`` is the time of one draft step (draft time / gamma).
+    """
+
+    target: str
+    draft: str
+    draft_kind: str
+    target_group: str
+    draft_group: str
+    link: str
+    acceptance: str
+    gamma: Array
+    batch: Array
+    context: Array
+    expected_tokens: Array
+    draft_s: Array
+    verify_s: Array
+    transfer_s: Array
+    round_s: Array
+    tokens_per_s_per_user: Array
+    tokens_per_s: Array
+    baseline_decode_s: Array
+    speedup: Array
+    flop_per_token: Array
+    baseline_flop_per_token: Array
+    energy_per_token_j: Array
+    baseline_energy_per_token_j: Array
+    power_w: Array
+    fits: NDArray[np.bool_]
+    draft_bound: NDArray[np.str_]
+    verify_bound: NDArray[np.str_]
+    energy_note: str = ""
+
+    @property
+    def draft_step_s(self) -> Array:
+        """Time of one draft step (NaN at gamma = 0, where no step runs)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.gamma > 0, self.draft_s / self.gamma, np.nan)
+
+    @property
+    def extra_flop_fraction(self) -> Array:
+        """FLOP spent per token beyond plain decoding (rejected drafts, re-verified positions)."""
+        return self.flop_per_token / self.baseline_flop_per_token - 1
+
+    @property
+    def best_index(self) -> int:
+        """Flat index of the feasible point with the most tokens/s per user."""
+        v = np.where(self.fits, np.nan_to_num(self.tokens_per_s_per_user, nan=-1.0), -1.0)
+        return int(np.argmax(v))
+
+
+def _acceptance(acceptance: Acceptance | float) -> Acceptance:
+    return acceptance if isinstance(acceptance, Acceptance) else Acceptance.geometric(acceptance)
+
+
+@broadcast_errors
+def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Acceptance | float, gamma: ArrayLike,
+                      batch: ArrayLike = 1, context: ArrayLike = 8192, draft: ModelLike | None = None,
+                      draft_on: GroupLike | None = None, draft_kind: str = "model", head_layers: int = 1,
+                      link: str | GroupLink = "pcie5", sampling: str = "greedy",
+                      target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
+                      params: EngineParams | None = None, power: PowerModel = DEFAULT_POWER) -> SpecResult:
+    """Time, throughput and energy of speculative decoding with the given placement.
+
+    ``draft_kind``: ``model`` (a separate draft model, ``draft``), ``mtp``
+    (DeepSeek-style multi-token-prediction layers of the target) or ``eagle``
+    (an EAGLE-style head); the last two run ``head_layers`` of the target's
+    layers plus its LM head. ``sampling="lossless"`` ships the draft's
+    probability rows (gamma x vocab fp32) with the tokens, as lossless
+    speculative sampling needs (docs/theory.md §5.5); ``greedy`` ships token ids only.
+    Draft formats default to the draft device's native format.
+    """
+    tgt = resolve_model(target)
+    drafter = Drafter(kind=draft_kind, model=resolve_model(draft) if draft is not None else None,
+                      head_layers=head_layers) if draft_kind in ("model", "mtp", "eagle") else None
+    if drafter is None:
+        raise WorkloadError(f"draft_kind must be one of model, mtp, eagle, got {draft_kind!r}")
+    p = params if params is not None else default_params()
+    tg = resolve_group(verify_on)
+    dg = resolve_group(draft_on) if draft_on is not None else tg
+    plan = RoundPlan(target=tgt, target_group=tg, target_formats=Formats.for_model(tgt, **dict(target_formats or {})),
+                     drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=get_link(link),
+                     sampling=sampling, shared=dg == tg)
+    G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
+    rnd = run_round(plan, batch=B, gamma=G, context=L, params=p)
+    base = evaluate_pass(tgt, tg, plan.target_formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
+                         mla_absorbed=True, stage="decode", params=p)
+    return _result(plan, rnd, base, _acceptance(acceptance), G, B, L, power)
+
+
+def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: Array, L: Array,
+            power: PowerModel) -> SpecResult:
+    shape = rnd.fits.shape
+    nan = np.where(rnd.fits, 1.0, np.nan)
+    E = np.broadcast_to(acc.expected_tokens(G), shape)
+    round_s = rnd.time_s
+    dg, tg = rnd.draft_group, rnd.target_group
+    flop_round = rnd.draft.flop_per_device * dg.count + rnd.verify.flop_per_device * tg.count
+    energy, note = energy_or_note(rnd, power)
+    if energy is None:
+        energy_tok = power_w = base_energy = np.full(shape, np.nan)
+    else:
+        total = sum(energy.values()) * power.pue
+        power_w, energy_tok = total / round_s, total / (B * E)
+        base_energy = group_busy_w(tg, base, power) * base.time_s * power.pue / B   # the target group alone
+    full = lambda a: np.broadcast_to(a, shape)  # noqa: E731
+    return SpecResult(
+        target=plan.target.id, draft=plan.drafter.describe(plan.target), draft_kind=plan.drafter.kind,
+        target_group=tg.describe(), draft_group=dg.describe(),
+        link="same devices" if plan.shared else plan.link.name, acceptance=acc.describe(), gamma=full(G),
+        batch=full(B), context=full(L), expected_tokens=E, draft_s=rnd.draft_s * nan,
+        verify_s=rnd.verify.time_s * nan, transfer_s=rnd.transfer_s * nan, round_s=round_s,
+        tokens_per_s_per_user=E / round_s, tokens_per_s=B * E / round_s, baseline_decode_s=full(base.time_s),
+        speedup=E * base.time_s / round_s, flop_per_token=full(flop_round / (B * E)),
+        baseline_flop_per_token=full(base.flop_per_device * tg.count / B),
+        energy_per_token_j=full(energy_tok * nan), baseline_energy_per_token_j=full(base_energy),
+        power_w=full(power_w * nan), fits=rnd.fits, draft_bound=full(rnd.draft.bound), verify_bound=full(rnd.verify.bound),
+        energy_note=note)
+
+
+def optimal_gamma(result: SpecResult) -> int:
+    """The gamma with the most tokens/s per user among the feasible points of a scan (integer search)."""
+    if not np.any(result.fits):
+        raise WorkloadError("no gamma in the scan fits in memory")
+    return int(np.ravel(result.gamma)[result.best_index])

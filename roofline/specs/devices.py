@@ -1,0 +1,444 @@
+"""Devices: loading and validating ``hardware_specs/<id>.toml``.
+
+The schema is documented in ``hardware_specs/README.md``. Every number in a spec
+file is a table ``{ value = "3.35 TB/s", source = "<url or key>", note = ... }``;
+the unit lives in the string and is converted to SI here and nowhere else.
+A value of ``"unknown"`` records that the vendor does not publish it: the field
+is then ``None`` and :meth:`Device.get` raises :class:`UnknownSpecError` naming
+the field to supply, so an unknown never becomes a silent zero.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from ..errors import NotFoundError, SpecError, UnitError, UnknownSpecError, did_you_mean
+from ..units import parse_quantity
+from .files import read_text
+
+STATUSES = ("shipping", "announced")
+MAX_SPEC_BYTES = 1_000_000  # a device spec is a few kB; anything this large is not one
+COMPUTE_CLASSES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4")
+BASES = ("dense", "dense-from-sparse", "unstated")
+_ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
+
+
+def _positive_or_none(_inst: object, attribute: attrs.Attribute, value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
+
+
+def _fraction_or_none(_inst: object, attribute: attrs.Attribute, value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and 0 < value <= 1):
+        raise ValueError(f"{attribute.name} must be in (0, 1], got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class MemoryTier:
+    """One memory tier (fastest first in a device): capacity and peak bandwidth."""
+
+    name: str
+    capacity_bytes: float | None = attrs.field(validator=_positive_or_none)
+    bandwidth_bytes_per_s: float | None = attrs.field(validator=_positive_or_none)
+
+
+@attrs.frozen(kw_only=True)
+class Link:
+    """A link: bandwidth per direction and one-hop latency."""
+
+    bandwidth_bytes_per_s: float | None = attrs.field(validator=_positive_or_none)
+    latency_s: float | None = attrs.field(validator=_positive_or_none)
+
+
+@attrs.frozen(kw_only=True)
+class Device:
+    """A device as its datasheet describes it (dense peaks, decimal rates).
+
+    ``peak_flop_per_s`` maps compute classes (``bf16``, ``fp8``, ``fp4``, ...)
+    to dense peak FLOP/s; a class whose value is unknown maps to ``None``.
+    ``derates`` holds empirical achieved fractions kept apart from datasheet
+    values. ``sources`` maps each field path (``hbm.bandwidth``,
+    ``compute.bf16``, ``power.tdp``) to the URL its number comes from.
+    """
+
+    id: str
+    name: str
+    vendor: str
+    status: str = attrs.field(validator=attrs.validators.in_(STATUSES))
+    aliases: tuple[str, ...] = ()
+    memory: tuple[MemoryTier, ...] = attrs.field(converter=tuple)
+    peak_flop_per_s: Mapping[str, float | None] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
+    native: tuple[str, ...] = attrs.field(converter=tuple)
+    tdp_w: float | None = attrs.field(validator=_positive_or_none)
+    idle_w: float | None = attrs.field(validator=_positive_or_none)
+    scale_up: Link
+    host: Link
+    step_floor_s: float | None = attrs.field(default=None, validator=_positive_or_none)
+    layer_floor_s: float | None = attrs.field(default=None, validator=_positive_or_none)
+    memory_bandwidth_fraction: float | None = attrs.field(default=None, validator=_fraction_or_none)
+    compute_fraction: float | None = attrs.field(default=None, validator=_fraction_or_none)
+    sources: Mapping[str, str] = attrs.field(factory=dict, converter=lambda m: MappingProxyType(dict(m)))
+    path: str = ""
+
+    @memory.validator
+    def _check_memory(self, _a: attrs.Attribute, value: tuple[MemoryTier, ...]) -> None:
+        if not value:
+            raise ValueError("a device needs at least one memory tier")
+        names = [t.name for t in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"memory tier names must be unique, got {names}")
+
+    @native.validator
+    def _check_native(self, _a: attrs.Attribute, value: tuple[str, ...]) -> None:
+        for c in value:
+            if c not in COMPUTE_CLASSES:
+                raise ValueError(f"unknown compute class {c!r} in native (known: {', '.join(COMPUTE_CLASSES)})")
+
+    # ----------------------------------------------------------------- access
+    def tier(self, name: str) -> MemoryTier:
+        for t in self.memory:
+            if t.name == name:
+                return t
+        raise NotFoundError(f"{self.id} has no memory tier {name!r} (tiers: {', '.join(t.name for t in self.memory)})")
+
+    def get(self, path: str) -> float:
+        """The value of a spec field by path (e.g. ``hbm.bandwidth``, ``power.tdp``).
+
+        Raises :class:`UnknownSpecError` when the vendor does not publish it,
+        saying how to supply it.
+        """
+        value = find_field(self, path).read(self)
+        if value is None:
+            raise UnknownSpecError(
+                f"{self.id}: {path} is not published for this device; supply it with "
+                f"--set {self.id}.{path}=VALUE (or roofline.override(device, {path!r}, VALUE))")
+        return value
+
+    def compute_rate_flop_per_s(self, compute_class: str) -> float:
+        """Dense peak FLOP/s for a compute class the device runs natively.
+
+        The caller decides the class (see ``stages.compute_class``); this only
+        refuses classes the device has no native units for.
+        """
+        if compute_class not in self.native:
+            raise UnknownSpecError(f"{self.id} has no native {compute_class} units (native: {', '.join(self.native)})")
+        return self.get(f"compute.{compute_class}")
+
+    def supports(self, compute_class: str) -> bool:
+        return compute_class in self.native
+
+
+# --------------------------------------------------------------------- fields
+@attrs.frozen
+class Field:
+    """One overridable spec field: its path (``hbm.bandwidth``), unit kind, and how to read and replace it.
+
+    This table is the only place that knows where a path lives in a :class:`Device`: ``Device.get``,
+    :func:`override`, :func:`field_paths` and the CLI's ``show`` table all go through it.
+    """
+
+    path: str
+    kind: str
+    read: Callable[[Device], float | None] = attrs.field(repr=False)
+    write: Callable[[Device, float], Device] = attrs.field(repr=False)
+
+
+def _tier_fields_of(tiers: list[MemoryTier]) -> list[Field]:
+    out = []
+    for i, t in enumerate(tiers):
+        def tier_write(key: str, i: int = i) -> Callable[[Device, float], Device]:
+            return lambda d, v: attrs.evolve(d, memory=tuple(
+                attrs.evolve(x, **{key: v}) if j == i else x for j, x in enumerate(d.memory)))
+        out += [Field(f"{t.name}.capacity", "bytes", lambda d, i=i: d.memory[i].capacity_bytes,
+                      tier_write("capacity_bytes")),
+                Field(f"{t.name}.bandwidth", "bytes_per_s", lambda d, i=i: d.memory[i].bandwidth_bytes_per_s,
+                      tier_write("bandwidth_bytes_per_s"))]
+    return out
+
+
+def _compute_write(cls: str) -> Callable[[Device, float], Device]:
+    def write(d: Device, v: float) -> Device:   # setting a rate also makes the class native
+        native = d.native if cls in d.native else (*d.native, cls)
+        return attrs.evolve(d, peak_flop_per_s={**d.peak_flop_per_s, cls: v}, native=native)
+    return write
+
+
+def _link_fields(name: str) -> list[Field]:
+    def write(key: str) -> Callable[[Device, float], Device]:
+        return lambda d, v: attrs.evolve(d, **{name: attrs.evolve(getattr(d, name), **{key: v})})
+    return [Field(f"{name}.bandwidth", "bytes_per_s", lambda d: getattr(d, name).bandwidth_bytes_per_s,
+                  write("bandwidth_bytes_per_s")),
+            Field(f"{name}.latency", "s", lambda d: getattr(d, name).latency_s, write("latency_s"))]
+
+
+def _attr_field(path: str, kind: str, name: str) -> Field:
+    return Field(path, kind, lambda d: getattr(d, name), lambda d, v: attrs.evolve(d, **{name: v}))
+
+
+_FIXED_FIELDS = (
+    [Field(f"compute.{c}", "flop_per_s", lambda d, c=c: d.peak_flop_per_s.get(c), _compute_write(c))
+     for c in COMPUTE_CLASSES]
+    + [_attr_field("power.tdp", "w", "tdp_w"), _attr_field("power.idle", "w", "idle_w")]
+    + _link_fields("scale_up") + _link_fields("host")
+    + [_attr_field("floors.step", "s", "step_floor_s"), _attr_field("floors.layer", "s", "layer_floor_s"),
+       _attr_field("derates.memory_bandwidth_fraction", "fraction", "memory_bandwidth_fraction"),
+       _attr_field("derates.compute_fraction", "fraction", "compute_fraction")])
+
+
+@functools.lru_cache(maxsize=64)
+def _fields_by_tiers(tiers: tuple[str, ...]) -> dict[str, Field]:
+    # tier fields read by position, so one table serves every device with these tier names
+    probe = [MemoryTier(name=n, capacity_bytes=None, bandwidth_bytes_per_s=None) for n in tiers]
+    return {f.path: f for f in _tier_fields_of(probe) + _FIXED_FIELDS}
+
+
+def fields(dev: Device) -> list[Field]:
+    """Every overridable field of ``dev``, in the order tables show them."""
+    return list(_fields_by_tiers(tuple(t.name for t in dev.memory)).values())
+
+
+def field_paths(dev: Device) -> list[str]:
+    """Every overridable field path of a device."""
+    return [f.path for f in fields(dev)]
+
+
+def find_field(dev: Device, path: str) -> Field:
+    """The field at ``path``, or a :class:`NotFoundError` with a suggestion and the list of fields."""
+    table = _fields_by_tiers(tuple(t.name for t in dev.memory))
+    if path in table:
+        return table[path]
+    paths = field_paths(dev)
+    raise NotFoundError(f"{dev.id}: no spec field {path!r}{did_you_mean(path, paths)}; fields: {', '.join(paths)}")
+
+
+def override(dev: Device, path: str, value: str | float) -> Device:
+    """A what-if copy of ``dev`` with one field replaced (``attrs.evolve`` underneath).
+
+    ``value`` is a float in SI units or a human string (``"300 TB/s"``).
+    Setting ``compute.<class>`` also marks that class native.
+    """
+    f = find_field(dev, path)
+    what = f"{dev.id}.{path}"
+    if isinstance(value, str):
+        v = parse_quantity(value, "count" if f.kind == "fraction" else f.kind, what=what)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{what} = {value!r}: expected a number or a quantity string")
+    else:
+        v = float(value)
+    if not (math.isfinite(v) and v > 0) or (f.kind == "fraction" and v > 1):
+        bound = "a fraction in (0, 1]" if f.kind == "fraction" else "a positive finite number"
+        raise SpecError(f"{what} = {value!r}: must be {bound}")
+    try:
+        return f.write(dev, v)
+    except (ValueError, TypeError) as e:
+        raise SpecError(f"{what} = {value!r}: {e}") from None
+
+
+# ------------------------------------------------------------------- loading
+def specs_dir() -> Path:
+    """Where the shipped spec files are: inside the installed package, or the repo."""
+    env = os.environ.get("ROOFLINE_SPECS")
+    if env:
+        return Path(env)
+    packaged = Path(str(resources.files("roofline"))) / "hardware_specs"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "hardware_specs"
+
+
+@functools.cache
+def device_index() -> dict[str, Path]:
+    """Every id and alias of the shipped devices, mapped to its spec file."""
+    index: dict[str, Path] = {}
+    for f in sorted(specs_dir().glob("*.toml")):
+        index[f.stem] = f
+    for f in list(index.values()):
+        try:
+            aliases = tomllib.loads(f.read_text(encoding="utf-8")).get("aliases", [])
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
+            continue
+        for a in aliases if isinstance(aliases, list) else []:
+            index.setdefault(str(a).lower(), f)
+    return index
+
+
+def list_devices() -> list[str]:
+    """Ids of the shipped devices (file stems of ``hardware_specs/*.toml``)."""
+    return sorted(p.stem for p in set(device_index().values()))
+
+
+def load_device(id_or_path: str | os.PathLike[str]) -> Device:
+    """Load a device by id, alias, or path to a ``.toml`` spec file."""
+    text = str(id_or_path)
+    if text.endswith(".toml") or os.sep in text or "/" in text:
+        return _load_file(Path(text).resolve())
+    key = text.strip().lower()
+    index = device_index()
+    if key not in index:
+        raise NotFoundError(f"unknown device {text!r}{did_you_mean(key, index)}; "
+                            f"`roofline devices` lists them, or give a path to a .toml spec")
+    return _load_file(index[key])
+
+
+@functools.cache
+def _load_file(path: Path) -> Device:
+    text = read_text(path, what="a device spec (.toml)", max_bytes=MAX_SPEC_BYTES)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: TOML does not parse: {e}") from None
+    return device_from_dict(data, origin=str(path), stem=path.stem)
+
+
+class _Reader:
+    """Field-by-field reader that names the file, field and value in every error."""
+
+    def __init__(self, data: dict[str, Any], origin: str) -> None:
+        self.data, self.origin = data, origin
+        self.sources: dict[str, str] = {}
+        refs = data.get("sources", {})
+        if not isinstance(refs, dict) or not all(isinstance(v, str) for v in refs.values()):
+            self.fail("sources", refs, "must be a table of name = \"https://...\" entries")
+        self.refs: dict[str, str] = refs
+
+    def fail(self, field: str, value: Any, why: str) -> None:
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise SpecError(f"{self.origin}: field {field!r} = {shown}: {why}")
+
+    def table(self, parent: dict[str, Any], key: str, field: str, *, required: bool = True) -> dict[str, Any]:
+        value = parent.get(key)
+        if value is None:
+            if required:
+                self.fail(field, None, "missing")
+            return {}
+        if not isinstance(value, dict):
+            self.fail(field, value, "must be a table")
+        return value
+
+    def string(self, parent: dict[str, Any], key: str, field: str) -> str:
+        value = parent.get(key)
+        if not isinstance(value, str) or not value.strip():
+            self.fail(field, value, "missing or not a non-empty string")
+        return value
+
+    def quantity(self, parent: dict[str, Any], key: str, field: str, kind: str, *,
+                 required: bool = True, fraction: bool = False) -> float | None:
+        entry = parent.get(key)
+        if entry is None:
+            if required:
+                self.fail(field, None, 'missing (give { value = "...", source = "..." }, or value = "unknown")')
+            return None
+        if not isinstance(entry, dict) or "value" not in entry:
+            self.fail(field, entry, 'must be a table { value = "<number> <unit>", source = "<url or key>" }')
+        value = entry["value"]
+        if isinstance(value, str) and value.strip().lower() == "unknown":
+            return None
+        source = entry.get("source")
+        if not isinstance(source, str) or not source:
+            self.fail(field, entry, "a known value needs a source (a URL or a key of [sources])")
+        url = self.refs.get(source, source)
+        if not url.startswith(("http://", "https://")):
+            self.fail(field, source, "source must be a URL or a key of [sources]")
+        if kind == "flop_per_s" and entry.get("basis") not in BASES:
+            self.fail(field + ".basis", entry.get("basis"), f"must be one of {', '.join(BASES)}")
+        try:
+            number = parse_quantity(value, kind, what="value")
+        except UnitError as e:
+            self.fail(field, value, str(e).removeprefix("value: "))
+        if fraction and not 0 < number <= 1:
+            self.fail(field, value, "must be a fraction in (0, 1]")
+        if not number > 0:
+            self.fail(field, value, "must be positive")
+        self.sources[field] = url
+        return number
+
+
+def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str | None = None) -> Device:
+    """Build a :class:`Device` from a parsed spec, raising :class:`SpecError` on any problem."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: expected a table at the top level")
+    r = _Reader(data, origin)
+    if data.get("schema") != 1:
+        r.fail("schema", data.get("schema"), "must be 1")
+    dev_id = r.string(data, "id", "id")
+    if set(dev_id) - _ID_CHARS:
+        r.fail("id", dev_id, "use lower-case letters, digits, '-' and '.'")
+    if stem is not None and dev_id != stem:
+        r.fail("id", dev_id, f"must equal the file name stem {stem!r}")
+    status = r.string(data, "status", "status")
+    if status not in STATUSES:
+        r.fail("status", status, f"must be one of {', '.join(STATUSES)}")
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        r.fail("aliases", aliases, "must be a list of strings")
+
+    tiers_raw = data.get("memory")
+    if not isinstance(tiers_raw, list) or not tiers_raw:
+        r.fail("memory", tiers_raw, "must be a non-empty list of [[memory]] tiers, fastest first")
+    tiers = []
+    for i, t in enumerate(tiers_raw):
+        if not isinstance(t, dict):
+            r.fail(f"memory[{i}]", t, "must be a table")
+        name = r.string(t, "name", f"memory[{i}].name")
+        if name in ("compute", "power", "scale_up", "host", "floors", "derates"):
+            r.fail(f"memory[{i}].name", name, "is a reserved word")
+        tiers.append(MemoryTier(
+            name=name,
+            capacity_bytes=r.quantity(t, "capacity", f"{name}.capacity", "bytes"),
+            bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s")))
+
+    compute = r.table(data, "compute", "compute")
+    native = compute.get("native")
+    if not isinstance(native, list) or not all(isinstance(c, str) and c in COMPUTE_CLASSES for c in native):
+        r.fail("compute.native", native, f"must be a list drawn from {', '.join(COMPUTE_CLASSES)}")
+    peak_raw = r.table(compute, "peak", "compute.peak")
+    peaks: dict[str, float | None] = {}
+    for cls, _entry in peak_raw.items():
+        if cls not in COMPUTE_CLASSES:
+            r.fail(f"compute.peak.{cls}", cls, f"unknown compute class (known: {', '.join(COMPUTE_CLASSES)})")
+        peaks[cls] = r.quantity(peak_raw, cls, f"compute.{cls}", "flop_per_s")
+    for cls in native:
+        if cls not in peaks:
+            r.fail(f"compute.peak.{cls}", None, "a native class needs a peak entry (value may be \"unknown\")")
+
+    power = r.table(data, "power", "power")
+    links = r.table(data, "links", "links")
+    link_objs = {}
+    for name in ("scale_up", "host"):
+        lt = r.table(links, name, f"links.{name}")
+        link_objs[name] = Link(bandwidth_bytes_per_s=r.quantity(lt, "bandwidth", f"{name}.bandwidth", "bytes_per_s"),
+                               latency_s=r.quantity(lt, "latency", f"{name}.latency", "s"))
+    floors = r.table(data, "floors", "floors", required=False)
+    derates = r.table(data, "derates", "derates", required=False)
+    for key in derates:
+        if key not in ("memory_bandwidth_fraction", "compute_fraction"):
+            r.fail(f"derates.{key}", key, "unknown derate (memory_bandwidth_fraction, compute_fraction)")
+    try:
+        return Device(
+            id=dev_id, name=r.string(data, "name", "name"), vendor=r.string(data, "vendor", "vendor"),
+            status=status, aliases=tuple(a.lower() for a in aliases), memory=tiers, peak_flop_per_s=peaks,
+            native=native,
+            tdp_w=r.quantity(power, "tdp", "power.tdp", "w"),
+            idle_w=r.quantity(power, "idle", "power.idle", "w"),
+            scale_up=link_objs["scale_up"], host=link_objs["host"],
+            step_floor_s=r.quantity(floors, "step", "floors.step", "s", required=False),
+            layer_floor_s=r.quantity(floors, "layer", "floors.layer", "s", required=False),
+            memory_bandwidth_fraction=r.quantity(derates, "memory_bandwidth_fraction",
+                                                 "derates.memory_bandwidth_fraction", "count",
+                                                 required=False, fraction=True),
+            compute_fraction=r.quantity(derates, "compute_fraction", "derates.compute_fraction", "count",
+                                        required=False, fraction=True),
+            sources=r.sources, path=origin)
+    except (ValueError, TypeError) as e:
+        raise SpecError(f"{origin}: {e}") from None

@@ -1,0 +1,142 @@
+"""Storage and compute formats.
+
+Bits per element include block-scale overhead (OCP Microscaling Formats (MX)
+v1.0, https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf;
+NVIDIA's NVFP4 description, https://developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-low-precision-inference/;
+derivations in ``docs/theory.md`` §formats):
+
+* ``mxfp4``: E2M1 elements + one E8M0 scale per 32 -> 4 + 8/32 = 4.25 bit.
+* ``nvfp4``: E2M1 elements + one E4M3 scale per 16 -> 4 + 8/16 = 4.5 bit
+  (the per-tensor FP32 scale is negligible).
+* ``mxint8`` / ``mxint4``: d-Matrix's MX integer formats, 8-bit shared scale per
+  32 elements -> 8.25 / 4.25 bit.
+* ``int4-g<g>``: symmetric int4 with one fp16 scale per group of g -> 4 + 16/g bit
+  (gpt-fast's int4 groupwise quantisation).
+* ``fp8``, ``int8`` per-tensor / per-channel: 8 bit (the scale is negligible).
+
+``compute`` names the class of tensor-core rate a format runs at when the device
+supports it natively (the keys of a device's ``[compute.peak]`` table).
+``weight_only`` formats are dequantised and multiplied at the activation
+format's rate (int4/int8 weight-only kernels such as gpt-fast's).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..errors import NotFoundError, did_you_mean
+
+if TYPE_CHECKING:
+    from .models import ModelSpec
+
+
+@attrs.frozen(kw_only=True)
+class Format:
+    """One number format: storage bits per element and the rate class it computes at."""
+
+    name: str
+    bits_per_element: float = attrs.field(validator=attrs.validators.gt(0))
+    compute: str
+    weight_only: bool = False
+    description: str = ""
+
+    @property
+    def bytes_per_element(self) -> float:
+        return self.bits_per_element / 8.0
+
+
+_FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format(name="fp32", bits_per_element=32, compute="fp32", description="IEEE single"),
+        Format(name="tf32", bits_per_element=32, compute="tf32", description="stored fp32, tensor-core tf32"),
+        Format(name="bf16", bits_per_element=16, compute="bf16", description="bfloat16"),
+        Format(name="fp16", bits_per_element=16, compute="fp16", description="IEEE half"),
+        Format(name="fp8", bits_per_element=8, compute="fp8", description="E4M3/E5M2, per-tensor scale"),
+        Format(name="mxfp8", bits_per_element=8.25, compute="fp8", description="OCP MXFP8: E8M0 scale per 32"),
+        Format(name="int8", bits_per_element=8, compute="bf16", weight_only=True,
+               description="int8 weight-only (per-channel scale), bf16 compute"),
+        Format(name="w8a8-int8", bits_per_element=8, compute="int8", description="int8 weights and activations"),
+        Format(name="mxfp6", bits_per_element=6.25, compute="fp6", description="OCP MXFP6: E8M0 scale per 32"),
+        Format(name="mxfp4", bits_per_element=4.25, compute="fp4", description="OCP MXFP4: E8M0 scale per 32"),
+        Format(name="nvfp4", bits_per_element=4.5, compute="fp4", description="NVFP4: E4M3 scale per 16"),
+        Format(name="mxint8", bits_per_element=8.25, compute="int8", description="d-Matrix MXINT8: scale per 32"),
+        Format(name="mxint4", bits_per_element=4.25, compute="int4", description="d-Matrix MXINT4: scale per 32"),
+    )
+}
+
+_INT4 = re.compile(r"^int4-g(\d+)$")
+
+
+@functools.lru_cache(maxsize=256)
+def get_format(name: str) -> Format:
+    """Look up a format by name; ``int4-g<group>`` is built for any group >= 1."""
+    if not isinstance(name, str):
+        raise NotFoundError(f"a format is named by a string such as 'bf16', got {name!r}")
+    key = name.strip().lower()
+    if key in _FORMATS:
+        return _FORMATS[key]
+    m = _INT4.match(key)
+    if m and int(m.group(1)) >= 1:
+        g = int(m.group(1))
+        return Format(name=key, bits_per_element=4 + 16 / g, compute="bf16", weight_only=True,
+                      description=f"int4 weight-only, one fp16 scale per {g} elements, bf16 compute")
+    raise NotFoundError(f"unknown format {name!r}{did_you_mean(key, list(_FORMATS) + ['int4-g32', 'int4-g128'])}; "
+                        f"known: {', '.join(list_formats())}")
+
+
+def list_formats() -> list[str]:
+    """Names of the registered formats (``int4-g<g>`` stands for any group size)."""
+    return [*_FORMATS, "int4-g32", "int4-g128"]
+
+
+def _check_format(_inst: object, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None:
+        get_format(value)  # raises NotFoundError with a suggestion
+
+
+@attrs.frozen(kw_only=True)
+class Formats:
+    """Storage formats: non-expert weights, expert weights (None = same), KV cache, activations."""
+
+    weights: str = attrs.field(default="bf16", validator=_check_format)
+    experts: str | None = attrs.field(default=None, validator=_check_format)
+    kv: str = attrs.field(default="bf16", validator=_check_format)
+    activations: str = attrs.field(default="bf16", validator=_check_format)
+
+    @property
+    def weight(self) -> Format:
+        return get_format(self.weights)
+
+    @property
+    def expert(self) -> Format:
+        return get_format(self.experts or self.weights)
+
+    @property
+    def kv_format(self) -> Format:
+        return get_format(self.kv)
+
+    @property
+    def activation(self) -> Format:
+        return get_format(self.activations)
+
+    def names(self) -> dict[str, str]:
+        """The four format names (experts resolved), as the tables and JSON show them."""
+        return {"weights": self.weights, "experts": self.experts or self.weights, "kv": self.kv,
+                "activations": self.activations}
+
+    @classmethod
+    def for_model(cls, model: ModelSpec, *, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
+                  activations: str = "bf16") -> Formats:
+        """Defaults that follow the checkpoint: gpt-oss experts are MXFP4 unless told otherwise."""
+        if experts is None and model.checkpoint_expert_format and weights in ("bf16", "fp16"):
+            experts = model.checkpoint_expert_format
+        return cls(weights=weights, experts=experts, kv=kv, activations=activations)
+
+
+#: The format each native compute class stores in, preferring 16-bit: what a device runs when the user does not say.
+NATIVE_DEFAULTS = (("bf16", "bf16"), ("fp16", "fp16"), ("fp8", "fp8"), ("int8", "mxint8"), ("fp4", "mxfp4"))

@@ -1,0 +1,59 @@
+"""A device group: the ``tp x pp`` identical devices that run one model replica."""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import WorkloadError
+from ..workload import check_whole
+from .devices import Device
+
+#: More devices than this in one group is not a deployment anyone builds (and overflows nothing downstream).
+MAX_GROUP_DEVICES = 1_000_000
+
+
+def _whole(_inst: object, attribute: attrs.Attribute, value: int) -> None:
+    check_whole(attribute.name, value, minimum=1, maximum=MAX_GROUP_DEVICES)
+
+
+@attrs.frozen(kw_only=True)
+class DeviceGroup:
+    """``tp * pp`` identical devices running one model replica.
+
+    ``tp``: tensor parallelism (weights, KV heads and FLOP split; two
+    all-reduces per layer, Megatron-LM, https://arxiv.org/abs/1909.08053).
+    ``pp``: pipeline stages of consecutive layers (each device holds 1/pp of
+    the layers; a token crosses the stages one after the other, so a pass takes
+    the sum of the stage times plus pp - 1 hops: PP adds capacity, not speed).
+    ``ep`` > 1: the MoE layers use expert parallelism (all-to-all of token
+    activations) over ``ep`` of the tp devices instead of tensor-parallel all-reduce.
+    """
+
+    device: Device = attrs.field(validator=attrs.validators.instance_of(Device))
+    tp: int = attrs.field(default=1, validator=_whole)
+    ep: int = attrs.field(default=1, validator=_whole)
+    pp: int = attrs.field(default=1, validator=_whole)
+
+    @ep.validator
+    def _ep_divides_tp(self, _a: attrs.Attribute, v: int) -> None:
+        if v > self.tp or self.tp % v:
+            raise WorkloadError(f"ep ({v}) must divide tp ({self.tp}): experts are spread over the tp devices")
+
+    @property
+    def count(self) -> int:
+        """Devices in the group (tp x pp)."""
+        return self.tp * self.pp
+
+    @property
+    def shape(self) -> str:
+        """The group in the resolver's syntax: ``b200``, ``b200:8``, ``corsair:1x2``."""
+        if self.pp > 1:
+            return f"{self.device.id}:{self.tp}x{self.pp}"
+        return f"{self.device.id}:{self.tp}" if self.tp > 1 else self.device.id
+
+    def describe(self) -> str:
+        parts = [f"TP{self.tp}"] if self.tp > 1 else []
+        parts += [f"EP{self.ep}"] if self.ep > 1 else []
+        parts += [f"PP{self.pp}"] if self.pp > 1 else []
+        head = f"{self.count}x {self.device.id}" if self.count > 1 else self.device.id
+        return head + (f" ({', '.join(parts)})" if parts else "")

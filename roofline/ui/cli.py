@@ -1,0 +1,90 @@
+"""The ``roofline`` command: parses arguments, calls the library, renders. No physics here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from rich.console import Console
+
+from ..errors import RooflineError
+from ..version import __version__
+from .options import Command, UsageError, add_output, add_profile
+
+EPILOG = """examples:
+  roofline stage gpt-oss-120b h200-sxm --batch 1,64,256 --context 8192
+  roofline spec --target gpt-oss-120b --draft gpt-oss-draft-1.6b --draft-on corsair:1x2 --verify-on b200:8 \
+      --alpha 0.926 --gamma 1..40
+  roofline compare llama-3.1-70b h100-sxm:2 h200-sxm b200 'fast=h200-sxm.hbm.bandwidth=9.6TB/s'
+  roofline validate
+a device group is ID, ID:N (N devices in tensor parallel) or ID:TPxPP; every command takes --json and --csv;
+`roofline COMMAND --help` for its options"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .commands import evidence, inspect, serving, spec, stage
+    p = _Parser(prog="roofline", description="How fast, and at what energy, an LLM runs on given hardware, "
+                                             "stage by stage, from first principles.",
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    p.add_argument("--version", action="version", version=f"roofline {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, func: Command, help: str, *, profile: bool = False) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        add_output(sp)
+        if profile:
+            add_profile(sp)
+        sp.set_defaults(func=func)
+        return sp
+
+    for module in (inspect, stage, spec, serving, evidence):
+        module.register(add)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
+         err_console: Console | None = None) -> int:
+    """Entry point; returns the exit status (0 ok, 1 bad input, 2 usage error, 3 a bug of ours)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
+    out = console or Console(no_color=bool(os.environ.get("NO_COLOR")) or None, width=width)
+    err = err_console or Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(out.file)
+            return 2
+        return int(args.func(args, out))
+    except UsageError as e:
+        if debug:
+            raise
+        err.print(f"roofline: usage error: {e}", markup=False, soft_wrap=True)
+        return 2
+    except RooflineError as e:
+        if debug:
+            raise
+        err.print(f"roofline: error: {e}", markup=False, soft_wrap=True)
+        return 1
+    except (KeyboardInterrupt, BrokenPipeError):
+        return 130
+    except Exception as e:  # a bug of ours: still one line, unless --debug
+        if debug:
+            raise
+        err.print(f"roofline: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+                  markup=False, soft_wrap=True)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

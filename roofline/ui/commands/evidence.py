@@ -1,0 +1,107 @@
+"""``roofline diagnose``, ``roofline validate`` and ``roofline calibrate``."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from ...errors import RooflineError
+from ...evidence.calibrate import calibrate, save_profile, uncertainty
+from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
+from ...evidence.validate import read_rows, shipped_data, validate
+from ...specs.files import check_writable
+from ...specs.resolve import resolve_group
+from .. import render
+from ..options import Adder, UsageError, add_formats, add_what_if, engine_params, formats, profile, what_if
+from ..output import emit
+
+SHIPPED_DATA_NAME = "roofline/validation/measurements.csv"
+
+
+def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
+    if args.vllm_json:
+        m = read_vllm_benchmark(args.vllm_json)
+    else:
+        if args.batch is None or args.isl is None or args.osl is None:
+            raise UsageError("give --batch, --isl and --osl with a measured rate, or --vllm-json FILE")
+        m = Measurement.from_rates(batch=args.batch, input_tokens=args.isl, output_tokens=args.osl,
+                                   tokens_per_s_per_user=args.tokens_per_s_per_user,
+                                   tpot_s=args.tpot_ms / 1e3 if args.tpot_ms is not None else None,
+                                   tokens_per_s_total=args.tokens_per_s, utilisation=args.utilisation,
+                                   serving="continuous" if args.continuous else "static")
+    wi = what_if(args)
+    group = resolve_group(args.device)
+    wi.check_used([group.device])
+    d = diagnose(args.model, wi.apply_group(group), m, formats=formats(args), params=engine_params(args))
+    emit(console, render.diagnosis_view(d), args)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace, console: Console) -> int:
+    path = args.data or str(shipped_data())
+    if args.plot:
+        from ..plot import check_plot_path
+        check_plot_path(args.plot)
+    v = validate(read_rows(path), profile(args))
+    if not v.rows:
+        reasons = "; ".join(f"{s['id']}: {s['reason']}" for s in v.skipped[:3])
+        raise RooflineError(f"{path}: no row could be predicted ({len(v.skipped)} skipped; {reasons})")
+    if args.plot:
+        from ..plot import plot_validation
+        o = v.summary["overall"]
+        plot_validation(v.rows, args.plot, title=f"roofline against {o.get('n', 0)} published measurements "
+                                                 f"(median |error| {o.get('median_abs_error', 0):.0%})")
+    emit(console, render.validation_view(v, path), args)
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
+    path = args.data or str(shipped_data())
+    if args.out:   # fail before the fit, not after it
+        check_writable(args.out, refuse=(path,))
+    rows = read_rows(path)
+    from rich.progress import Progress
+    with Progress(console=console, transient=True, disable=args.json or args.csv or not console.is_terminal) as bar:
+        task = bar.add_task("calibrating", total=None)
+
+        def tick(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what)
+
+        fit = calibrate(rows, leave_one_out=args.loo, progress=tick)
+    if args.out:
+        save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
+    data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
+            "loo_median_abs_error": fit.loo_median_abs_error, "loo_errors": fit.loo_errors,
+            "default": render.params_dict(fit.profile.default),
+            "families": {k: render.params_dict(v) for k, v in fit.profile.families.items()},
+            "standard_errors": fit.standard_errors, "uncertainty": uncertainty(fit), "profile": args.out}
+    emit(console, render.calibration_view(data), args)
+    return 0
+
+
+def register(add: Adder) -> None:
+    sp = add("diagnose", cmd_diagnose, "from measured tokens/s (or a vLLM benchmark_serving JSON): achieved bandwidth "
+                                       "and FLOP/s, MBU and MFU against datasheet peaks, and the bottleneck",
+             profile=True)
+    sp.add_argument("model", help="model preset id or path to a config.json")
+    sp.add_argument("device", metavar="GROUP", help="the measured device group, e.g. h100-sxm:2")
+    sp.add_argument("--vllm-json", default=None, metavar="FILE", help="a benchmark_serving --save-result file")
+    sp.add_argument("--batch", type=float, default=None, help="concurrent sequences")
+    sp.add_argument("--isl", type=float, default=None, help="input tokens per request")
+    sp.add_argument("--osl", type=float, default=None, help="output tokens per request")
+    sp.add_argument("--tokens-per-s-per-user", type=float, default=None, help="measured output tokens/s per user")
+    sp.add_argument("--tpot-ms", type=float, default=None, help="measured time per output token, ms")
+    sp.add_argument("--tokens-per-s", type=float, default=None, help="measured total output tokens/s of the group")
+    sp.add_argument("--utilisation", type=float, default=None, help="measured GPU utilisation, 0-1 (optional)")
+    sp.add_argument("--continuous", action="store_true", help="continuous batching (prompts share the steps)")
+    add_formats(sp)
+    add_what_if(sp)
+
+    sp = add("validate", cmd_validate, "predict published measurements (CSV) and report the errors", profile=True)
+    sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
+    sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the errors (needs the plot extra)")
+    sp = add("calibrate", cmd_calibrate, "fit the engine's parameters to measurements (scipy least squares)")
+    sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
+    sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
+    sp.add_argument("--loo", action="store_true", help="also compute the leave-one-out error (slow: one fit per row)")

@@ -1,0 +1,76 @@
+"""Commands that list and show what ships: devices, models, formats, links, one device or model, formulas."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.console import Console
+
+from ...errors import NotFoundError, did_you_mean
+from ...specs.devices import device_index, list_devices, load_device
+from ...specs.formats import get_format, list_formats
+from ...specs.hf_config import list_models, load_model
+from ...specs.links import LINKS
+from .. import render
+from ..options import Adder
+from ..output import emit
+
+
+def cmd_devices(args: argparse.Namespace, console: Console) -> int:
+    emit(console, render.devices_view([load_device(d) for d in list_devices()]), args)
+    return 0
+
+
+def cmd_models(args: argparse.Namespace, console: Console) -> int:
+    emit(console, render.models_view([load_model(m) for m in list_models()]), args)
+    return 0
+
+
+def cmd_formats(args: argparse.Namespace, console: Console) -> int:
+    emit(console, render.formats_view([get_format(f) for f in list_formats()], list(LINKS.values())), args)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> int:
+    name = args.name
+    if not name.endswith(".json"):
+        try:
+            emit(console, render.device_view(load_device(name)), args)
+            return 0
+        except NotFoundError:
+            if name.endswith(".toml"):
+                raise
+    try:
+        model = load_model(name)
+    except NotFoundError:
+        if os.path.exists(name):
+            raise
+        hint = did_you_mean(name, [*device_index(), *list_models()])
+        raise NotFoundError(f"{name!r} is neither a device nor a model id{hint} "
+                            "(`roofline devices`, `roofline models` list them)") from None
+    emit(console, render.model_view(model), args)
+    return 0
+
+
+def cmd_formula(args: argparse.Namespace, console: Console) -> int:
+    from ... import symbolic
+    expr = symbolic.formula(args.name)
+    if args.latex and not (args.json or args.csv):
+        console.file.write(symbolic.latex(expr) + "\n")
+        return 0
+    emit(console, render.formula_view(args.name, str(expr), symbolic.latex(expr)), args)
+    return 0
+
+
+def register(add: Adder) -> None:
+    add("devices", cmd_devices, "list the shipped device specs with their execution family")
+    add("models", cmd_models, "list the shipped model presets with parameter counts")
+    add("formats", cmd_formats, "list the number formats (bits per element, compute class) and the named links")
+    sp = add("show", cmd_show, "show one device (every field with its source) or model (id, alias, or path)")
+    sp.add_argument("name", help="device or model id, alias, or path to a .toml spec / config.json")
+    sp = add("formula", cmd_formula, "print a formula derived with sympy: expected-tokens, expected-tokens-limit, "
+                                     "speedup, ridge-batch")
+    sp.add_argument("name", help="expected-tokens, expected-tokens-limit, speedup or ridge-batch")
+    sp.add_argument("--latex", action="store_true", help="print LaTeX")
+

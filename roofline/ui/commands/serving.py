@@ -1,0 +1,189 @@
+"""``roofline placements`` (every assignment of stages to devices) and ``roofline pareto`` (frontiers)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from ...errors import RooflineError
+from ...serving.frontier import compare_frontiers, pareto_frontier
+from ...serving.placements import enumerate_placements
+from ...serving.serve import Placement, Request, evaluate_serving
+from ...serving.whatif import WhatIf
+from ...specs.hf_config import load_model
+from ...specs.links import get_link
+from ...specs.resolve import resolve_device, resolve_group
+from .. import render
+from ..options import (
+    Adder,
+    UsageError,
+    acceptance,
+    add_acceptance,
+    add_formats,
+    add_request,
+    add_what_if,
+    engine_params,
+    formats,
+    nonnegative,
+    parse_ints,
+    positive,
+    what_if,
+)
+from ..output import emit
+
+PLACEMENT_KEYS = {"decode", "verify", "prefill", "draft", "draft-kind", "head-layers", "kv-link", "draft-link"}
+PLACEMENT_SYNTAX = "'NAME: decode=GROUP[, prefill=GROUP][, draft=GROUP|target][, kv-link=L][, draft-link=L]'"
+
+
+def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placement:
+    """``'NAME: prefill=b200:8, decode=b200:8, draft=corsair:1x2'`` (``draft=target``: on the decode group)."""
+    name, sep, body = text.partition(":")
+    if not sep or not body.strip() or "=" not in body:
+        raise UsageError(f"--placement {text!r}: expected {PLACEMENT_SYNTAX}")
+    keys: dict[str, str] = {}
+    for item in body.split(","):
+        k, eq, v = item.partition("=")
+        key = k.strip().lower().replace("_", "-")
+        if not eq:
+            raise UsageError(f"--placement {text!r}: {item.strip()!r} is not KEY=VALUE")
+        if key in keys:
+            raise UsageError(f"--placement {text!r}: {key} is given twice")
+        keys[key] = v.strip()
+    unknown = set(keys) - PLACEMENT_KEYS
+    if unknown:
+        raise UsageError(f"--placement {text!r}: unknown keys {sorted(unknown)} (known: {', '.join(sorted(PLACEMENT_KEYS))})")
+    decode = keys.get("decode") or keys.get("verify")
+    if not decode:
+        raise UsageError(f"--placement {text!r}: needs decode=GROUP (or verify=GROUP)")
+    kind = keys.get("draft-kind") or ("model" if "draft" in keys else None)
+    if kind == "model" and not draft_model:
+        raise UsageError(f"--placement {text!r} has a draft: give the draft model with --draft")
+    try:
+        head_layers = int(keys.get("head-layers", "1"))
+    except ValueError:
+        raise UsageError(f"--placement {text!r}: head-layers must be a whole number") from None
+    draft = keys.get("draft")
+
+    def group(g: str) -> Any:
+        return wi.apply_group(resolve_group(g))
+
+    return Placement(
+        name=name.strip(), decode=group(decode), prefill=group(keys["prefill"]) if "prefill" in keys else None,
+        draft=group(draft) if draft and draft != "target" else None,
+        draft_model=load_model(draft_model) if draft_model and kind == "model" else None, draft_kind=kind,
+        head_layers=head_layers, kv_link=get_link(keys.get("kv-link", "nvlink")),
+        draft_link=get_link(keys.get("draft-link", "pcie5")))
+
+
+def _groups_devices(p: Placement) -> list[Any]:
+    return [g.device for g in (p.decode, p.prefill, p.draft) if g is not None]
+
+
+def cmd_placements(args: argparse.Namespace, console: Console) -> int:
+    wi = what_if(args)
+    devices = [resolve_device(d.strip()) for d in args.devices.split(",") if d.strip()]
+    if not devices:
+        raise UsageError("--devices: give at least one device id")
+    wi.check_used(devices)
+    devices = [wi.apply(d) for d in devices]
+    acc = acceptance(args) if args.draft else None
+    request = Request(input_tokens=args.isl, output_tokens=args.osl)
+    params = engine_params(args)
+    cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
+                                 mode=args.mode, target_formats=formats(args), params=params)
+    items = []
+    for c in cands:
+        point, reason = None, c.reason
+        if c.placement is not None:
+            try:
+                r = evaluate_serving(args.target, c.placement, request, batch=args.batch,
+                                     gamma=args.gamma if c.placement.speculative else 0, acceptance=acc,
+                                     mode=args.mode, target_formats=formats(args), params=params)
+                point = render.serving_point(r, 0)
+                reason = r.energy_note or ("" if point["fits"] else "does not fit at this batch")
+            except RooflineError as e:  # a placement that cannot be evaluated is listed with why
+                reason = str(e)
+        items.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
+                      "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point})
+    title = f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}, {args.mode}"
+    caption = ("Each stage on the smallest group that holds it (TP up to 8, then pipeline stages). Throughput, "
+               "devices and power per replica (prefill groups counted by the share of time they are busy).")
+    emit(console, render.serving_rows_view(title, caption, items, {
+        "target": args.target, "request": {"isl": args.isl, "osl": args.osl}, "batch": args.batch,
+        "overrides": wi.describe()}), args)
+    return 0
+
+
+def _comparisons(placements: list[Placement], frontiers: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for p, f in zip(placements[1:], frontiers[1:]):
+        c = compare_frontiers(frontiers[0], f) if len(f) and len(frontiers[0]) else None
+        out.append({"name": p.name, "against": placements[0].name,
+                    "interactivity_optimised": c.interactivity_optimised if c else None,
+                    "energy_optimised": c.energy_optimised if c else None,
+                    "energy_optimised_tokens_per_s_per_kw": c.energy_optimised_throughput_per_kw if c else None,
+                    "max_ratio": c.max_ratio if c else None})
+    return out
+
+
+def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
+    if not args.placement:
+        raise UsageError(f"give at least one --placement {PLACEMENT_SYNTAX}")
+    if args.plot:
+        from ..plot import check_plot_path
+        check_plot_path(args.plot)
+    wi = what_if(args)
+    placements = [parse_placement(p, draft_model=args.draft, wi=wi) for p in args.placement]
+    wi.check_used([d for p in placements for d in _groups_devices(p)])
+    acc = acceptance(args) if any(p.speculative for p in placements) else None
+    batches = np.array(parse_ints(args.batch, "--batch"))[:, None]
+    gammas = np.array(parse_ints(args.gamma, "--gamma"))[None, :]
+    request = Request(input_tokens=args.isl, output_tokens=args.osl)
+    configs, frontiers = [], []
+    for p in placements:
+        r = evaluate_serving(args.target, p, request, batch=batches, gamma=gammas if p.speculative else 0,
+                             acceptance=acc, mode=args.mode, target_formats=formats(args), params=engine_params(args))
+        f = pareto_frontier(r.tokens_per_s_per_user, r.tokens_per_s_per_kw, r.fits)
+        frontiers.append(f)
+        configs.append({"name": p.name, "description": p.describe(), "energy_note": r.energy_note or None,
+                        "frontier": [render.serving_point(r, int(i)) for i in f.index]})
+    if not any(c["frontier"] for c in configs):
+        notes = "; ".join(c["energy_note"] for c in configs if c["energy_note"])
+        raise RooflineError("no configuration has a feasible point with known power: "
+                            + (notes or "nothing fits at these batches; try smaller batches or more devices"))
+    if args.plot:
+        from ..plot import plot_frontiers
+        plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out")
+    emit(console, render.pareto_view(configs, _comparisons(placements, frontiers), placements[0].name, {
+        "target": args.target, "request": {"isl": args.isl, "osl": args.osl}, "overrides": wi.describe()}), args)
+    return 0
+
+
+def _common(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--target", required=True, help="target model (preset id or config.json path)")
+    sp.add_argument("--draft", default=None, help="draft model for speculative placements")
+    add_acceptance(sp)
+    add_request(sp)
+    add_formats(sp)
+    add_what_if(sp)
+
+
+def register(add: Adder) -> None:
+    sp = add("placements", cmd_placements, "every assignment of stages to candidate devices, with TTFT, E2E, tok/s/kW",
+             profile=True)
+    _common(sp)
+    sp.add_argument("--devices", required=True, help="candidate device ids, comma-separated (b200,h100-sxm,corsair)")
+    sp.add_argument("--batch", type=positive, default=16, help="concurrent sequences per decode group (default 16)")
+    sp.add_argument("--gamma", type=nonnegative, default=5, help="draft length for speculative placements (default 5)")
+
+    sp = add("pareto", cmd_pareto, "tokens/s per kW against tokens/s per user: frontiers and their comparison",
+             profile=True)
+    _common(sp)
+    sp.add_argument("--placement", action="append", default=[], metavar=PLACEMENT_SYNTAX,
+                    help="a configuration (repeatable); the first is the baseline")
+    sp.add_argument("--batch", default="1,2,4,8,16,32,64,128,256,512", help="batches to sweep (default 1..512, powers of 2)")
+    sp.add_argument("--gamma", default="1..16", help="draft lengths to sweep for speculative placements (default 1..16)")
+    sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the frontiers (needs the plot extra)")

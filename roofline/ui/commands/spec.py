@@ -1,0 +1,72 @@
+"""``roofline spec``: speculative decoding per draft length, draft and verify on (possibly different) groups."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from rich.console import Console
+
+from ...serving.speculation import optimal_gamma, speculative_round
+from ...specs.resolve import resolve_group
+from .. import render
+from ..options import (
+    Adder,
+    acceptance,
+    add_acceptance,
+    add_formats,
+    add_what_if,
+    engine_params,
+    nonnegative,
+    parse_ints,
+    positive,
+    what_if,
+)
+from ..output import emit
+
+
+def cmd_spec(args: argparse.Namespace, console: Console) -> int:
+    gammas = np.array(parse_ints(args.gamma, "--gamma", minimum=0))
+    batch = np.array(parse_ints(args.batch, "--batch"))
+    wi = what_if(args)
+    verify_on = resolve_group(args.verify_on, ep=args.ep)
+    draft_on = resolve_group(args.draft_on) if args.draft_on else None
+    wi.check_used([verify_on.device, *([draft_on.device] if draft_on else [])])
+    r = speculative_round(args.target, verify_on=wi.apply_group(verify_on), draft=args.draft,
+                          draft_on=wi.apply_group(draft_on) if draft_on else None, draft_kind=args.draft_kind,
+                          head_layers=args.head_layers, acceptance=acceptance(args),
+                          gamma=gammas if batch.size == 1 else gammas[None, :],
+                          batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
+                          link=args.link, sampling=args.sampling,
+                          target_formats={"weights": args.weights, "experts": args.experts, "kv": args.kv},
+                          draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
+                                         "activations": args.draft_activations},
+                          params=engine_params(args))
+    emit(console, render.spec_view(r, optimal_gamma(r), wi.describe()), args)
+    return 0
+
+
+def register(add: Adder) -> None:
+    sp = add("spec", cmd_spec, "speculative decoding: draft and verify on (possibly different) device groups, per gamma",
+             profile=True)
+    sp.add_argument("--target", required=True, help="target model (preset id or config.json path)")
+    sp.add_argument("--draft", default=None, help="draft model (for --draft-kind model)")
+    sp.add_argument("--draft-kind", default="model", choices=["model", "mtp", "eagle"],
+                    help="a separate draft model, or MTP/EAGLE head layers of the target (default model)")
+    sp.add_argument("--head-layers", type=positive, default=1, help="layers of an MTP/EAGLE head (default 1)")
+    sp.add_argument("--verify-on", required=True, metavar="GROUP", help="target group: ID, ID:N or ID:TPxPP, e.g. b200:8")
+    sp.add_argument("--draft-on", default=None, metavar="GROUP", help="draft group (default: the target's own devices)")
+    add_acceptance(sp)
+    sp.add_argument("--gamma", default="1..8", help="draft lengths (gamma): 1..40 or 1,2,5 (default 1..8)")
+    sp.add_argument("--batch", default="1", help="concurrent sequences: 1, or a list/range like 1,8,64 (default 1)")
+    sp.add_argument("--context", type=nonnegative, default=8192, help="tokens in the KV cache (default 8192)")
+    sp.add_argument("--link", default="pcie5",
+                    help="draft<->target link: pcie5, nvlink, ethernet-400g, ... or BANDWIDTH,LATENCY (`roofline formats`)")
+    sp.add_argument("--sampling", default="greedy", choices=["greedy", "lossless"],
+                    help="greedy ships token ids; lossless also ships the draft's probability rows")
+    sp.add_argument("--ep", type=positive, default=None, help="expert-parallel degree of the target group")
+    add_formats(sp, activations=False)
+    sp.add_argument("--draft-weights", default="auto", help="draft weight format (default: native to the draft device)")
+    sp.add_argument("--draft-kv", default="auto", help="draft KV format (default: native to the draft device)")
+    sp.add_argument("--draft-activations", default="auto", help="draft activation format (default: native)")
+    add_what_if(sp)

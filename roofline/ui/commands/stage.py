@@ -1,0 +1,142 @@
+"""``roofline stage`` (per-stage breakdown on one group) and ``roofline compare`` (groups side by side)."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from rich.console import Console
+
+from ...physics import stages
+from ...physics.timing import StageResult, require_feasible
+from ...serving.compare import compare
+from ...serving.whatif import WhatIf
+from ...specs.groups import DeviceGroup
+from ...specs.hf_config import load_model
+from ...specs.params import EngineParams
+from ...specs.resolve import resolve_group
+from .. import render
+from ..options import (
+    Adder,
+    add_formats,
+    add_what_if,
+    engine_params,
+    formats,
+    nonnegative,
+    parse_ints,
+    positive,
+    what_if,
+)
+from ..output import emit
+
+
+def _caption(results: list[StageResult], params: EngineParams, device_path: str, what_if: bool) -> str:
+    f = results[0].formats
+    ridge = "what-if" if what_if else "datasheet"
+    return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
+            f"time = max(compute, memory) + comm + fixed (upper: the sum); fixed = per-pass and per-layer costs + "
+            f"weight-only dequantisation; {params.memory_bandwidth_fraction:.0%} of peak bandwidth, "
+            f"{params.compute_fraction:.0%} of peak FLOP/s, {params.step_overhead_s * 1e6:.0f} us/pass + "
+            f"{params.layer_overhead_s * 1e6:.0f} us/layer; ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B "
+            f"({ridge}); uniform expert routing; {params.usable_memory_fraction:.0%} of memory usable. "
+            f"Spec: {device_path}")
+
+
+def cmd_stage(args: argparse.Namespace, console: Console) -> int:
+    batch = np.array(parse_ints(args.batch, "--batch"))
+    model = load_model(args.model)
+    wi = what_if(args)
+    group = resolve_group(args.device, tp=args.tp, ep=args.ep)
+    wi.check_used([group.device])
+    group = wi.apply_group(group)
+    params = engine_params(args)
+    kw = dict(params=params, **formats(args))
+    prompt = args.prompt if args.prompt is not None else args.context
+    results = [stages.prefill(model, group, prompt=prompt, batch=batch, chunk=args.chunk, **kw),
+               stages.decode_step(model, group, batch=batch, context=args.context, **kw)]
+    if args.gamma is not None:
+        results.append(stages.verify(model, group, batch=batch, context=args.context, gamma=args.gamma, **kw))
+    for r in results:
+        if not np.any(r.fits):
+            require_feasible(r)  # nothing fits: one clear error instead of a table of OOM rows
+    if args.plot:
+        from ..plot import check_plot_path, plot_roofline
+        check_plot_path(args.plot)
+        w = results[0].formats.weight.compute
+        plot_roofline(group.device, results, args.plot, compute_class=w if w in group.device.peak_flop_per_s else "bf16",
+                      title=f"{model.id} on {group.describe()}")
+    caption = _caption(results, params, group.device.path, bool(wi))
+    if wi:
+        caption += " What-if: " + ", ".join(wi.describe()) + "."
+    emit(console, render.stage_view(model.id, group.device.id, results, caption, wi.describe()), args)
+    return 0
+
+
+def _variants(args: argparse.Namespace) -> list[tuple[str, DeviceGroup]]:
+    """``GROUP`` (``b200``, ``h100-sxm:2``, ``groq-lpu:8x8``) labelled with its shape, or
+    ``NAME=ID.FIELD=VALUE[;ID.FIELD=VALUE]`` (a what-if variant of ``ID`` at ``--tp``)."""
+    out = []
+    wi = what_if(args)
+    for item in args.devices:
+        name, eq, expr = item.partition("=")
+        if eq:
+            sets = WhatIf.parse(expr.split(";"))
+            group = resolve_group(sets.overrides[0].device_id, tp=args.tp)
+            sets.check_used([group.device])
+            out.append((name, sets.apply_group(wi.apply_group(group))))
+        else:
+            group = resolve_group(item, tp=args.tp)
+            out.append((group.shape, group))
+    wi.check_used([g.device for _, g in out])
+    return [(name, wi.apply_group(g)) for name, g in out]
+
+
+def cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    model = load_model(args.model)
+    batch = np.array(parse_ints(args.batch, "--batch"))
+    rows = compare(model, _variants(args), batch=batch, context=args.context, prompt=args.prompt,
+                   formats=formats(args), params=engine_params(args), with_elasticity=args.elasticity)
+    data = []
+    for r in rows:
+        d: dict = {"name": r.name, "device": r.group.device.id, "group": r.group.shape}
+        if r.decode is None or r.prefill is None:
+            d["error"] = r.error
+        else:
+            d.update(decode=render.stage_rows(r.decode), prefill=render.stage_rows(r.prefill)[0], max_batch=r.max_batch,
+                     tokens_per_s_per_kw=None if r.tokens_per_s_per_kw is None else np.ravel(r.tokens_per_s_per_kw).tolist(),
+                     power_note=r.power_note or None, elasticity=dict(r.elasticity) if r.elasticity else None)
+        data.append(d)
+    emit(console, render.compare_view(model.id, batch, data, args.context, args.prompt, what_if(args).describe()), args)
+    return 0
+
+
+def register(add: Adder) -> None:
+    sp = add("stage", cmd_stage, "per-stage time, bounds, binding resource and memory of a model on a device group",
+             profile=True)
+    sp.add_argument("model", help="model preset id or path to a config.json")
+    sp.add_argument("device", help="device group: ID, ID:N (N in tensor parallel) or ID:TPxPP, or a .toml path")
+    sp.add_argument("--batch", default="1", help="batch sizes: 1,8,64 or 1..8 (default 1)")
+    sp.add_argument("--context", type=nonnegative, default=8192,
+                    help="tokens in the KV cache at decode (default 8192; 128k works)")
+    sp.add_argument("--prompt", type=positive, default=None, help="prefill length (default: --context)")
+    sp.add_argument("--chunk", type=positive, default=None, help="chunked-prefill chunk size")
+    sp.add_argument("--gamma", type=nonnegative, default=None, help="also show verify of gamma+1 tokens")
+    sp.add_argument("--tp", type=positive, default=None, help="tensor-parallel devices (or write ID:N)")
+    sp.add_argument("--ep", type=positive, default=None, help="expert-parallel degree (divides the TP degree)")
+    add_formats(sp)
+    add_what_if(sp)
+    sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the roofline chart (needs the plot extra)")
+
+    sp = add("compare", cmd_compare, "device groups or what-if variants side by side (decode, prefill, memory, tok/s/kW)",
+             profile=True)
+    sp.add_argument("model", help="model preset id or path to a config.json")
+    sp.add_argument("devices", nargs="+", metavar="GROUP|NAME=ID.FIELD=VALUE[;...]",
+                    help="device groups (h100-sxm:2 b200), or what-if variants (fast=h200-sxm.hbm.bandwidth=9.6TB/s)")
+    sp.add_argument("--batch", default="1,64", help="decode batch sizes (default 1,64)")
+    sp.add_argument("--context", type=nonnegative, default=8192, help="decode context (default 8192)")
+    sp.add_argument("--prompt", type=positive, default=8192, help="prefill length (default 8192)")
+    sp.add_argument("--tp", type=positive, default=None, help="TP for groups given without :N")
+    add_formats(sp, activations=False)
+    sp.add_argument("--elasticity", action="store_true", help="d ln(decode time) / d ln(spec field), first batch")
+    add_what_if(sp)
+

@@ -1,0 +1,166 @@
+"""Option groups the commands share, and the parsing of their values (counts, lists, acceptance, what-ifs)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import RooflineError
+from ..physics.speculative import Acceptance
+from ..serving.whatif import WhatIf
+from ..specs.params import EngineParams, Profile, default_params, load_profile, shipped_profile
+
+
+class UsageError(RooflineError):
+    """A command-line usage error (exit status 2)."""
+
+
+_SUFFIX = {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000}
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+#: The largest count a command accepts (tokens, batch, devices): beyond it nothing is a workload.
+MAX_COUNT = 10**12
+
+
+def count(text: str, *, minimum: int = 0) -> int:
+    """A whole count with an optional k/M suffix: ``128k`` = 128,000, ``1M`` = 1,000,000, ``8192``."""
+    m = _COUNT.match(str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a whole number such as 8192 or 128k, got {text!r}")
+    value = float(m.group(1)) * _SUFFIX[m.group(2)]
+    if value != int(value) or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text} is beyond any workload (at most {MAX_COUNT:.0e})")
+    return int(value)
+
+
+def positive(text: str) -> int:
+    return count(text, minimum=1)
+
+
+def nonnegative(text: str) -> int:
+    return count(text, minimum=0)
+
+
+def number(text: str, what: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f"{what}: expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise UsageError(f"{what}: expected a finite number, got {text!r}")
+    return v
+
+
+def parse_ints(text: str, what: str, *, minimum: int = 1) -> list[int]:
+    """``1,8,64``, ``1..8`` (inclusive) or a mix (``1,2,4..6``); counts may carry k/M suffixes."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        try:
+            if ".." in part:
+                lo, hi = (count(x, minimum=minimum) for x in part.split("..", 1))
+                if hi < lo or hi - lo > 100_000:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(count(part, minimum=minimum))
+        except (ValueError, argparse.ArgumentTypeError):
+            raise UsageError(f"{what}: cannot read {text!r} (expected e.g. 1,8,64 or 1..8, each >= {minimum})") from None
+    if not out or len(out) > 100_000:
+        raise UsageError(f"{what}: {text!r} gives no values or too many")
+    return out
+
+
+# ------------------------------------------------------------- option groups
+def add_output(sp: argparse.ArgumentParser) -> None:
+    group = sp.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    group.add_argument("--csv", action="store_true", help="print CSV rows instead of a table")
+
+
+def add_profile(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--profile", default=None, metavar="FILE.toml",
+                    help="engine parameters from a `roofline calibrate` profile (default: the shipped fit)")
+
+
+def add_what_if(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE",
+                    help="what-if override of a spec field, e.g. h200-sxm.hbm.bandwidth=6TB/s (repeatable)")
+
+
+def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> None:
+    sp.add_argument("--weights", default="bf16", help="non-expert weight format (default bf16; `roofline formats`)")
+    sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's, else --weights)")
+    sp.add_argument("--kv", default="bf16", help="KV-cache format (default bf16)")
+    if activations:
+        sp.add_argument("--activations", default="bf16", help="activation format (default bf16)")
+
+
+def add_acceptance(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--alpha", default=None, help="per-token acceptance probability in [0, 1]")
+    sp.add_argument("--acceptance-length", default=None, metavar="G:TAU,...",
+                    help="measured mean acceptance length (bonus token included) per draft length, e.g. 2:2.58")
+    sp.add_argument("--alpha-by-gamma", default=None, metavar="G:ALPHA,...",
+                    help="per-token alpha at given draft lengths, interpolated between them, e.g. 5:0.926,40:0.962")
+
+
+def add_request(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--isl", type=positive, default=8192, help="input tokens per request (default 8192; 8k works)")
+    sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
+    sp.add_argument("--mode", choices=["continuous", "static"], default="continuous",
+                    help="continuous batching (steady state) or static batches (default continuous)")
+
+
+# ------------------------------------------------------------ option values
+def formats(args: argparse.Namespace) -> dict[str, Any]:
+    out = {"weights": args.weights, "experts": args.experts, "kv": args.kv}
+    if hasattr(args, "activations"):
+        out["activations"] = args.activations
+    return out
+
+
+def profile(args: argparse.Namespace) -> Profile:
+    """The calibration profile a command runs with: --profile's, else the shipped fit."""
+    return load_profile(args.profile) if getattr(args, "profile", None) else shipped_profile()
+
+
+def engine_params(args: argparse.Namespace) -> EngineParams:
+    return profile(args).default if getattr(args, "profile", None) else default_params()
+
+
+def what_if(args: argparse.Namespace) -> WhatIf:
+    try:
+        return WhatIf.parse(getattr(args, "set", []) or [])
+    except RooflineError as e:
+        raise UsageError(str(e)) from None
+
+
+def acceptance(args: argparse.Namespace, *, required: bool = True) -> Acceptance | None:
+    """The one acceptance model given by --alpha, --acceptance-length or --alpha-by-gamma."""
+    given = [x for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma) if x is not None]
+    if not given and not required:
+        return None
+    if len(given) != 1:
+        raise UsageError("give exactly one of --alpha, --acceptance-length, --alpha-by-gamma")
+    if args.alpha is not None:
+        return Acceptance.geometric(number(args.alpha, "--alpha"))
+    pairs: dict[int, float] = {}
+    for item in (args.acceptance_length or args.alpha_by_gamma).split(","):
+        g, sep, v = item.partition(":")
+        gamma = number(g, "gamma") if sep else math.nan
+        if not sep or gamma != int(gamma) or gamma < 0:
+            raise UsageError(f"expected GAMMA:VALUE pairs with whole gammas, e.g. 5:0.926,40:0.962; got {item!r}")
+        if int(gamma) in pairs:
+            raise UsageError(f"gamma {int(gamma)} is given twice")
+        pairs[int(gamma)] = number(v, "value")
+    return Acceptance.measured(pairs) if args.acceptance_length else Acceptance.alpha_by_gamma(pairs)
+
+
+Command = Callable[[argparse.Namespace, Any], int]
+#: ``add(name, command, help, *, profile=False)`` registers a subcommand and returns its parser.
+Adder = Callable[..., argparse.ArgumentParser]

@@ -1,0 +1,80 @@
+"""Printing a :class:`~roofline.ui.render.View` as a table, JSON or CSV."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from .render import View
+
+
+def jsonable(value: Any) -> Any:
+    """numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.str_):
+        return str(value)
+    return value
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """Rows as CSV, columns in first-seen order; nested values as JSON, NaN as empty."""
+    columns: dict[str, None] = {}
+    for r in rows:
+        columns.update(dict.fromkeys(r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _cell(v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def _cell(v: Any) -> Any:
+    v = jsonable(v)
+    if v is None:
+        return ""
+    return json.dumps(v) if isinstance(v, (dict, list)) else v
+
+
+def emit(console: Console, view: View, args: argparse.Namespace) -> None:
+    """Print ``view`` the way the command line asked: --json, --csv, or tables."""
+    if getattr(args, "json", False):
+        console.file.write(json.dumps(jsonable(view.data), indent=2) + "\n")
+    elif getattr(args, "csv", False):
+        console.file.write(csv_text(view.rows))
+    else:
+        for t in view.tables:
+            console.print(t)
+
+
+def run_example(doc: str, run: Any, show: Any, *, quick: bool = False) -> None:
+    """The command line every example shares: a table by default, the same result with ``--json``
+    (``--quick`` passes ``quick=True`` to ``run`` for the tests' smaller sweeps)."""
+    ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    if quick:
+        ap.add_argument("--quick", action="store_true", help="smaller sizes (used by the tests)")
+    args = ap.parse_args()
+    out = run(args.quick) if quick else run()
+    if args.json:
+        print(json.dumps(jsonable(out), indent=1))
+    else:
+        show(out, Console())

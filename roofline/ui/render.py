@@ -1,0 +1,548 @@
+"""Results to rich tables, JSON-ready dicts and CSV rows. The only module that formats numbers for people.
+
+Each result type has one formatter that returns a :class:`View`: the tables a
+person reads, the dict ``--json`` prints and the flat rows ``--csv`` prints, so
+the three never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+from rich.console import RenderableType
+from rich.table import Table
+
+from ..evidence.diagnose import Diagnosis
+from ..evidence.validate import Validation
+from ..physics.timing import StageResult
+from ..serving.serve import ServingResult
+from ..serving.speculation import SpecResult
+from ..specs.devices import Device, fields
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams
+from ..units import format_capacity, format_quantity
+
+
+@attrs.frozen(kw_only=True)
+class View:
+    """One result, ready for output: rich renderables, the JSON dict, and flat rows for CSV."""
+
+    tables: list[RenderableType]
+    data: Any
+    rows: list[dict[str, Any]]
+
+
+def _q(value: float | None, kind: str) -> str:
+    return "unknown" if value is None else format_quantity(value, kind)
+
+
+def _cap(value: float | None) -> str:
+    return "unknown" if value is None else format_capacity(value)
+
+
+# ------------------------------------------------------------------ devices
+def device_dict(dev: Device) -> dict[str, Any]:
+    return {
+        "id": dev.id, "name": dev.name, "vendor": dev.vendor, "status": dev.status, "aliases": list(dev.aliases),
+        "memory": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "bandwidth_bytes_per_s": t.bandwidth_bytes_per_s}
+                   for t in dev.memory],
+        "peak_flop_per_s": dict(dev.peak_flop_per_s), "native": list(dev.native),
+        "tdp_w": dev.tdp_w, "idle_w": dev.idle_w,
+        "scale_up": {"bandwidth_bytes_per_s": dev.scale_up.bandwidth_bytes_per_s, "latency_s": dev.scale_up.latency_s},
+        "host": {"bandwidth_bytes_per_s": dev.host.bandwidth_bytes_per_s, "latency_s": dev.host.latency_s},
+        "sources": dict(dev.sources), "path": dev.path,
+    }
+
+
+def devices_table(devices: list[Device]) -> Table:
+    t = Table(title="Devices", caption="Dense peaks; rates decimal (TB/s = 1e12 B/s), capacities binary (GiB); "
+                                       "'unknown' = not published.")
+    for col in ("id", "status", "memory tiers (capacity @ bandwidth)", "BF16 dense", "FP8 dense", "FP4 dense", "TDP"):
+        t.add_column(col, justify="left" if col in ("id", "status") or col.startswith("memory") else "right")
+    for d in devices:
+        tiers = "; ".join(f"{m.name} {_cap(m.capacity_bytes)} @ {_q(m.bandwidth_bytes_per_s, 'bytes_per_s')}"
+                          for m in d.memory)
+        peaks = [_q(d.peak_flop_per_s.get(c), "flop_per_s") if c in d.peak_flop_per_s else "—"
+                 for c in ("bf16", "fp8", "fp4")]
+        t.add_row(d.id, d.status, tiers, *peaks, _q(d.tdp_w, "w"))
+    return t
+
+
+def device_table(dev: Device) -> Table:
+    t = Table(title=f"{dev.name} ({dev.id}, {dev.status})", caption=f"Spec file: {dev.path}")
+    t.add_column("field")
+    t.add_column("value", justify="right")
+    t.add_column("source")
+    for f in fields(dev):
+        value = f.read(dev)
+        if f.path.startswith("compute."):
+            cls = f.path.split(".", 1)[1]
+            if cls not in dev.peak_flop_per_s:
+                continue
+            shown = _q(value, "flop_per_s") + ("" if cls in dev.native else " (not native)")
+        elif f.path.startswith(("floors.", "derates.")) and value is None:
+            continue
+        elif f.kind == "bytes":
+            shown = _cap(value)
+        elif f.kind == "fraction":
+            shown = f"{value:.3g}"
+        else:
+            shown = _q(value, f.kind)
+        t.add_row(f.path, shown, dev.sources.get(f.path, ""))
+    return t
+
+
+# ------------------------------------------------------------------- models
+def model_dict(m: ModelSpec) -> dict[str, Any]:
+    return {
+        "id": m.id, "family": m.family, "total_params": m.total_params, "active_params": m.active_params,
+        "active_params_without_embedding": m.active_params_without_embedding, "mtp_params": m.mtp_params,
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
+        "num_kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "vocab_size": m.vocab_size,
+        "num_experts": m.num_experts, "experts_per_token": m.experts_per_token,
+        "num_sliding_layers": m.num_sliding_layers, "sliding_window": m.sliding_window, "mla": m.is_mla,
+        "kv_cache_bytes_per_token_bf16": m.kv_cache_bytes_per_token("bf16"),
+        "param_breakdown": m.param_breakdown(), "source": m.source,
+    }
+
+
+def _b(n: float) -> str:
+    return f"{n / 1e9:.3f} B" if n >= 1e8 else f"{n / 1e6:.2f} M"
+
+
+def models_table(models: list[ModelSpec]) -> Table:
+    t = Table(title="Models", caption="Parameters derived from the architecture; active = all but unrouted experts "
+                                      "(with the embedding table); KV per token for bf16, full-attention layers.")
+    for col in ("id", "family", "total", "active", "layers", "attention", "experts (k of E)", "KV/token"):
+        t.add_column(col, justify="left" if col in ("id", "family", "attention") else "right")
+    for m in models:
+        attn = "MLA" if m.is_mla else f"GQA {m.num_heads}/{m.num_kv_heads}"
+        if m.num_sliding_layers:
+            attn += f", {m.num_sliding_layers} sliding ({m.sliding_window})"
+        experts = f"{m.experts_per_token} of {m.num_experts}" if m.is_moe else "dense"
+        t.add_row(m.id, m.family, _b(m.total_params), _b(m.active_params), str(m.num_layers), attn, experts,
+                  format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
+    return t
+
+
+def model_table(m: ModelSpec) -> Table:
+    t = Table(title=f"{m.id} ({m.family})", caption=f"Config: {m.source}")
+    t.add_column("component")
+    t.add_column("parameters", justify="right")
+    for k, v in m.param_breakdown().items():
+        if v:
+            t.add_row(k, _b(v))
+    t.add_row("total", _b(m.total_params), style="bold")
+    t.add_row("active per token", _b(m.active_params))
+    t.add_row("active, without embedding", _b(m.active_params_without_embedding))
+    if m.num_mtp_layers:
+        t.add_row(f"MTP modules ({m.num_mtp_layers}, not in total)", _b(m.mtp_params))
+    t.add_row("KV cache per token (bf16)", format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
+    return t
+
+
+# ------------------------------------------------------------------- stages
+STAGE_FIELDS = ("batch", "new_tokens", "context", "time_s", "time_serial_s", "compute_s", "memory_s",
+                "communication_s", "overhead_s", "bound", "intensity_flop_per_byte", "memory_per_device_bytes",
+                "weights_per_device_bytes", "kv_per_device_bytes", "fits", "flop_per_device", "bytes_per_device")
+
+
+def stage_rows(r: StageResult) -> list[dict[str, Any]]:
+    """One dict per workload point (arrays flattened in C order)."""
+    cols = {f: np.asarray(getattr(r, f)) for f in STAGE_FIELDS}
+    cols["tokens_per_s"] = np.asarray(r.tokens_per_s)
+    cols["per_sequence_tokens_per_s"] = np.asarray(r.per_sequence_tokens_per_s)
+    shape = np.broadcast_shapes(*(c.shape for c in cols.values()))
+    flat = {k: np.broadcast_to(v, shape).ravel() for k, v in cols.items()}
+    rows = []
+    for i in range(int(np.prod(shape)) if shape else 1):
+        rows.append({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in flat.items()})
+    return rows
+
+
+def stage_dict(r: StageResult) -> dict[str, Any]:
+    return {"stage": r.stage, "model": r.model_id, "group": r.group, "passes": r.passes,
+            "formats": {"weights": r.formats.weights, "experts": r.formats.experts or r.formats.weights,
+                        "kv": r.formats.kv, "activations": r.formats.activations},
+            "ridge_flop_per_byte": r.ridge_flop_per_byte, "usable_per_device_bytes": r.usable_per_device_bytes,
+            "memory_by_tier_s": {k: v for k, v in r.memory_by_tier_s.items()}, "rows": stage_rows(r)}
+
+
+def _ms(v: float) -> str:
+    return "—" if not math.isfinite(v) else (f"{v * 1e3:.3g}" if v * 1e3 < 1000 else f"{v * 1e3:,.0f}")
+
+
+def _rate(v: float) -> str:
+    return "—" if not math.isfinite(v) else (f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
+
+
+def stage_table(r: StageResult, caption: str) -> Table:
+    per_user = r.stage.startswith(("decode", "draft", "verify"))
+    rows = stage_rows(r)
+    n, ctx = rows[0]["new_tokens"], rows[0]["context"]
+    where = f"{n:.0f} new tokens/seq after {ctx:.0f} cached" if r.stage != "decode" else f"context {ctx:.0f}"
+    t = Table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption)
+    cols = ["batch", "time", "upper", "compute", "memory", "comm", "fixed", "bound", "FLOP/B", "mem/dev",
+            "tok/s/user" if per_user else "tok/s/seq", "tok/s"]
+    for c in cols:
+        t.add_column(c, justify="left" if c == "bound" else "right", min_width=12 if c == "bound" else len(c))
+    for row in rows:
+        ok = row["fits"]
+        part = (lambda v: _ms(v)) if ok else (lambda v: "—")  # components of a point that does not fit: not shown
+        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), _ms(row["time_serial_s"]), part(row["compute_s"]),
+                  part(row["memory_s"]),
+                  part(row["communication_s"]), part(row["overhead_s"]), str(row["bound"]),
+                  f"{row['intensity_flop_per_byte']:.3g}", format_quantity(row["memory_per_device_bytes"], "bytes"),
+                  _rate(row["per_sequence_tokens_per_s"]), _rate(row["tokens_per_s"]))
+    return t
+
+
+# ------------------------------------------------------------- speculative
+SPEC_FIELDS = ("gamma", "expected_tokens", "draft_s", "verify_s", "transfer_s", "round_s", "tokens_per_s_per_user",
+               "tokens_per_s", "speedup", "energy_per_token_j", "power_w", "flop_per_token", "fits", "draft_bound",
+               "verify_bound")
+
+
+def spec_dict(r: SpecResult, best_gamma: int) -> dict[str, Any]:
+    rows = []
+    cols = {f: np.ravel(np.asarray(getattr(r, f))) for f in (*SPEC_FIELDS, "extra_flop_fraction", "draft_step_s")}
+    for i in range(cols["gamma"].size):
+        row = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in cols.items()}
+        row["best"] = bool(row["gamma"] == best_gamma)
+        rows.append(row)
+    return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "target_group": r.target_group,
+            "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance, "best_gamma": best_gamma,
+            "baseline_decode_s": float(np.ravel(r.baseline_decode_s)[0]),
+            "baseline_tokens_per_s_per_user": float(1 / np.ravel(r.baseline_decode_s)[0]),
+            "baseline_energy_per_token_j": float(np.ravel(r.baseline_energy_per_token_j)[0]),
+            "energy_note": r.energy_note, "rows": rows}
+
+
+def spec_table(r: SpecResult, best_gamma: int) -> Table:
+    base = float(np.ravel(r.baseline_decode_s)[0])
+    base_e = float(np.ravel(r.baseline_energy_per_token_j)[0])
+    cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
+           f"Baseline: plain decode on {r.target_group} at {_rate(1 / base)} tok/s/user"
+           + (f", {base_e:.3g} J/token" if math.isfinite(base_e) else "") + ". * = most tok/s/user."
+           + (f" {r.energy_note}" if r.energy_note else ""))
+    t = Table(title=f"speculative decoding: {r.target} with {r.draft}, batch {int(np.ravel(r.batch)[0])}", caption=cap)
+    for c in ("gamma", "draft ms", "verify ms", "xfer us", "tok/round", "tok/s/user", "speedup", "J/token",
+              "draft bound", "verify bound"):
+        t.add_column(c, justify="left" if "bound" in c else "right", min_width=len(c))
+    for row in spec_dict(r, best_gamma)["rows"]:
+        mark = "*" if row["best"] else ""
+        ok = row["fits"]
+        t.add_row(f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]), _ms(row["verify_s"]),
+                  f"{row['transfer_s'] * 1e6:.3g}" if ok else "—", f"{row['expected_tokens']:.3g}",
+                  _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
+                  f"{row['energy_per_token_j']:.3g}" if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
+                  str(row["draft_bound"]), str(row["verify_bound"]), style="bold" if mark else None)
+    return t
+
+
+# ----------------------------------------------------------------- serving
+def _s(v: float) -> str:
+    return "—" if not math.isfinite(v) else (f"{v:.3g}" if v < 100 else f"{v:,.0f}")
+
+
+def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
+    """One point of a ServingResult (flat index i) as a JSON-ready dict."""
+    def at(a: Any) -> Any:
+        v = np.ravel(np.asarray(a))[i]
+        return v.item() if hasattr(v, "item") else v
+    return {"batch": at(r.batch), "gamma": at(r.gamma), "expected_tokens": at(r.expected_tokens),
+            "ttft_s": at(r.ttft_s), "tpot_s": at(r.tpot_s), "e2e_s": at(r.e2e_s),
+            "tokens_per_s_per_user": at(r.tokens_per_s_per_user), "tokens_per_s": at(r.tokens_per_s),
+            "tokens_per_s_per_device": at(r.tokens_per_s_per_device), "tokens_per_s_per_kw": at(r.tokens_per_s_per_kw),
+            "energy_per_token_j": at(r.energy_per_token_j), "energy_per_request_j": at(r.energy_per_request_j),
+            "power_w": at(r.power_w), "power_by_group_w": {k: at(v) for k, v in r.power_by_group_w.items()},
+            "devices": at(r.devices), "memory_per_device_bytes": at(r.memory_per_device_bytes),
+            "prefill_bound": at(r.prefill_bound), "decode_bound": at(r.decode_bound), "draft_bound": at(r.draft_bound),
+            "fits": bool(at(r.fits))}
+
+
+def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> Table:
+    """rows: (name, description, point or None, reason)."""
+    t = Table(title=title, caption=caption)
+    width = max((len(r[0]) for r in rows), default=10)
+    for c in ("placement", "devices", "TTFT ms", "TPOT ms", "E2E s", "tok/s/user", "tok/s/dev", "tok/s/kW", "J/token",
+              "bound (prefill / decode / draft)"):
+        t.add_column(c, justify="left" if c in ("placement", "bound (prefill / decode / draft)") else "right",
+                     min_width=width if c == "placement" else None, no_wrap=c == "placement")
+    for name, _desc, p, reason in rows:
+        if p is None or not p["fits"]:
+            t.add_row(name, "—", "—", "—", "—", "—", "—", "—", "—",
+                      reason or "does not fit")
+            continue
+        t.add_row(name, f"{p['devices']:.3g}", _ms(p["ttft_s"]), _ms(p["tpot_s"]),
+                  _s(p["e2e_s"]), _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_device"]),
+                  _rate(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]),
+                  f"{p['prefill_bound']} / {p['decode_bound']} / {p['draft_bound']}")
+    return t
+
+
+def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "") -> Table:
+    t = Table(title=f"frontier: {name}", caption=caption or None)
+    for c in ("tok/s/user", "tok/s/kW", "E2E s", "TTFT ms", "J/token", "batch", "gamma"):
+        t.add_column(c, justify="right")
+    for p in points:
+        t.add_row(_rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]), _s(p["e2e_s"]), _ms(p["ttft_s"]),
+                  _s(p["energy_per_token_j"]), f"{p['batch']:.0f}", f"{p['gamma']:.0f}")
+    return t
+
+
+def comparison_table(rows: list[dict[str, Any]], baseline: str) -> Table:
+    t = Table(title=f"interactivity at equal tokens/s per kW, against {baseline}",
+              caption="interactivity-optimised: at the tokens/s per kW of the baseline's most interactive point; "
+                      "energy-optimised: at the baseline's highest tokens/s per kW (— when the configuration cannot "
+                      "reach it).")
+    for c in ("configuration", "interactivity-optimised", "energy-optimised", "best ratio on shared range"):
+        t.add_column(c, justify="left" if c == "configuration" else "right")
+    for r in rows:
+        fmt = [f"{v:.2f}x" if v is not None and math.isfinite(v) else "—"
+               for v in (r["interactivity_optimised"], r["energy_optimised"], r["max_ratio"])]
+        t.add_row(r["name"], *fmt)
+    return t
+
+
+def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int) -> Table:
+    t = Table(title=f"{model_id}: side by side (decode at context {context}, prefill of {prompt})",
+              caption="tok/s/kW from the linear utilisation power model; max batch at this context.")
+    cols = ["device", "prefill ms", *(f"B={b} ms" for b in batch), *(f"B={b} tok/s/user" for b in batch),
+            *(f"B={b} tok/s/kW" for b in batch), "decode bound", "max batch"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("device", "decode bound") else "right")
+    for r in rows:
+        if "error" in r:
+            t.add_row(r["name"], r["error"], *([""] * (len(cols) - 2)))
+            continue
+        dec = r["decode"]
+        kw = r.get("tokens_per_s_per_kw") or [math.nan] * len(dec)
+        t.add_row(r["name"], _ms(r["prefill"]["time_s"] if r["prefill"]["fits"] else math.nan),
+                  *(_ms(d["time_s"]) for d in dec), *(_rate(d["per_sequence_tokens_per_s"]) for d in dec),
+                  *(_rate(k if k is not None else math.nan) for k in kw),
+                  " / ".join(sorted({str(d["bound"]) for d in dec})), str(r["max_batch"]))
+    return t
+
+
+def elasticity_table(name: str, el: dict[str, float], batch: int, context: int) -> Table:
+    t = Table(title=f"{name}: elasticity of decode time (batch {batch}, context {context})",
+              caption="d ln(time) / d ln(field): -1 = time inversely proportional to the field, 0 = irrelevant here.")
+    t.add_column("spec field")
+    t.add_column("elasticity", justify="right")
+    for k, v in sorted(el.items(), key=lambda kv: kv[1]):
+        t.add_row(k, f"{v:+.2f}")
+    return t
+
+
+def diagnosis_table(d: dict[str, Any]) -> Table:
+    t = Table(title=f"diagnosis: {d['model']} on {d['group']}, batch {d['batch']:.0f}, "
+                    f"{d['isl']:.0f} in / {d['osl']:.0f} out ({d['serving']})",
+              caption=d["advice"])
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    rows = [("measured time per output token", f"{d['measured_tpot_s'] * 1e3:.3g} ms"),
+            ("measured tokens/s per user", f"{d['measured_tokens_per_s_per_user']:.4g}"),
+            ("roofline prediction", f"{d['predicted_tpot_s'] * 1e3:.3g} ms"),
+            ("bytes read per step, per device", format_quantity(d["bytes_per_step_per_device"], "bytes")),
+            ("FLOP per step, per device", f"{d['flop_per_step_per_device']:.3g}"),
+            ("achieved bandwidth", format_quantity(d["achieved_bytes_per_s"], "bytes_per_s")),
+            ("achieved FLOP/s", format_quantity(d["achieved_flop_per_s"], "flop_per_s")),
+            ("peak bandwidth (datasheet)", format_quantity(d["peak_bytes_per_s"], "bytes_per_s")),
+            (f"peak {d['compute_class']} FLOP/s (datasheet, dense)", format_quantity(d["peak_flop_per_s"], "flop_per_s")),
+            ("MBU (achieved / peak bandwidth)", f"{d['mbu']:.1%}"),
+            ("MFU (achieved / peak FLOP/s)", f"{d['mfu']:.2%}"),
+            ("modelled compute time / measured time", f"{d['modelled_compute_share']:.0%}"),
+            ("binding resource", d["binding"])]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+# -------------------------------------------------------------- validation
+def validation_table(v: Validation, path: str) -> Table:
+    s = v.summary
+    o = s["overall"]
+    cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
+           f"{o.get('n', 0)} rows; " + "; ".join(f"{k}: {x['median_abs_error']:.0%} (n={x['n']})"
+                                                for k, x in s.get("by_metric", {}).items())
+           + (". Skipped: " + "; ".join(f"{x['id']} ({x['reason']})" for x in v.skipped) if v.skipped else ""))
+    t = Table(title=f"validation against {path}", caption=cap)
+    for c in ("id", "metric", "hardware", "model", "predicted", "measured", "error"):
+        t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
+    for r in v.rows:
+        t.add_row(r["id"], r["metric"], r["hardware"], r["model"], f"{r['predicted']:.4g}", f"{r['measured']:.4g}",
+                  f"{r['error']:+.0%}")
+    return t
+
+
+def params_dict(p: EngineParams) -> dict[str, float]:
+    return attrs.asdict(p)
+
+
+def calibration_table(d: dict[str, Any]) -> Table:
+    fams = list(d["families"])
+    t = Table(title=f"calibration on {len(d['rows'])} rows of {d['data']}",
+              caption=f"In-sample median |error| {d['median_abs_error']:.1%}"
+                      + (f", leave-one-out {d['loo_median_abs_error']:.1%}" if d["loo_median_abs_error"] else "")
+                      + (f". Profile written to {d['profile']}." if d["profile"] else "."))
+    t.add_column("parameter")
+    for f in ("default", *fams):
+        t.add_column(f, justify="right")
+    notes = d["uncertainty"]
+
+    def cell(value: float, note: str | None) -> str:
+        if note and note.startswith("not identified"):
+            return f"{value:.4g} (not identified)"
+        return f"{value:.4g}" + (f" {note.replace('+/-', '±')}" if note else "")
+
+    for k, v in d["default"].items():
+        t.add_row(k, cell(v, notes.get("default", {}).get(k)),
+                  *(cell(d["families"][f][k], notes.get(f, {}).get(k)) for f in fams))
+    return t
+
+
+# -------------------------------------------------------------------- views
+def _flat(prefix: str, d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(f"{prefix}{k}.", v))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def devices_view(devices: Sequence[Device]) -> View:
+    data = [device_dict(d) for d in devices]
+    return View(tables=[devices_table(list(devices))], data=data,
+                rows=[{k: v for k, v in _flat("", d).items() if not k.startswith("sources.")} for d in data])
+
+
+def device_view(dev: Device) -> View:
+    d = device_dict(dev)
+    return View(tables=[device_table(dev)], data=d,
+                rows=[{"field": f.path, "value": f.read(dev), "source": dev.sources.get(f.path, "")} for f in fields(dev)])
+
+
+def models_view(models: Sequence[ModelSpec]) -> View:
+    data = [model_dict(m) for m in models]
+    return View(tables=[models_table(list(models))], data=data, rows=[_flat("", d) for d in data])
+
+
+def model_view(m: ModelSpec) -> View:
+    d = model_dict(m)
+    return View(tables=[model_table(m)], data=d, rows=[_flat("", d)])
+
+
+def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
+    t = Table(title="Number formats", caption="bits per element include block scales; weight-only formats are "
+                                              "dequantised and multiplied at the activation format's rate; "
+                                              "int4-g<G> exists for any group size G.")
+    for c in ("format", "bits", "compute class", "weight-only", "description"):
+        t.add_column(c, justify="right" if c == "bits" else "left")
+    rows = []
+    for f in formats:
+        t.add_row(f.name, f"{f.bits_per_element:g}", f.compute, "yes" if f.weight_only else "", f.description)
+        rows.append({"format": f.name, "bits_per_element": f.bits_per_element, "compute": f.compute,
+                     "weight_only": f.weight_only, "description": f.description})
+    lt = Table(title="Named links between device groups", caption="Any link can also be given as BANDWIDTH,LATENCY "
+                                                                  "(e.g. 50GB/s,3us). Latencies are estimates.")
+    for c in ("link", "bandwidth per direction", "latency"):
+        lt.add_column(c, justify="left" if c == "link" else "right")
+    links_data = []
+    for link in links:
+        lt.add_row(link.name, format_quantity(link.bandwidth_bytes_per_s, "bytes_per_s"), format_quantity(link.latency_s, "s"))
+        links_data.append({"link": link.name, "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
+                           "latency_s": link.latency_s})
+    return View(tables=[t, lt], data={"formats": rows, "links": links_data}, rows=rows)
+
+
+def formula_view(name: str, text: str, latex: str) -> View:
+    t = Table(title=f"formula {name}", show_header=False)
+    t.add_column("")
+    t.add_row(text)
+    return View(tables=[f"{name}: {text}"], data={"name": name, "text": text, "latex": latex},
+                rows=[{"name": name, "text": text, "latex": latex}])
+
+
+def stage_view(model: str, device: str, results: Sequence[StageResult], caption: str,
+               overrides: Sequence[str] = ()) -> View:
+    data = {"model": model, "device": device, "overrides": list(overrides),
+            "stages": [stage_dict(r) for r in results]}
+    rows = [{"stage": r.stage, **row} for r in results for row in stage_rows(r)]
+    return View(tables=[stage_table(r, caption) for r in results], data=data, rows=rows)
+
+
+def spec_view(r: SpecResult, best_gamma: int, overrides: Sequence[str] = ()) -> View:
+    d = spec_dict(r, best_gamma)
+    d["overrides"] = list(overrides)
+    return View(tables=[spec_table(r, best_gamma)], data=d, rows=d["rows"])
+
+
+def serving_rows_view(title: str, caption: str, items: list[dict[str, Any]], extra: dict[str, Any]) -> View:
+    """Placements: ``items`` of {name, description, feasible, reason, metrics}."""
+    rows = [(i["name"], i["description"] or "", i["metrics"], i["reason"] or "") for i in items]
+    csv_rows = [{"name": i["name"], "feasible": i["feasible"], "reason": i["reason"], **(i["metrics"] or {})}
+                for i in items]
+    return View(tables=[serving_table(rows, title, caption)], data={**extra, "placements": items}, rows=csv_rows)
+
+
+def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]], baseline: str,
+                extra: dict[str, Any]) -> View:
+    tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"]) for c in configs]
+    if comparisons:
+        tables.append(comparison_table(comparisons, baseline))
+    rows = [{"configuration": c["name"], **p} for c in configs for p in c["frontier"]]
+    return View(tables=tables, data={**extra, "configurations": configs, "comparisons": comparisons}, rows=rows)
+
+
+def compare_view(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int,
+                 overrides: Sequence[str] = ()) -> View:
+    tables: list[RenderableType] = [compare_table(model_id, batch, rows, context, prompt)]
+    for row in rows:
+        if row.get("elasticity"):
+            tables.append(elasticity_table(row["name"], row["elasticity"], int(np.ravel(batch)[0]), context))
+    csv_rows = []
+    for row in rows:
+        for i, d in enumerate(row.get("decode") or []):
+            kw = row.get("tokens_per_s_per_kw")
+            csv_rows.append({"name": row["name"], "group": row["group"], **{f"decode_{k}": v for k, v in d.items()},
+                             "prefill_time_s": row["prefill"]["time_s"], "max_batch": row["max_batch"],
+                             "tokens_per_s_per_kw": kw[i] if kw else None})
+        if "error" in row:
+            csv_rows.append({"name": row["name"], "group": row["group"], "error": row["error"]})
+    return View(tables=tables, data={"model": model_id, "context": context, "prompt": prompt,
+                                     "overrides": list(overrides), "rows": rows}, rows=csv_rows)
+
+
+def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
+    m = d.measurement
+    return {"model": d.model, "group": d.group, "batch": m.batch, "isl": m.input_tokens, "osl": m.output_tokens,
+            "serving": m.serving, "measured_tpot_s": m.tpot_s, "measured_tokens_per_s_per_user": 1 / m.tpot_s,
+            "predicted_tpot_s": d.predicted_tpot_s, "bytes_per_step_per_device": d.bytes_per_step,
+            "flop_per_step_per_device": d.flop_per_step, "achieved_bytes_per_s": d.achieved_bytes_per_s,
+            "achieved_flop_per_s": d.achieved_flop_per_s, "peak_bytes_per_s": d.peak_bytes_per_s,
+            "peak_flop_per_s": d.peak_flop_per_s, "compute_class": d.compute_class, "mbu": d.mbu, "mfu": d.mfu,
+            "modelled_compute_share": d.modelled_compute_share, "binding": d.binding, "advice": d.advice,
+            "source": m.source}
+
+
+def diagnosis_view(d: Diagnosis) -> View:
+    data = diagnosis_dict(d)
+    return View(tables=[diagnosis_table(data)], data=data, rows=[data])
+
+
+def validation_view(v: Validation, path: str) -> View:
+    data = {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped}
+    return View(tables=[validation_table(v, path)], data=data, rows=v.rows)
+
+
+def calibration_view(d: dict[str, Any]) -> View:
+    rows = [{"parameter": k, "default": v, **{f: d["families"][f][k] for f in d["families"]}}
+            for k, v in d["default"].items()]
+    return View(tables=[calibration_table(d)], data=d, rows=rows)

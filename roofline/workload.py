@@ -1,0 +1,99 @@
+"""The one place where workload arguments are checked: counts, draft lengths, probabilities.
+
+Every public function takes workload values (batch, context, prompt, gamma,
+alpha) as numbers or numpy arrays that broadcast; each is checked here, once,
+at the boundary, and a bad value raises :class:`~roofline.errors.WorkloadError`
+naming the argument the user passed (``context``, not an internal name).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .errors import WorkloadError
+
+Array = NDArray[np.float64]
+
+#: A draft length beyond this is not a draft length (and would make sweeps explode).
+MAX_GAMMA = 1024
+#: Token counts above this are not workloads (1e12 tokens of context would need petabytes of KV).
+MAX_TOKENS = 1e12
+
+
+def show(value: Any) -> str:
+    """A short rendering of a workload value for error messages."""
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    if a.dtype == object:
+        return repr(value)
+    return repr(a.item()) if a.ndim == 0 else np.array2string(a.ravel(), threshold=6, separator=", ")
+
+
+def as_array(name: str, value: ArrayLike) -> Array:
+    """``value`` as a float array, or a :class:`WorkloadError` naming ``name``."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise WorkloadError(f"{name} must be a number or an array of numbers, got {value!r}")
+    try:
+        a = np.asarray(value, dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        raise WorkloadError(f"{name} must be a number or an array of numbers, got {show(value)}") from None
+    if a.size == 0:
+        raise WorkloadError(f"{name} must not be empty")
+    return a
+
+
+def check_count(name: str, value: ArrayLike, *, minimum: float = 0, integer: bool = True) -> Array:
+    """A token or sequence count: finite, >= ``minimum``, whole unless ``integer`` is False (mean-field)."""
+    a = as_array(name, value)
+    if not np.all(np.isfinite(a)):
+        raise WorkloadError(f"{name} must be finite, got {show(a)}")
+    if np.any(a < minimum):
+        raise WorkloadError(f"{name} must be >= {minimum:g}, got {show(a)}")
+    if np.any(a > MAX_TOKENS):
+        raise WorkloadError(f"{name} above {MAX_TOKENS:.0e} is not a workload, got {show(a)}")
+    if integer and np.any(a != np.round(a)):
+        raise WorkloadError(f"{name} must be a whole number, got {show(a)}")
+    return a
+
+
+def check_gamma(value: ArrayLike, name: str = "gamma") -> Array:
+    """A draft length: a whole number in [0, MAX_GAMMA]."""
+    a = as_array(name, value)
+    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a != np.round(a)):
+        raise WorkloadError(f"{name} (draft length) must be a whole number >= 0, got {show(a)}")
+    if np.any(a > MAX_GAMMA):
+        raise WorkloadError(f"{name} (draft length) above {MAX_GAMMA} is not a draft length, got {show(a)}")
+    return a
+
+
+def check_probability(value: ArrayLike, name: str = "alpha") -> Array:
+    """A probability in [0, 1] (per-token acceptance, acceptance rate)."""
+    a = as_array(name, value)
+    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
+        raise WorkloadError(f"{name} must be in [0, 1] (a per-token acceptance probability), got {show(a)}")
+    return a
+
+
+def check_whole(name: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """A single whole-number setting (tp, ep, pp, chunk, head layers): an int in [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, (float, np.floating)) and np.isfinite(value) and value == int(value):
+            value = int(value)
+        else:
+            raise WorkloadError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"in {minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise WorkloadError(f"{name} must be a whole number {bound}, got {value!r}")
+    return int(value)
+
+
+def scalar(value: Array, name: str) -> float:
+    """The one number of a 0-d array, or a WorkloadError: this argument does not sweep."""
+    if np.ndim(value) != 0:
+        raise WorkloadError(f"{name} must be a single number here, got {show(value)}")
+    return float(value)
