@@ -41,6 +41,7 @@ from .serving.frontier import compare_frontiers, pareto_frontier
 from .serving.serve import Placement, Request, ServingResult, evaluate_serving
 from .serving.speculation import SpecResult, optimal_gamma, speculative_round
 from .specs.devices import Device, Link, MemoryTier, list_devices, load_device, override
+from .specs.execution import family_profile, resolve_profile
 from .specs.formats import Format, Formats, get_format, list_formats
 from .specs.groups import DeviceGroup
 from .specs.hf_config import list_models, load_model, model_from_hf_config
@@ -51,6 +52,9 @@ from .specs.resolve import resolve_group
 from .units import parse_quantity
 from .version import __version__
 
+#: An execution profile (one family's efficiencies and fixed costs); the same record as EngineParams.
+ExecutionProfile = EngineParams
+
 __all__ = [
     "Acceptance", "DEFAULT_POWER", "Device", "DeviceGroup", "EngineParams", "Format", "Formats", "GroupLink",
     "InfeasibleError", "Link", "MemoryTier", "ModelSpec", "NotFoundError", "Placement", "PowerModel", "Profile",
@@ -60,7 +64,8 @@ __all__ = [
     "draft", "draft_head", "evaluate_serving", "expected_tokens", "expected_tokens_positional", "forward_work",
     "get_format", "get_link", "list_devices", "list_formats", "list_models", "load_device", "load_model",
     "load_profile", "max_batch", "model_from_hf_config", "optimal_gamma", "optimal_gamma_closed_form", "override",
-    "pareto_frontier", "parse_quantity", "prefill", "resolve_group", "speculative_round", "speedup_closed_form",
+    "pareto_frontier", "parse_quantity", "prefill", "resolve_group", "resolve_profile", "family_profile",
+    "ExecutionProfile", "speculative_round", "speedup_closed_form",
     "verify",
 ]
 

@@ -77,7 +77,7 @@ def test_capacity_conventions():
     assert corsair.get("sram.capacity") == 2e9 and corsair.get("sram.bandwidth") == 150e12
     assert rl.load_device("groq-lpu").get("sram.capacity") == 230e6
     assert rl.load_device("groq-3-lpu").get("sram.capacity") == 500e6
-    assert [t.name for t in rl.load_device("sn40l").memory] == ["sram", "hbm", "ddr"]
+    assert [t.name for t in rl.load_device("sn40l").memory] == ["hbm", "ddr"]   # SRAM is a scratchpad there
     assert rl.load_device("majestic-prometheus").get("dram.capacity") == 128e12
 
 

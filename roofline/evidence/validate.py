@@ -22,14 +22,18 @@ import numpy as np
 
 from ..errors import RooflineError, SpecError
 from ..physics.speculative import Acceptance
-from ..physics.stages import max_batch
+from ..physics.stages import max_batch, prefill
+from ..serving.placements import smallest_group
 from ..serving.serve import Placement, Request, evaluate_serving
+from ..specs.devices import Device
+from ..specs.execution import resolve_profile
 from ..specs.files import read_text
 from ..specs.groups import DeviceGroup
+from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, Profile, shipped_profile
 from ..specs.resolve import resolve_device, resolve_model
 
-COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "ep", "model", "weight_dtype", "expert_dtype",
+COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "model", "weight_dtype", "expert_dtype",
            "kv_dtype", "batch", "serving", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes")
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
@@ -86,14 +90,43 @@ def _int(row: Row, key: str, default: int | None = None) -> int:
     return v
 
 
-def _formats(row: Row) -> dict[str, str]:
+def _formats(row: Row, device: Device) -> dict[str, str]:
     w = row.get("weight_dtype") or "bf16"
     e = row.get("expert_dtype") or None
     kv = row.get("kv_dtype") or "bf16"
-    # FP8 / FP4 checkpoints in these stacks quantise activations too (FP8 GEMMs); weight-only int4/int8 keep 16-bit
+    # FP8 / FP4 checkpoints in these stacks quantise activations too (FP8 GEMMs); weight-only int4/int8 keep
+    # 16-bit activations: bf16, or fp16 where the device has no bf16 units (Groq)
     low = {w, e or w} & {"fp8", "nvfp4", "mxfp4", "mxfp8"}
-    act = "fp8" if low else ("fp16" if w == "fp16" else "bf16")
-    return {"weights": w, "experts": e, "kv": kv, "activations": act}
+    sixteen = "fp16" if w == "fp16" or (not device.supports("bf16") and device.supports("fp16")) else "bf16"
+    return {"weights": w, "experts": e, "kv": kv, "activations": "fp8" if low and device.supports("fp8") else sixteen}
+
+
+def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, str], batch: int | None,
+            context: int, params: EngineParams) -> DeviceGroup:
+    """The row's device group: its tp x pp (x ep), or from n_devices alone the family's layout (TP up to the
+    family's max_tp, then pipeline stages), or with nothing given the family's layout at the fewest devices
+    that hold the batch at this context."""
+    ep = _int(row, "ep", 1)
+    n_text, tp_text, pp_text = row.get("n_devices"), row.get("tp"), row.get("pp")
+    max_tp = int(resolve_profile(device, params).max_tp)
+    if tp_text or pp_text:
+        tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
+        if n_text and _int(row, "n_devices") != tp * pp:
+            raise RooflineError(f"n_devices {_int(row, 'n_devices')} != tp {tp} x pp {pp}: data-parallel replicas are "
+                                "not modelled")
+        return DeviceGroup(device=device, tp=tp, ep=ep, pp=pp)
+    if n_text:
+        n = _int(row, "n_devices")
+        tp = max(t for t in (1, 2, 4, 8, 16, 32) if t <= max_tp and n % t == 0)
+        return DeviceGroup(device=device, tp=tp, ep=ep, pp=n // tp)
+    if batch is None:
+        raise RooflineError("batch = max needs the device count (n_devices or tp/pp)")
+    isl = _int(row, "isl")
+
+    def fits(g: DeviceGroup) -> bool:   # the batch at its final context, and its prompts' prefill
+        return bool(max_batch(model, g, context=context, params=params, **fmt) >= batch) and bool(
+            prefill(model, g, prompt=isl, batch=batch, params=params, on_infeasible="nan", **fmt).fits)
+    return smallest_group(fits, device, max_tp=max_tp)
 
 
 def predict_row(row: Row, params: EngineParams) -> float:
@@ -103,12 +136,10 @@ def predict_row(row: Row, params: EngineParams) -> float:
         raise RooflineError(f"unknown metric {metric!r}")
     model = resolve_model(row.get("model"))
     dev = resolve_device(row.get("hardware"))
-    tp, ep, n = _int(row, "tp", 1), _int(row, "ep", 1), _int(row, "n_devices", 1)
-    if n != tp:
-        raise RooflineError(f"n_devices {n} != tp {tp}: data-parallel replicas are not modelled")
-    group = DeviceGroup(device=dev, tp=tp, ep=ep)
     isl, osl = _int(row, "isl"), _int(row, "osl")
-    fmt = _formats(row)
+    fmt = _formats(row, dev)
+    group = _layout(row, model, dev, fmt, None if row.get("batch") == "max" else _int(row, "batch"), isl + osl, params)
+    n = group.count
     spec = row.get("spec_method") or "none"
     gamma = _int(row, "draft_len", 0) if spec != "none" else 0
     acceptance = None
@@ -154,7 +185,7 @@ class Validation:
             return {"n": int(errs.size), "median_abs_error": float(np.median(errs)),
                     "mean_abs_error": float(np.mean(errs)), "median_error": float(np.median([r["error"] for r in items]))}
         out: dict[str, Any] = {"overall": stats(self.rows) if self.rows else {"n": 0}}
-        for key in ("metric", "hardware"):
+        for key in ("family", "metric", "hardware", "stack"):
             groups: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
                 groups.setdefault(r[key], []).append(r)
@@ -177,6 +208,7 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> 
             skipped.append({"id": row.id, "reason": str(e)})
             continue
         done.append({"id": row.id, "metric": row.get("metric"), "hardware": row.get("hardware"),
+                     "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
                      "model": row.get("model"), "predicted": predicted, "measured": measured,
                      "error": (predicted - measured) / measured})
     return Validation(rows=done, skipped=skipped)

@@ -35,22 +35,43 @@ def alltoall_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: 
     return base_s + (p - 1) * hop_s + (p - 1) / p * message_bytes / bandwidth_bytes_per_s
 
 
+def scheduled_allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float,
+                          base_s: float) -> Any:
+    """A compiler-scheduled (or one-shot) all-reduce: every rank exchanges directly, so the latency is two
+    hops (reduce-scatter, all-gather) whatever p is; the data volume stays 2(p-1)/p M (Groq's
+    software-scheduled network, https://groq.com/groq-at-isca-2022; one-shot NVLink kernels)."""
+    return base_s + 2 * hop_s + 2 * (p - 1) / p * message_bytes / bandwidth_bytes_per_s
+
+
+def _collectives(profile: EngineParams) -> tuple[Any, Any]:
+    """(all-reduce, all-to-all) cost functions of the family's collective algorithm."""
+    if profile.collective == "ring":
+        return allreduce_s, alltoall_s
+    if profile.collective == "scheduled":
+        return scheduled_allreduce_s, lambda m, p, bw, hop, base: base + 2 * hop + (p - 1) / p * m / bw
+    # "none": the data stays on one device's fabric (a wafer): only the bytes cost time
+    return (lambda m, p, bw, hop, base: 2 * (p - 1) / p * m / bw), (lambda m, p, bw, hop, base: (p - 1) / p * m / bw)
+
+
 def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Format, tokens: Any,
-                          params: EngineParams) -> Any:
-    """Exposed communication of one pass over ``tokens`` tokens: TP collectives and PP stage crossings."""
+                          profile: EngineParams) -> Any:
+    """Exposed communication of one pass over ``tokens`` tokens: TP collectives (with the family's
+    algorithm) and PP stage crossings (one hop each, ``pipeline_hop_s`` or the link's latency)."""
     tp, pp, dev = group.tp, group.pp, group.device
     if tp == 1 and pp == 1:
         return 0.0
-    bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
-    hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
+    bw = dev.get("scale_up.bandwidth") * profile.link_bandwidth_fraction
+    hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else profile.link_hop_latency_s
     hidden_bytes = tokens * model.hidden_size * activation.bytes_per_element
+    allreduce, alltoall = _collectives(profile)
     comm: Any = 0.0
     if tp > 1:
         n_ar = 2 * model.num_layers - (model.num_moe_layers if group.ep > 1 else 0)
-        comm = n_ar * allreduce_s(hidden_bytes, tp, bw, hop, params.collective_base_s)
+        comm = n_ar * allreduce(hidden_bytes, tp, bw, hop, profile.collective_base_s)
         if group.ep > 1:
             routed = hidden_bytes * model.experts_per_token
-            comm = comm + 2 * model.num_moe_layers * alltoall_s(routed, group.ep, bw, hop, params.collective_base_s)
+            comm = comm + 2 * model.num_moe_layers * alltoall(routed, group.ep, bw, hop, profile.collective_base_s)
     if pp > 1:  # each pass crosses pp - 1 stage boundaries with the tokens' activations
-        comm = comm + (pp - 1) * (hop + hidden_bytes / bw)
+        stage_hop = profile.pipeline_hop_s if profile.pipeline_hop_s is not None else hop
+        comm = comm + (pp - 1) * (stage_hop + hidden_bytes / bw)
     return comm

@@ -50,19 +50,23 @@ def idle_w(device: Device, power: PowerModel = DEFAULT_POWER) -> float:
 
 
 def busy_power_w(device: Device, *, time_s: ArrayLike, compute_s: ArrayLike, memory_s: ArrayLike,
-                 power: PowerModel = DEFAULT_POWER) -> Array:
-    """Power of one device while it runs a stage (linear utilisation model, clipped to [idle, TDP])."""
+                 power: PowerModel = DEFAULT_POWER, floor_fraction: float = 0.0) -> Array:
+    """Power of one device while it runs a stage: idle + (TDP - idle) x utilisation, clipped to [idle, TDP],
+    and never below ``floor_fraction`` x TDP (the execution profile's busy floor: a clocked pipeline or a
+    launch-bound GPU waiting between kernels is not at idle power)."""
     t = np.asarray(time_s, dtype=float)
     tdp, idle = device.get("power.tdp"), idle_w(device, power)
     with np.errstate(divide="ignore", invalid="ignore"):
         u = (power.compute_weight * np.asarray(compute_s) + (1 - power.compute_weight) * np.asarray(memory_s)) / t
     u = np.clip(np.nan_to_num(u, nan=0.0), 0.0, 1.0)
-    return idle + (tdp - idle) * u
+    busy = idle + (tdp - idle) * u
+    return np.maximum(busy, floor_fraction * tdp) if floor_fraction > 0 else busy
 
 
 def stage_power_w(device: Device, stage: StageResult, power: PowerModel = DEFAULT_POWER) -> Array:
-    """:func:`busy_power_w` of one device while it runs ``stage``."""
-    return busy_power_w(device, time_s=stage.time_s, compute_s=stage.compute_s, memory_s=stage.memory_s, power=power)
+    """:func:`busy_power_w` of one device while it runs ``stage`` (with the stage's family's busy floor)."""
+    return busy_power_w(device, time_s=stage.time_s, compute_s=stage.compute_s, memory_s=stage.memory_s, power=power,
+                        floor_fraction=stage.busy_floor_fraction)
 
 
 def group_busy_w(group: DeviceGroup, stage: StageResult, power: PowerModel = DEFAULT_POWER) -> Array:

@@ -10,6 +10,7 @@ ranks only while tp <= n_kv; MLA's single latent is replicated on every rank
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -72,19 +73,20 @@ class Placement:
 
 
 def place(device: Device, res: Residency, *, weight_read: Any, kv_read: Any, kv_share: float, kv_write: Any,
-          activation: Any, pp: int, bandwidth_fraction: float, usable_fraction: float) -> Placement:
+          activation: Any, pp: int, bandwidth_fraction: Callable[[str], float], usable_fraction: float) -> Placement:
     """Place weights, KV and workspace over ``device``'s tiers and time each tier's traffic.
 
     Traffic per device: ``weight_read`` (weights the pass touches), ``kv_read`` x ``kv_share`` (the whole
     pass's KV reads, of which this device reads its share), ``kv_write`` (this device's), ``activation``
     (matmul inputs and outputs). A pass crosses ``pp`` stages, so the time is pp stage-times.
+    ``bandwidth_fraction(tier)`` is the achieved share of each tier's peak (SRAM and HBM differ).
     """
     first = device.memory[0]
     cap = device.get(f"{first.name}.capacity") * usable_fraction
     if len(device.memory) == 1:
         # one tier (most GPUs): everything lives there; the comparison builds only a boolean grid
         fits = res.kv_sequence_bytes <= (cap - res.weights_bytes - res.workspace_bytes) / res.kv_sequences
-        k = pp / (device.get(f"{first.name}.bandwidth") * bandwidth_fraction)
+        k = pp / (device.get(f"{first.name}.bandwidth") * bandwidth_fraction(first.name))
         small = weight_read + activation + kv_write
         return Placement(time_by_tier_s={first.name: small * k + kv_read * (k * kv_share)}, fits=fits,
                          usable_bytes=cap)
@@ -94,7 +96,7 @@ def place(device: Device, res: Residency, *, weight_read: Any, kv_read: Any, kv_
 
 
 def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic: Any, activation: Any, pp: int,
-                 bandwidth_fraction: float, usable_fraction: float) -> Placement:
+                 bandwidth_fraction: Callable[[str], float], usable_fraction: float) -> Placement:
     kv_held = res.kv_bytes()
     remaining: dict[str, Any] = {"w": res.weights_bytes, "kv": kv_held, "ws": res.workspace_bytes}
     usable_total = 0.0
@@ -114,7 +116,7 @@ def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic
         traffic = (weight_read * placed["w"] / res.weights_bytes + kv_traffic * _share(placed["kv"], kv_held)
                    + activation * _share(placed["ws"], res.workspace_bytes))
         if np.any(traffic > 0):
-            by_tier[tier.name] = pp * traffic / (device.get(f"{tier.name}.bandwidth") * bandwidth_fraction)
+            by_tier[tier.name] = pp * traffic / (device.get(f"{tier.name}.bandwidth") * bandwidth_fraction(tier.name))
     shape = np.broadcast_shapes(*(np.shape(r) for r in remaining.values()))
     fits = np.logical_and.reduce([np.broadcast_to(r <= 1e-6 * (res.weights_bytes + 1), shape)
                                   for r in remaining.values()])

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import WorkloadError, broadcast_errors
+from ..specs.execution import resolve_profile
 from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
@@ -192,6 +193,6 @@ def max_batch(model: ModelLike, device: GroupLike, *, context: ArrayLike, new_to
     """
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
               params=params)
+    usable = resolve_profile(s.group.device, s.params).usable_memory_fraction
     return memory.max_batch(s.model, s.group, s.formats, context=check_count("context", context),
-                            new_tokens=check_count("new_tokens", new_tokens, minimum=1),
-                            usable_fraction=s.params.usable_memory_fraction)
+                            new_tokens=check_count("new_tokens", new_tokens, minimum=1), usable_fraction=usable)

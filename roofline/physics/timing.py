@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 
 from ..errors import InfeasibleError, UnknownSpecError, WorkloadError
 from ..specs.devices import Device
+from ..specs.execution import resolve_profile
 from ..specs.formats import NATIVE_DEFAULTS, Format, Formats
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
@@ -164,6 +165,9 @@ class StageResult:
     fits: NDArray[np.bool_]
     passes: int = 1
     footprint: PassFootprint | StagesFootprint | PrefixFootprint = attrs.field(eq=False, repr=False)
+    #: the execution family whose profile timed this stage, and its busy power floor (fraction of TDP)
+    family: str = "gpu"
+    busy_floor_fraction: float = 0.0
 
     def _full(self, value: Any) -> Array:
         return np.broadcast_to(np.asarray(value, dtype=float), self.time_s.shape)
@@ -264,13 +268,17 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
 
     Each FLOP component runs at its compute class's dense peak x efficiency, where efficiency =
     compute_fraction x T / (T + T_half) for a pass over T tokens (small matmuls run below peak) x the
-    low-precision scale for 8-/6-/4-bit classes. Weight-only formats are unpacked on the vector units at
-    the fp32 rate, ``dequant_ops_per_element`` ops per weight element, serially with the weight stream.
+    low-precision scale for 8-/6-/4-bit classes. A matmul unit with tiles of ``m_tile`` rows computes
+    ceil(T / m_tile) x m_tile rows (1: matrix-vector native, nothing padded). Weight-only formats are
+    unpacked on the vector units at the fp32 rate, ``dequant_ops_per_element`` ops per weight element,
+    serially with the weight stream. ``params`` is the device's resolved execution profile.
     """
     dev, act = group.device, formats.activation
-    mfu = vector_fraction = dev.compute_fraction or params.compute_fraction
+    mfu = vector_fraction = params.compute_fraction
     if params.compute_half_tokens > 0:
         mfu = mfu * work.tokens / (work.tokens + params.compute_half_tokens)
+    if params.m_tile > 1:   # padded rows: a matmul over T tokens costs ceil(T / m) m rows of work
+        mfu = mfu * work.tokens / (np.ceil(work.tokens / params.m_tile) * params.m_tile)
     w_cls, w_deq = compute_class(formats.weight, act, dev)
     e_cls, e_deq = compute_class(formats.expert, act, dev)
     classes = {"attention_proj": w_cls, "attention_core": act.compute, "mlp": w_cls, "experts": e_cls,
@@ -313,9 +321,8 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
                                                                                       formats.kv))
     act_bytes = work.activation_bytes / (tp * pp)
     kv_write = work.kv_write_bytes / shards
-    mbu = group.device.memory_bandwidth_fraction or params.memory_bandwidth_fraction
     placed = place(group.device, res, weight_read=w_read, kv_read=work.kv_read_bytes, kv_share=1 / shards,
-                   kv_write=kv_write, activation=act_bytes, pp=pp, bandwidth_fraction=mbu,
+                   kv_write=kv_write, activation=act_bytes, pp=pp, bandwidth_fraction=params.bandwidth_fraction,
                    usable_fraction=params.usable_memory_fraction)
     footprint = PassFootprint(work=work, small_bytes=add(w_read, act_bytes, kv_write), kv_read_scale=1 / shards,
                               residency=res)
@@ -333,6 +340,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     are re-read for every microbatch), while memory residency counts the whole batch.
     """
     pp = group.pp
+    params = resolve_profile(group.device, params)
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
     shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
     micro = np.minimum(B, pp) if pp > 1 else 1.0
@@ -342,14 +350,16 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     placed, res, footprint, _ = _memory(model, group, formats, work, batch=B, new_tokens=n, prefix_tokens=p,
                                         logits_per_seq=logits_per_seq, params=params)
     comm = group_communication_s(model, group, formats.activation, work.tokens, params)
-    dev = group.device
-    step = dev.step_floor_s if dev.step_floor_s is not None else params.step_overhead_s
-    layer = dev.layer_floor_s if dev.layer_floor_s is not None else params.layer_overhead_s
-    overhead = step + layer * model.num_layers + dequant_s
+    # fixed costs: per pass (launches, host round trip) and per layer (kernel boundaries on GPUs, the
+    # stage latency of a compiled pipeline on dataflow chips); a pipeline's pp stages hold 1/pp of the
+    # layers each, so a token still crosses every layer
+    overhead = (params.step_overhead_s + params.layer_overhead_s * model.num_layers
+                + params.moe_layer_overhead_s * model.num_moe_layers + dequant_s)
     footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
     return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
                     context=p, compute=compute, by_tier=placed.time_by_tier_s, comm=comm, overhead=overhead,
-                    fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint)
+                    fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint,
+                    profile=params)
 
 
 def _ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
@@ -362,7 +372,8 @@ def _ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
 
 def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Formats, shape: tuple[int, ...],
              batch: Any, new_tokens: Any, context: Any, compute: Any, by_tier: dict[str, Any], comm: Any,
-             overhead: Any, fits: Any, weights: Any, usable: float, footprint: PassFootprint) -> StageResult:
+             overhead: Any, fits: Any, weights: Any, usable: float, footprint: PassFootprint,
+             profile: EngineParams) -> StageResult:
     """A :class:`StageResult` from the terms of one pass: lower bound max(compute, memory) + comm + fixed."""
     def full(x: Any) -> Array:
         return np.broadcast_to(np.asarray(x, dtype=float), shape)
@@ -380,7 +391,8 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
         new_tokens=full(new_tokens), context=full(context), time_s=lower, compute_s=full(compute),
         memory_s=full(memory), memory_serial_s=full(memory_serial), memory_by_tier_s={k: full(v) for k, v in by_tier.items()},
         communication_s=full(comm), overhead_s=full(overhead), ridge_flop_per_byte=_ridge(model, group, formats),
-        weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, footprint=footprint)
+        weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, footprint=footprint,
+        family=profile.family, busy_floor_fraction=profile.busy_floor_fraction)
 
 
 def _owned(x: Any, shape: tuple[int, ...]) -> Array:

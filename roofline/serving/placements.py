@@ -22,6 +22,7 @@ from ..errors import RooflineError
 from ..physics.stages import decode_step, prefill
 from ..physics.stages import draft as draft_stage
 from ..specs.devices import Device
+from ..specs.execution import resolve_profile
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
@@ -29,7 +30,7 @@ from ..specs.resolve import DeviceLike, ModelLike, resolve_device, resolve_model
 from .round import draft_formats
 from .serve import Placement, Request
 
-TP_CHOICES = (1, 2, 4, 8)
+TP_CHOICES = (1, 2, 4, 8, 16, 32)
 
 
 @attrs.frozen(kw_only=True)
@@ -41,9 +42,12 @@ class Candidate:
     reason: str = ""
 
 
-def smallest_group(fits: Any, device: Device, *, max_tp: int = 8, max_devices: int = 4096) -> DeviceGroup:
-    """The smallest group for which ``fits(group)`` is true: TP 1, 2, 4, ... up to ``max_tp``, then
+def smallest_group(fits: Any, device: Device, *, max_tp: int | None = None, max_devices: int = 16384) -> DeviceGroup:
+    """The smallest group for which ``fits(group)`` is true: TP 1, 2, 4, ... up to ``max_tp`` (default: the
+    device family's layout, e.g. 8 on GPUs and Groq, 16 on SN40L, 2 on Corsair, 1 on Cerebras wafers), then
     pipeline stages of ``max_tp`` devices each, the fewest that fit (memory per device falls as stages grow)."""
+    if max_tp is None:
+        max_tp = int(resolve_profile(device).max_tp)
     tps = [t for t in TP_CHOICES if t <= max_tp] or [1]
     for tp in tps:
         if fits(DeviceGroup(device=device, tp=tp)):

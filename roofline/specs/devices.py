@@ -25,6 +25,7 @@ import attrs
 from ..errors import NotFoundError, SpecError, UnitError, UnknownSpecError, did_you_mean
 from ..units import parse_quantity
 from .files import read_text
+from .params import FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
 
 STATUSES = ("shipping", "announced")
 MAX_SPEC_BYTES = 1_000_000  # a device spec is a few kB; anything this large is not one
@@ -36,11 +37,6 @@ _ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
 def _positive_or_none(_inst: object, attribute: attrs.Attribute, value: float | None) -> None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
-
-
-def _fraction_or_none(_inst: object, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and 0 < value <= 1):
-        raise ValueError(f"{attribute.name} must be in (0, 1], got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -66,7 +62,8 @@ class Device:
 
     ``peak_flop_per_s`` maps compute classes (``bf16``, ``fp8``, ``fp4``, ...)
     to dense peak FLOP/s; a class whose value is unknown maps to ``None``.
-    ``derates`` holds empirical achieved fractions kept apart from datasheet
+    ``family`` names the execution profile (:mod:`roofline.specs.execution`)
+    and ``execution`` this device's overrides of it, kept apart from datasheet
     values. ``sources`` maps each field path (``hbm.bandwidth``,
     ``compute.bf16``, ``power.tdp``) to the URL its number comes from.
     """
@@ -83,10 +80,10 @@ class Device:
     idle_w: float | None = attrs.field(validator=_positive_or_none)
     scale_up: Link
     host: Link
-    step_floor_s: float | None = attrs.field(default=None, validator=_positive_or_none)
-    layer_floor_s: float | None = attrs.field(default=None, validator=_positive_or_none)
-    memory_bandwidth_fraction: float | None = attrs.field(default=None, validator=_fraction_or_none)
-    compute_fraction: float | None = attrs.field(default=None, validator=_fraction_or_none)
+    family: str = attrs.field(default="gpu", validator=attrs.validators.in_(FAMILIES))
+    #: this device's overrides of its family's execution profile (attribute -> value; ``tier:<name>`` for a
+    #: memory tier's bandwidth fraction), from the spec's ``[execution]`` table or a what-if
+    execution: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: MappingProxyType(dict(m)))
     sources: Mapping[str, str] = attrs.field(factory=dict, converter=lambda m: MappingProxyType(dict(m)))
     path: str = ""
 
@@ -181,6 +178,17 @@ def _link_fields(name: str) -> list[Field]:
             Field(f"{name}.latency", "s", lambda d: getattr(d, name).latency_s, write("latency_s"))]
 
 
+def _execution_field(name: str, kind: str, attr: str | None = None) -> Field:
+    """``execution.<name>``: this device's override of a profile field (None: the family's value applies)."""
+    key = attr or PROFILE_FIELDS[name][0]
+
+    def write(d: Device, v: float) -> Device:
+        _attr, value = profile_value(name, v if kind != "s" else f"{v} s", what=f"{d.id} execution")
+        return attrs.evolve(d, execution={**d.execution, key: value})
+    return Field(f"execution.{name}", {"number": "count", "share": "count"}.get(kind, kind),
+                 lambda d: d.execution.get(key), write)
+
+
 def _attr_field(path: str, kind: str, name: str) -> Field:
     return Field(path, kind, lambda d: getattr(d, name), lambda d, v: attrs.evolve(d, **{name: v}))
 
@@ -190,16 +198,15 @@ _FIXED_FIELDS = (
      for c in COMPUTE_CLASSES]
     + [_attr_field("power.tdp", "w", "tdp_w"), _attr_field("power.idle", "w", "idle_w")]
     + _link_fields("scale_up") + _link_fields("host")
-    + [_attr_field("floors.step", "s", "step_floor_s"), _attr_field("floors.layer", "s", "layer_floor_s"),
-       _attr_field("derates.memory_bandwidth_fraction", "fraction", "memory_bandwidth_fraction"),
-       _attr_field("derates.compute_fraction", "fraction", "compute_fraction")])
+    + [_execution_field(name, kind) for name, (_attr, kind) in PROFILE_FIELDS.items() if kind != "choice"])
 
 
 @functools.lru_cache(maxsize=64)
 def _fields_by_tiers(tiers: tuple[str, ...]) -> dict[str, Field]:
     # tier fields read by position, so one table serves every device with these tier names
     probe = [MemoryTier(name=n, capacity_bytes=None, bandwidth_bytes_per_s=None) for n in tiers]
-    return {f.path: f for f in _tier_fields_of(probe) + _FIXED_FIELDS}
+    per_tier = [_execution_field(f"{n}{TIER_SUFFIX}", "fraction", f"tier:{n}") for n in tiers]
+    return {f.path: f for f in _tier_fields_of(probe) + _FIXED_FIELDS + per_tier}
 
 
 def fields(dev: Device) -> list[Field]:
@@ -230,13 +237,15 @@ def override(dev: Device, path: str, value: str | float) -> Device:
     f = find_field(dev, path)
     what = f"{dev.id}.{path}"
     if isinstance(value, str):
-        v = parse_quantity(value, "count" if f.kind == "fraction" else f.kind, what=what)
+        v = parse_quantity(value, "count" if f.kind in ("fraction", "count") else f.kind, what=what)
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"{what} = {value!r}: expected a number or a quantity string")
     else:
         v = float(value)
-    if not (math.isfinite(v) and v > 0) or (f.kind == "fraction" and v > 1):
-        bound = "a fraction in (0, 1]" if f.kind == "fraction" else "a positive finite number"
+    zero_ok = f.path.startswith("execution.") and f.kind != "fraction"   # e.g. a 0 us layer cost
+    if not (math.isfinite(v) and (v > 0 or (zero_ok and v == 0))) or (f.kind == "fraction" and v > 1):
+        bound = ("a fraction in (0, 1]" if f.kind == "fraction" else "a finite number >= 0" if zero_ok
+                 else "a positive finite number")
         raise SpecError(f"{what} = {value!r}: must be {bound}")
     try:
         return f.write(dev, v)
@@ -391,7 +400,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
         if not isinstance(t, dict):
             r.fail(f"memory[{i}]", t, "must be a table")
         name = r.string(t, "name", f"memory[{i}].name")
-        if name in ("compute", "power", "scale_up", "host", "floors", "derates"):
+        if name in ("compute", "power", "scale_up", "host", "execution"):
             r.fail(f"memory[{i}].name", name, "is a reserved word")
         tiers.append(MemoryTier(
             name=name,
@@ -419,11 +428,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
         lt = r.table(links, name, f"links.{name}")
         link_objs[name] = Link(bandwidth_bytes_per_s=r.quantity(lt, "bandwidth", f"{name}.bandwidth", "bytes_per_s"),
                                latency_s=r.quantity(lt, "latency", f"{name}.latency", "s"))
-    floors = r.table(data, "floors", "floors", required=False)
-    derates = r.table(data, "derates", "derates", required=False)
-    for key in derates:
-        if key not in ("memory_bandwidth_fraction", "compute_fraction"):
-            r.fail(f"derates.{key}", key, "unknown derate (memory_bandwidth_fraction, compute_fraction)")
+    family, overrides = _execution(r, data)
     try:
         return Device(
             id=dev_id, name=r.string(data, "name", "name"), vendor=r.string(data, "vendor", "vendor"),
@@ -431,14 +436,33 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             native=native,
             tdp_w=r.quantity(power, "tdp", "power.tdp", "w"),
             idle_w=r.quantity(power, "idle", "power.idle", "w"),
-            scale_up=link_objs["scale_up"], host=link_objs["host"],
-            step_floor_s=r.quantity(floors, "step", "floors.step", "s", required=False),
-            layer_floor_s=r.quantity(floors, "layer", "floors.layer", "s", required=False),
-            memory_bandwidth_fraction=r.quantity(derates, "memory_bandwidth_fraction",
-                                                 "derates.memory_bandwidth_fraction", "count",
-                                                 required=False, fraction=True),
-            compute_fraction=r.quantity(derates, "compute_fraction", "derates.compute_fraction", "count",
-                                        required=False, fraction=True),
+            scale_up=link_objs["scale_up"], host=link_objs["host"], family=family, execution=overrides,
             sources=r.sources, path=origin)
     except (ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None
+
+
+def _execution(r: _Reader, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The ``[execution]`` table: ``family`` (required) and this device's overrides of the family profile,
+    each ``{ value = ..., source = ... }`` like any other number."""
+    table = r.table(data, "execution", "execution")
+    family = table.get("family")
+    if family not in FAMILIES:
+        r.fail("execution.family", family, f"must be one of {', '.join(FAMILIES)}")
+    overrides: dict[str, Any] = {}
+    for name, entry in table.items():
+        if name == "family":
+            continue
+        if not isinstance(entry, dict) or "value" not in entry:
+            r.fail(f"execution.{name}", entry, 'must be a table { value = ..., source = "<url or key>" }')
+        source = entry.get("source")
+        url = r.refs.get(source, source) if isinstance(source, str) else None
+        if not url or not url.startswith(("http://", "https://")):
+            r.fail(f"execution.{name}", entry, "needs a source (a URL or a key of [sources])")
+        try:
+            attr, value = profile_value(name, entry["value"], what=f"{r.origin} [execution]")
+        except SpecError as e:
+            raise SpecError(str(e)) from None
+        overrides[attr] = value
+        r.sources[f"execution.{name}"] = url
+    return family, overrides

@@ -19,13 +19,16 @@ import functools
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 
-from ..errors import SpecError
+from ..errors import SpecError, UnitError
+from ..units import parse_quantity
 from .files import read_text, write_text_atomic
 
 _frac = [attrs.validators.instance_of(float), attrs.validators.gt(0), attrs.validators.le(1)]
@@ -45,9 +48,31 @@ def _p(default: float, validators: list[Any]) -> Any:
     return attrs.field(default=default, converter=_float, validator=[*validators, _finite])
 
 
+FAMILIES = ("gpu", "groq", "cerebras", "sambanova", "d-matrix", "tpu", "trainium", "gaudi", "cpu", "generic")
+COLLECTIVES = ("ring", "scheduled", "none")
+
+
+def _choice(options: tuple[str, ...]) -> Any:
+    def check(_inst: object, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in options:
+            raise ValueError(f"{attribute.name} must be one of {', '.join(options)}, got {value!r}")
+    return check
+
+
+def _tier_fractions(_inst: object, _a: attrs.Attribute, value: Mapping[str, float]) -> None:
+    for k, v in value.items():
+        if not (isinstance(v, float) and 0 < v <= 1):
+            raise ValueError(f"{k}_bandwidth_fraction must be in (0, 1], got {v!r}")
+
+
 @attrs.frozen(kw_only=True)
 class EngineParams:
-    """Efficiency and overhead parameters of a software stack (all SI).
+    """An execution profile: how a device family's software runs a model, as efficiencies and costs (all SI).
+
+    GPUs run kernels launched from a host; dataflow and SRAM-centric chips run a compiled pipeline. Each
+    device names its ``family`` in its spec file; the family's profile (``hardware_specs/execution/``, or for
+    ``gpu`` the shipped calibration) supplies these, and a spec's ``[execution]`` table overrides them per
+    device. Fields:
 
     * ``memory_bandwidth_fraction`` (MBU): achieved / peak memory bandwidth.
       0.80 is aiconfigurator's ``mem_bw_empirical_scaling_factor``
@@ -65,7 +90,9 @@ class EngineParams:
       (scaling book, https://jax-ml.github.io/scaling-book/gpus/).
     * ``step_overhead_s`` (T_0): launches, sampling and scheduling per forward
       pass, 0.05-0.3 ms with CUDA graphs (docs/theory.md §1.2).
-    * ``layer_overhead_s``: fixed cost per layer per pass (kernel boundaries).
+    * ``layer_overhead_s``: fixed cost per layer per pass (kernel boundaries on GPUs, the stage latency of
+      a compiled pipeline on dataflow chips); ``moe_layer_overhead_s``: the extra fixed cost of a layer with
+      routed experts (routing, dispatch and combine: more kernels on GPUs, more pipeline stages elsewhere).
     * ``collective_base_s`` / ``link_hop_latency_s``: all-reduce cost
       t0 + 2(p-1) t_hop + 2(p-1)/p M/W; GenZ's collective model uses a 5 us
       constant and ~1 us per hop (https://github.com/abhibambhaniya/GenZ-LLM-Analyzer);
@@ -76,6 +103,17 @@ class EngineParams:
       weights, KV and workspace; vLLM's ``gpu_memory_utilization`` defaults to
       0.9 (https://docs.vllm.ai/en/latest/configuration/engine_args.html).
     * ``expert_imbalance``: busiest expert shard / mean under expert parallelism (>= 1).
+    * ``family``: the device family this profile describes.
+    * ``m_tile``: rows of the matmul unit's tile; a pass over T tokens computes ceil(T/m_tile) x m_tile
+      rows (1 = matrix-vector native: nothing wasted at batch 1).
+    * ``tier_bandwidth_fraction``: achieved fraction of peak per memory tier by name (SRAM and HBM differ);
+      tiers not listed use ``memory_bandwidth_fraction``.
+    * ``collective``: how the family's collectives run: ``ring`` (NCCL-like, latency grows with ranks),
+      ``scheduled`` (compiler-scheduled direct exchange: t0 + 2 hops + bytes/W), ``none`` (no collectives).
+    * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
+    * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
+      or a launch-bound GPU is not at idle power).
+    * ``max_tp``: default layout: tensor parallel up to this many devices, then pipeline stages.
     """
 
     memory_bandwidth_fraction: float = _p(0.80, _frac)
@@ -85,11 +123,91 @@ class EngineParams:
     compute_half_tokens: float = _p(0.0, _nonneg)
     step_overhead_s: float = _p(100e-6, _nonneg)
     layer_overhead_s: float = _p(2e-6, _nonneg)
+    moe_layer_overhead_s: float = _p(0.0, _nonneg)
     collective_base_s: float = _p(5e-6, _nonneg)
     link_hop_latency_s: float = _p(1e-6, _nonneg)
     dequant_ops_per_element: float = _p(4.0, _nonneg)
     usable_memory_fraction: float = _p(0.95, _frac)
     expert_imbalance: float = _p(1.0, [attrs.validators.instance_of(float), attrs.validators.ge(1)])
+    family: str = attrs.field(default="gpu", validator=_choice(FAMILIES))
+    m_tile: float = _p(1.0, [attrs.validators.instance_of(float), attrs.validators.ge(1)])
+    tier_bandwidth_fraction: Mapping[str, float] = attrs.field(
+        factory=dict, converter=lambda m: MappingProxyType({k: _float(v) for k, v in dict(m).items()}),
+        validator=_tier_fractions)
+    collective: str = attrs.field(default="ring", validator=_choice(COLLECTIVES))
+    pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
+                                               validator=attrs.validators.optional([*_nonneg, _finite]))
+    busy_floor_fraction: float = _p(0.0, [attrs.validators.instance_of(float), attrs.validators.ge(0),
+                                          attrs.validators.le(1)])
+    max_tp: float = _p(8.0, [attrs.validators.instance_of(float), attrs.validators.ge(1)])
+
+    def bandwidth_fraction(self, tier: str) -> float:
+        """Achieved fraction of peak bandwidth for a memory tier."""
+        return self.tier_bandwidth_fraction.get(tier, self.memory_bandwidth_fraction)
+
+
+#: Names of profile fields as spec files and ``--set ID.execution.NAME=VALUE`` write them: attribute and unit kind.
+PROFILE_FIELDS: dict[str, tuple[str, str]] = {
+    "memory_bandwidth_fraction": ("memory_bandwidth_fraction", "fraction"),
+    "compute_fraction": ("compute_fraction", "fraction"),
+    "link_bandwidth_fraction": ("link_bandwidth_fraction", "fraction"),
+    "low_precision_compute_scale": ("low_precision_compute_scale", "fraction"),
+    "compute_half_tokens": ("compute_half_tokens", "number"),
+    "m_tile": ("m_tile", "number"),
+    "step_overhead": ("step_overhead_s", "s"),
+    "layer_overhead": ("layer_overhead_s", "s"),
+    "moe_layer_overhead": ("moe_layer_overhead_s", "s"),
+    "collective_base": ("collective_base_s", "s"),
+    "link_hop_latency": ("link_hop_latency_s", "s"),
+    "pipeline_hop": ("pipeline_hop_s", "s"),
+    "dequant_ops_per_element": ("dequant_ops_per_element", "number"),
+    "usable_memory_fraction": ("usable_memory_fraction", "fraction"),
+    "expert_imbalance": ("expert_imbalance", "number"),
+    "busy_floor_fraction": ("busy_floor_fraction", "share"),
+    "max_tp": ("max_tp", "number"),
+    "collective": ("collective", "choice"),
+}
+TIER_SUFFIX = "_bandwidth_fraction"
+
+
+def profile_value(name: str, raw: Any, *, what: str) -> tuple[str, Any]:
+    """(attribute, value) for a profile field written as ``name = raw`` in a file or a what-if.
+
+    Times carry units (``"40 us"``), fractions and counts are plain numbers, ``collective`` a word;
+    ``<tier>_bandwidth_fraction`` sets one memory tier's fraction. Raises :class:`SpecError` naming ``what``.
+    """
+    if name not in PROFILE_FIELDS and name.endswith(TIER_SUFFIX) and name != "memory" + TIER_SUFFIX:
+        attr, kind = f"tier:{name[: -len(TIER_SUFFIX)]}", "fraction"
+    elif name in PROFILE_FIELDS:
+        attr, kind = PROFILE_FIELDS[name]
+    else:
+        raise SpecError(f"{what}: {name!r} is not an execution-profile field ({', '.join(PROFILE_FIELDS)}, "
+                        f"or <tier>{TIER_SUFFIX})")
+    if kind == "choice":
+        if raw not in COLLECTIVES:
+            raise SpecError(f"{what}: {name} = {raw!r}: must be one of {', '.join(COLLECTIVES)}")
+        return attr, raw
+    try:
+        value = parse_quantity(raw, "s" if kind == "s" else "count", what=f"{what}.{name}")
+    except UnitError as e:
+        raise SpecError(str(e)) from None
+    bounds = {"fraction": (0 < value <= 1, "a fraction in (0, 1]"), "share": (0 <= value <= 1, "a share in [0, 1]")}
+    ok, why = bounds.get(kind, (value >= 0, ">= 0"))
+    if not ok:
+        raise SpecError(f"{what}: {name} = {raw!r}: must be {why}")
+    return attr, value
+
+
+def with_values(base: EngineParams, values: Mapping[str, Any], *, what: str) -> EngineParams:
+    """``base`` with profile attributes replaced (``tier:<name>`` keys set one tier's fraction)."""
+    tiers = {k.split(":", 1)[1]: v for k, v in values.items() if k.startswith("tier:")}
+    plain = {k: v for k, v in values.items() if not k.startswith("tier:")}
+    if tiers:
+        plain["tier_bandwidth_fraction"] = {**base.tier_bandwidth_fraction, **tiers}
+    try:
+        return attrs.evolve(base, **plain)
+    except (ValueError, TypeError) as e:
+        raise SpecError(f"{what}: {e}") from None
 
 
 def stack_family(stack: str) -> str:
@@ -115,10 +233,15 @@ class Profile:
         return self.families.get(stack_family(stack), self.default)
 
 
+#: Family-level settings that calibration profiles (per serving stack) do not carry.
+NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", "collective", "pipeline_hop_s",
+                        "busy_floor_fraction", "max_tp")
+
+
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:
     if not isinstance(table, dict) or not table:
         raise SpecError(f"{where}: missing or empty table")
-    names = {a.name for a in attrs.fields(EngineParams)}
+    names = {a.name for a in attrs.fields(EngineParams)} - set(NOT_IN_PROFILE_FILES)
     for k, v in table.items():
         if k not in names:
             raise SpecError(f"{where}: field {k!r} is not an engine parameter ({', '.join(sorted(names))})")
@@ -171,6 +294,8 @@ def profile_toml(profile: Profile, *, uncertainty: dict[str, dict[str, str]], fi
     def block(header: str, p: EngineParams, notes: dict[str, str]) -> list[str]:
         lines = [header]
         for a in attrs.fields(EngineParams):
+            if a.name in NOT_IN_PROFILE_FILES:
+                continue
             note = f"  # {notes[a.name]}" if a.name in notes else ""
             lines.append(f"{a.name} = {getattr(p, a.name)!r}{note}")
         return lines

@@ -22,8 +22,9 @@ from ..physics.timing import StageResult
 from ..serving.serve import ServingResult
 from ..serving.speculation import SpecResult
 from ..specs.devices import Device, fields
+from ..specs.execution import family_profile, resolve_profile
 from ..specs.models import ModelSpec
-from ..specs.params import EngineParams
+from ..specs.params import NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams
 from ..units import format_capacity, format_quantity
 
 
@@ -54,21 +55,60 @@ def device_dict(dev: Device) -> dict[str, Any]:
         "tdp_w": dev.tdp_w, "idle_w": dev.idle_w,
         "scale_up": {"bandwidth_bytes_per_s": dev.scale_up.bandwidth_bytes_per_s, "latency_s": dev.scale_up.latency_s},
         "host": {"bandwidth_bytes_per_s": dev.host.bandwidth_bytes_per_s, "latency_s": dev.host.latency_s},
-        "sources": dict(dev.sources), "path": dev.path,
+        "family": dev.family, "execution_overrides": {k: v for k, v in dev.execution.items()},
+        "execution": profile_dict(dev), "sources": dict(dev.sources), "path": dev.path,
     }
+
+
+def profile_dict(dev: Device) -> dict[str, Any]:
+    """The device's resolved execution profile, by the field names spec files use."""
+    prof = resolve_profile(dev)
+    out: dict[str, Any] = {"family": prof.family}
+    for name, (attr, _kind) in PROFILE_FIELDS.items():
+        out[name] = getattr(prof, attr)
+    out.update({f"{t}_bandwidth_fraction": v for t, v in prof.tier_bandwidth_fraction.items()})
+    return out
+
+
+def _profile_cell(name: str, value: Any) -> str:
+    kind = PROFILE_FIELDS.get(name, ("", "fraction"))[1]
+    if value is None:
+        return "link latency"
+    if kind == "s":
+        return format_quantity(value, "s")
+    return value if isinstance(value, str) else f"{value:g}"
+
+
+def profile_table(dev: Device) -> Table:
+    """Every field of the device's execution profile with where its value comes from."""
+    fam = family_profile(dev.family)
+    t = Table(title=f"execution profile: {fam.name} (family {dev.family})",
+              caption=f"Family file: {fam.path}. A device's \\[execution] table overrides a field; so does "
+                      f"--set {dev.id}.execution.FIELD=VALUE.")
+    for c in ("field", "value", "provenance"):
+        t.add_column(c, justify="right" if c == "value" else "left", overflow="fold")
+    for name, value in profile_dict(dev).items():
+        if name == "family":
+            continue
+        attr = PROFILE_FIELDS.get(name, (f"tier:{name.removesuffix('_bandwidth_fraction')}",))[0]
+        where = f"this device: {dev.sources.get('execution.' + name, '')}" if attr in dev.execution else \
+            fam.provenance.get(name, "")
+        t.add_row(name, _profile_cell(name, value), where)
+    return t
 
 
 def devices_table(devices: list[Device]) -> Table:
     t = Table(title="Devices", caption="Dense peaks; rates decimal (TB/s = 1e12 B/s), capacities binary (GiB); "
                                        "'unknown' = not published.")
-    for col in ("id", "status", "memory tiers (capacity @ bandwidth)", "BF16 dense", "FP8 dense", "FP4 dense", "TDP"):
-        t.add_column(col, justify="left" if col in ("id", "status") or col.startswith("memory") else "right")
+    for col in ("id", "family", "status", "memory tiers (capacity @ bandwidth)", "BF16 dense", "FP8 dense", "FP4 dense",
+                "TDP"):
+        t.add_column(col, justify="left" if col in ("id", "family", "status") or col.startswith("memory") else "right")
     for d in devices:
         tiers = "; ".join(f"{m.name} {_cap(m.capacity_bytes)} @ {_q(m.bandwidth_bytes_per_s, 'bytes_per_s')}"
                           for m in d.memory)
         peaks = [_q(d.peak_flop_per_s.get(c), "flop_per_s") if c in d.peak_flop_per_s else "—"
                  for c in ("bf16", "fp8", "fp4")]
-        t.add_row(d.id, d.status, tiers, *peaks, _q(d.tdp_w, "w"))
+        t.add_row(d.id, d.family, d.status, tiers, *peaks, _q(d.tdp_w, "w"))
     return t
 
 
@@ -84,8 +124,8 @@ def device_table(dev: Device) -> Table:
             if cls not in dev.peak_flop_per_s:
                 continue
             shown = _q(value, "flop_per_s") + ("" if cls in dev.native else " (not native)")
-        elif f.path.startswith(("floors.", "derates.")) and value is None:
-            continue
+        elif f.path.startswith("execution.") and value is None:
+            continue   # the family's value applies: shown in the profile table
         elif f.kind == "bytes":
             shown = _cap(value)
         elif f.kind == "fraction":
@@ -368,8 +408,10 @@ def validation_table(v: Validation, path: str) -> Table:
     s = v.summary
     o = s["overall"]
     cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
-           f"{o.get('n', 0)} rows; " + "; ".join(f"{k}: {x['median_abs_error']:.0%} (n={x['n']})"
-                                                for k, x in s.get("by_metric", {}).items())
+           f"{o.get('n', 0)} rows. By family: " + "; ".join(f"{k} {x['median_abs_error']:.0%} (n={x['n']})"
+                                                            for k, x in s.get("by_family", {}).items())
+           + ". By metric: " + "; ".join(f"{k} {x['median_abs_error']:.0%} (n={x['n']})"
+                                         for k, x in s.get("by_metric", {}).items())
            + (". Skipped: " + "; ".join(f"{x['id']} ({x['reason']})" for x in v.skipped) if v.skipped else ""))
     t = Table(title=f"validation against {path}", caption=cap)
     for c in ("id", "metric", "hardware", "model", "predicted", "measured", "error"):
@@ -381,7 +423,8 @@ def validation_table(v: Validation, path: str) -> Table:
 
 
 def params_dict(p: EngineParams) -> dict[str, float]:
-    return attrs.asdict(p)
+    """The calibratable (numeric, per-stack) parameters of a profile."""
+    return {k: v for k, v in attrs.asdict(p).items() if k not in NOT_IN_PROFILE_FILES}
 
 
 def calibration_table(d: dict[str, Any]) -> Table:
@@ -425,7 +468,7 @@ def devices_view(devices: Sequence[Device]) -> View:
 
 def device_view(dev: Device) -> View:
     d = device_dict(dev)
-    return View(tables=[device_table(dev)], data=d,
+    return View(tables=[device_table(dev), profile_table(dev)], data=d,
                 rows=[{"field": f.path, "value": f.read(dev), "source": dev.sources.get(f.path, "")} for f in fields(dev)])
 
 
@@ -546,3 +589,25 @@ def calibration_view(d: dict[str, Any]) -> View:
     rows = [{"parameter": k, "default": v, **{f: d["families"][f][k] for f in d["families"]}}
             for k, v in d["default"].items()]
     return View(tables=[calibration_table(d)], data=d, rows=rows)
+
+
+def layer_fit_view(fit: Any, path: str) -> View:
+    """A family's fitted per-layer latencies, the rows they come from and the held-out errors."""
+    t = Table(title=f"{fit.family}: per-layer stage latency fitted on its smallest models ({path})",
+              caption=f"layer_overhead = {fit.layer_overhead_s * 1e6:.1f} us"
+                      + (f", moe_layer_overhead = {fit.moe_layer_overhead_s * 1e6:.1f} us"
+                         if fit.moe_layer_overhead_s is not None else "")
+                      + f" (write these into hardware_specs/execution/{fit.family}.toml). Held-out rows were not fitted.")
+    for c in ("row", "role", "value"):
+        t.add_column(c, justify="right" if c == "value" else "left")
+    rows = []
+    for rid, v in fit.fitted_rows.items():
+        t.add_row(rid, "fitted: implied per-layer latency", f"{v * 1e6:.1f} us")
+        rows.append({"id": rid, "role": "fitted", "implied_layer_s": v})
+    for rid, e in fit.held_out_errors.items():
+        t.add_row(rid, "held out: error", f"{e:+.0%}")
+        rows.append({"id": rid, "role": "held out", "error": e})
+    data = {"family": fit.family, "layer_overhead_s": fit.layer_overhead_s,
+            "moe_layer_overhead_s": fit.moe_layer_overhead_s, "fitted_rows": fit.fitted_rows,
+            "held_out_errors": fit.held_out_errors, "data": path}
+    return View(tables=[t], data=data, rows=rows)

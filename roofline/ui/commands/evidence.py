@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from ...errors import RooflineError
-from ...evidence.calibrate import calibrate, save_profile, uncertainty
+from ...evidence.calibrate import calibrate, fit_layer_overhead, save_profile, uncertainty
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...specs.files import check_writable
@@ -56,7 +56,21 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_calibrate_family(args: argparse.Namespace, console: Console) -> int:
+    path = args.data or str(shipped_data())
+    fit = fit_layer_overhead(read_rows(path), args.family)
+    emit(console, render.layer_fit_view(fit, path), args)
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
+    if args.family:
+        if args.family == "gpu":
+            raise UsageError("the gpu family is calibrated without --family (roofline calibrate [--out ...])")
+        if args.out or args.loo:
+            raise UsageError("--family prints the fitted per-layer latencies for the family file; --out and --loo "
+                             "apply to the GPU calibration")
+        return cmd_calibrate_family(args, console)
     path = args.data or str(shipped_data())
     if args.out:   # fail before the fit, not after it
         check_writable(args.out, refuse=(path,))
@@ -105,3 +119,6 @@ def register(add: Adder) -> None:
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
     sp.add_argument("--loo", action="store_true", help="also compute the leave-one-out error (slow: one fit per row)")
+    sp.add_argument("--family", default=None, metavar="FAMILY",
+                    help="fit a dataflow family's per-layer latency on its smallest models' rows (groq, cerebras, ...) "
+                         "and show how it predicts the larger ones")

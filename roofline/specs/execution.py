@@ -1,0 +1,103 @@
+"""Execution profiles per device family: ``hardware_specs/execution/<family>.toml``.
+
+How a chip executes decides costs its spec sheet does not show: a GPU launches
+kernels from a host (per-step and per-layer costs, tensor-core tiles that waste
+work on small batches, NCCL collectives), a dataflow or SRAM-centric chip runs a
+compiled pipeline that streams weights at the memory rate, with a per-layer
+stage latency and compiler-scheduled or on-wafer communication. Every device
+spec names its ``family``; the family file gives each profile field with its
+provenance: a ``source`` (URL or key of ``[sources]``), an ``estimate`` (the
+reasoning), or ``fitted`` (which published rows, and the command that refits
+it). The ``gpu`` family's efficiencies and fixed costs are the shipped
+calibration (``roofline/profiles/default.toml``); no GPU-fitted number applies
+to another family. A spec's ``[execution]`` table overrides fields per device.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..errors import NotFoundError, SpecError, did_you_mean
+from .devices import Device, specs_dir
+from .files import read_text
+from .params import FAMILIES, PROFILE_FIELDS, EngineParams, default_params, profile_value, with_values
+
+PROVENANCE = ("source", "estimate", "fitted")
+
+
+@attrs.frozen(kw_only=True)
+class FamilyProfile:
+    """A family's profile and, for each field, where its value comes from (``source: URL``, ...)."""
+
+    family: str
+    name: str
+    profile: EngineParams
+    provenance: dict[str, str]
+    path: str
+
+
+def family_dir() -> Path:
+    return specs_dir() / "execution"
+
+
+def _provenance(entry: dict[str, Any], refs: dict[str, str], where: str) -> str:
+    kinds = [k for k in PROVENANCE if k in entry]
+    if len(kinds) != 1:
+        raise SpecError(f"{where}: give exactly one of {', '.join(PROVENANCE)} (the value's provenance)")
+    text = entry[kinds[0]]
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(f"{where}: {kinds[0]} must be a non-empty string")
+    if kinds[0] == "source":
+        url = refs.get(text, text)
+        if not url.startswith(("http://", "https://")):
+            raise SpecError(f"{where}: source must be a URL or a key of [sources], got {text!r}")
+        return f"source: {url}"
+    return f"{kinds[0]}: {text}"
+
+
+@functools.cache
+def family_profile(family: str) -> FamilyProfile:
+    """The profile of a family, read from its file (the gpu family starts from the shipped calibration)."""
+    if family not in FAMILIES:
+        raise NotFoundError(f"unknown execution family {family!r}{did_you_mean(family, FAMILIES)}; "
+                            f"known: {', '.join(FAMILIES)}")
+    path = family_dir() / f"{family}.toml"
+    try:
+        data = tomllib.loads(read_text(path, what="an execution-profile file (.toml)", max_bytes=200_000))
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: TOML does not parse: {e}") from None
+    refs, table = data.get("sources", {}), data.get("profile")
+    if data.get("family") != family or not isinstance(table, dict) or not isinstance(refs, dict):
+        raise SpecError(f"{path}: needs family = {family!r}, a [sources] table and a [profile] table")
+    base = default_params() if family == "gpu" else EngineParams(family=family)
+    values: dict[str, Any] = {}
+    provenance: dict[str, str] = {}
+    for name, entry in table.items():
+        where = f"{path} [profile].{name}"
+        if not isinstance(entry, dict):
+            raise SpecError(f"{where}: must be a table {{ value = ..., source|estimate|fitted = ... }}")
+        provenance[name] = _provenance(entry, refs, where)
+        if "value" in entry:
+            attr, v = profile_value(name, entry["value"], what=str(path))
+            values[attr] = v
+        elif not (family == "gpu" and "fitted" in entry):
+            raise SpecError(f"{where}: missing value (only the gpu family's fitted fields come from the calibration)")
+    missing = [n for n in PROFILE_FIELDS if n not in table]
+    if missing:
+        raise SpecError(f"{path}: every profile field needs a value and its provenance; missing {', '.join(missing)}")
+    return FamilyProfile(family=family, name=str(data.get("name", family)), path=str(path), provenance=provenance,
+                         profile=with_values(attrs.evolve(base, family=family), values, what=str(path)))
+
+
+def resolve_profile(device: Device, params: EngineParams | None = None) -> EngineParams:
+    """The profile a device runs with: ``params`` when it describes the device's family (a calibration, a
+    what-if), else the family's own profile; then the device's ``[execution]`` overrides."""
+    base = params if params is not None and params.family == device.family else family_profile(device.family).profile
+    if not device.execution:
+        return base
+    return with_values(base, device.execution, what=f"{device.id} [execution]")
