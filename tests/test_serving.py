@@ -182,11 +182,11 @@ def test_enumerate_placements_lists_infeasible_with_reason():
     cands = enumerate_placements("llama-3.1-70b", ["h100-sxm", "corsair", "sohu"], Request(input_tokens=2048,
                                  output_tokens=256), batch=4)
     by = {c.name: c for c in cands}
-    h = by["P:=D D:h100-sxm"]
+    h = by["decode h100-sxm, prefill on the decode group"]
     assert h.placement is not None and h.placement.decode.tp == 2     # 141 GB of BF16 needs two H100s
-    assert by["P:=D D:sohu"].placement is None
-    assert "sohu" in by["P:=D D:sohu"].reason
-    assert "corsair has no native bf16" in by["P:=D D:corsair"].reason
+    sohu = by["decode sohu, prefill on the decode group"]
+    assert sohu.placement is None and sohu.failures[0].device == "sohu" and "sohu" in sohu.reason
+    assert "corsair has no native bf16" in by["decode corsair, prefill on the decode group"].reason
 
 
 # ------------------------------------------------------------------ CLI

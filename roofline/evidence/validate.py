@@ -30,7 +30,7 @@ from ..specs.execution import resolve_profile
 from ..specs.files import read_text
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
-from ..specs.params import EngineParams, Profile, shipped_profile
+from ..specs.params import EngineParams, Profile, shipped_profile, stack_family
 from ..specs.resolve import resolve_device, resolve_model
 
 COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "model", "weight_dtype", "expert_dtype",
@@ -185,7 +185,7 @@ class Validation:
             return {"n": int(errs.size), "median_abs_error": float(np.median(errs)),
                     "mean_abs_error": float(np.mean(errs)), "median_error": float(np.median([r["error"] for r in items]))}
         out: dict[str, Any] = {"overall": stats(self.rows) if self.rows else {"n": 0}}
-        for key in ("family", "metric", "hardware", "stack"):
+        for key in ("family", "metric", "hardware", "stack_family"):
             groups: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
                 groups.setdefault(r[key], []).append(r)
@@ -209,6 +209,7 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> 
             continue
         done.append({"id": row.id, "metric": row.get("metric"), "hardware": row.get("hardware"),
                      "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
+                     "stack_family": stack_family(row.get("stack")),
                      "model": row.get("model"), "predicted": predicted, "measured": measured,
                      "error": (predicted - measured) / measured})
     return Validation(rows=done, skipped=skipped)

@@ -1,7 +1,7 @@
 """Enumerate placements of the stages on candidate device kinds, each with the smallest group that fits.
 
-Placement names read ``P:<prefill kind> D:<decode kind> d:<draft kind>``; ``=D`` means the stage shares the
-decode group (aggregated prefill, or the draft on the target's devices).
+Placement names say it in words: ``decode b200, prefill h100-sxm, draft on corsair``; "on the decode group"
+means the stage shares the decode devices (aggregated prefill, or the draft on the target's devices).
 
 Every assignment of prefill, decode (or verify) and draft to each candidate
 kind is tried; a stage's group is the smallest count that holds its weights,
@@ -34,12 +34,25 @@ TP_CHOICES = (1, 2, 4, 8, 16, 32)
 
 
 @attrs.frozen(kw_only=True)
+class Failure:
+    """A stage that cannot run on a device kind at all, and why."""
+
+    stage: str
+    device: str
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
 class Candidate:
-    """A placement, or the reason it could not be built (``placement`` None)."""
+    """A placement, or the stages that could not be placed (``placement`` None)."""
 
     name: str
     placement: Placement | None
-    reason: str = ""
+    failures: tuple[Failure, ...] = ()
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(f"{f.stage} on {f.device}: {f.reason}" for f in self.failures)
 
 
 def smallest_group(fits: Any, device: Device, *, max_tp: int | None = None, max_devices: int = 16384) -> DeviceGroup:
@@ -76,9 +89,9 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
     tf = dict(target_formats or {})
     end = request.input_tokens + request.output_tokens
     nan = dict(params=params, on_infeasible="nan")
-    cache: dict[tuple[str, str], DeviceGroup | str] = {}
+    cache: dict[tuple[str, str], DeviceGroup | Failure] = {}
 
-    def group_for(stage: str, dev: Device) -> DeviceGroup | str:
+    def group_for(stage: str, dev: Device) -> DeviceGroup | Failure:
         key = (stage, dev.id)
         if key not in cache:
             try:
@@ -94,10 +107,18 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
                     cache[key] = smallest_group(lambda g: bool(draft_stage(dm, g, batch=batch, context=end, gamma=1,
                                                                            **fmt, **nan).fits), dev)
             except RooflineError as e:
-                cache[key] = f"{stage} on {dev.id}: {e}"
+                cache[key] = Failure(stage=stage, device=dev.id, reason=str(e))
         return cache[key]
 
     return _assemble(m, kinds, dm, group_for, kv_link=kv_link, draft_link=draft_link)
+
+
+def placement_name(prefill: Device | None, decode: Device, draft: Device | None, *, speculative: bool) -> str:
+    """A placement in plain words: ``decode b200, prefill h100-sxm, draft on corsair``."""
+    parts = [f"decode {decode.id}", f"prefill {prefill.id}" if prefill else "prefill on the decode group"]
+    if speculative:
+        parts.append(f"draft on {draft.id}" if draft else "draft on the decode group")
+    return ", ".join(parts)
 
 
 def _assemble(m: ModelSpec, kinds: list[Device], dm: ModelSpec | None, group_for: Any, *, kv_link: str,
@@ -106,16 +127,15 @@ def _assemble(m: ModelSpec, kinds: list[Device], dm: ModelSpec | None, group_for
     prefill_options: list[Device | None] = [None, *kinds]
     draft_options: list[Device | None] = [None, *kinds] if dm is not None else [None]
     for pre, dec, dra in itertools.product(prefill_options, kinds, draft_options):
-        name = " ".join(x for x in (f"P:{pre.id}" if pre else "P:=D", f"D:{dec.id}",
-                                    (f"d:{dra.id}" if dra else "d:=D") if dm is not None else "") if x)
+        name = placement_name(pre, dec, dra, speculative=dm is not None)
         groups = {"decode": group_for("decode", dec)}
         if pre is not None:
             groups["prefill"] = group_for("prefill", pre)
         if dra is not None:
             groups["draft"] = group_for("draft", dra)
-        bad = [g for g in groups.values() if isinstance(g, str)]
+        bad = tuple(g for g in groups.values() if isinstance(g, Failure))
         if bad:
-            out.append(Candidate(name=name, placement=None, reason="; ".join(bad)))
+            out.append(Candidate(name=name, placement=None, failures=bad))
             continue
         out.append(Candidate(name=name, placement=Placement.build(
             name, decode=groups["decode"], prefill=groups.get("prefill"), draft=groups.get("draft"),

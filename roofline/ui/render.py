@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+from rich import box
 from rich.console import RenderableType
 from rich.table import Table
 
@@ -26,6 +27,29 @@ from ..specs.execution import family_profile, resolve_profile
 from ..specs.models import ModelSpec
 from ..specs.params import NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams
 from ..units import format_capacity, format_quantity
+
+
+class _Table(Table):
+    """Columns wrap long words instead of cropping them (rich's default is an ellipsis)."""
+
+    def add_column(self, *args: Any, **kw: Any) -> None:  # type: ignore[override]
+        kw.setdefault("overflow", "fold")
+        super().add_column(*args, **kw)
+
+
+def _table(title: str | None = None, caption: str | None = None, **kw: Any) -> Table:
+    """The house style: compact borders and padding, so tables fit an 80-column terminal."""
+    return _Table(title=title, caption=caption, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
+                  show_edge=False, **kw)
+
+
+_BOUND = {"communication": "comm", "overhead": "fixed", "does not fit": "no fit"}
+
+
+def short_bound(bound: Any) -> str:
+    """A binding term as a table shows it: ``memory:hbm`` -> ``mem:hbm``, ``communication`` -> ``comm``."""
+    text = str(bound)
+    return _BOUND.get(text, text.replace("memory:", "mem:"))
 
 
 @attrs.frozen(kw_only=True)
@@ -82,7 +106,7 @@ def _profile_cell(name: str, value: Any) -> str:
 def profile_table(dev: Device) -> Table:
     """Every field of the device's execution profile with where its value comes from."""
     fam = family_profile(dev.family)
-    t = Table(title=f"execution profile: {fam.name} (family {dev.family})",
+    t = _table(title=f"execution profile: {fam.name} (family {dev.family})",
               caption=f"Family file: {fam.path}. A device's \\[execution] table overrides a field; so does "
                       f"--set {dev.id}.execution.FIELD=VALUE.")
     for c in ("field", "value", "provenance"):
@@ -98,22 +122,21 @@ def profile_table(dev: Device) -> Table:
 
 
 def devices_table(devices: list[Device]) -> Table:
-    t = Table(title="Devices", caption="Dense peaks; rates decimal (TB/s = 1e12 B/s), capacities binary (GiB); "
-                                       "'unknown' = not published.")
-    for col in ("id", "family", "status", "memory tiers (capacity @ bandwidth)", "BF16 dense", "FP8 dense", "FP4 dense",
-                "TDP"):
-        t.add_column(col, justify="left" if col in ("id", "family", "status") or col.startswith("memory") else "right")
+    t = _table(title="Devices", caption="Dense peaks, decimal rates (TB/s = 1e12 B/s), binary capacities (GiB); "
+                                        "one line per memory tier; 'unknown' = not published, — = not supported.")
+    for col in ("id", "family", "memory (capacity @ bandwidth)", "BF16", "FP8", "FP4", "TDP"):
+        t.add_column(col, justify="left" if col in ("id", "family") or col.startswith("memory") else "right")
     for d in devices:
-        tiers = "; ".join(f"{m.name} {_cap(m.capacity_bytes)} @ {_q(m.bandwidth_bytes_per_s, 'bytes_per_s')}"
+        tiers = "\n".join(f"{m.name} {_cap(m.capacity_bytes)} @ {_q(m.bandwidth_bytes_per_s, 'bytes_per_s')}"
                           for m in d.memory)
-        peaks = [_q(d.peak_flop_per_s.get(c), "flop_per_s") if c in d.peak_flop_per_s else "—"
+        peaks = [_q(d.peak_flop_per_s.get(c), "flop_per_s").replace("FLOP/s", "F") if c in d.peak_flop_per_s else "—"
                  for c in ("bf16", "fp8", "fp4")]
-        t.add_row(d.id, d.family, d.status, tiers, *peaks, _q(d.tdp_w, "w"))
+        t.add_row(d.id + ("" if d.status == "shipping" else "\n(announced)"), d.family, tiers, *peaks, _q(d.tdp_w, "w"))
     return t
 
 
 def device_table(dev: Device) -> Table:
-    t = Table(title=f"{dev.name} ({dev.id}, {dev.status})", caption=f"Spec file: {dev.path}")
+    t = _table(title=f"{dev.name} ({dev.id}, {dev.status})", caption=f"Spec file: {dev.path}")
     t.add_column("field")
     t.add_column("value", justify="right")
     t.add_column("source")
@@ -155,7 +178,7 @@ def _b(n: float) -> str:
 
 
 def models_table(models: list[ModelSpec]) -> Table:
-    t = Table(title="Models", caption="Parameters derived from the architecture; active = all but unrouted experts "
+    t = _table(title="Models", caption="Parameters derived from the architecture; active = all but unrouted experts "
                                       "(with the embedding table); KV per token for bf16, full-attention layers.")
     for col in ("id", "family", "total", "active", "layers", "attention", "experts (k of E)", "KV/token"):
         t.add_column(col, justify="left" if col in ("id", "family", "attention") else "right")
@@ -170,7 +193,7 @@ def models_table(models: list[ModelSpec]) -> Table:
 
 
 def model_table(m: ModelSpec) -> Table:
-    t = Table(title=f"{m.id} ({m.family})", caption=f"Config: {m.source}")
+    t = _table(title=f"{m.id} ({m.family})", caption=f"Config: {m.source}")
     t.add_column("component")
     t.add_column("parameters", justify="right")
     for k, v in m.param_breakdown().items():
@@ -220,24 +243,31 @@ def _rate(v: float) -> str:
     return "—" if not math.isfinite(v) else (f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
 
 
+def _gb(v: float) -> str:
+    if not math.isfinite(v):
+        return "—"
+    return f"{v / 1e6:.0f} MB" if v < 1e9 else f"{v / 1e9:.1f} GB" if v < 10e9 else f"{v / 1e9:,.0f} GB"
+
+
 def stage_table(r: StageResult, caption: str) -> Table:
+    """One stage, a row per batch; the communication column only where the group communicates."""
     per_user = r.stage.startswith(("decode", "draft", "verify"))
     rows = stage_rows(r)
     n, ctx = rows[0]["new_tokens"], rows[0]["context"]
     where = f"{n:.0f} new tokens/seq after {ctx:.0f} cached" if r.stage != "decode" else f"context {ctx:.0f}"
-    t = Table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption)
-    cols = ["batch", "time", "upper", "compute", "memory", "comm", "fixed", "bound", "FLOP/B", "mem/dev",
-            "tok/s/user" if per_user else "tok/s/seq", "tok/s"]
+    t = _table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption)
+    comm = any(row["communication_s"] for row in rows if row["fits"])
+    cols = ["batch", "time", "comp", "mem", *(["comm"] if comm else []), "fixed", "bound", "FLOP\n/B",
+            "mem/\ndev", "tok/s\n/user" if per_user else "tok/s\n/seq", "tok/s"]
     for c in cols:
-        t.add_column(c, justify="left" if c == "bound" else "right", min_width=12 if c == "bound" else len(c))
+        t.add_column(c, justify="left" if c == "bound" else "right", no_wrap=True)
     for row in rows:
-        ok = row["fits"]
-        part = (lambda v: _ms(v)) if ok else (lambda v: "—")  # components of a point that does not fit: not shown
-        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), _ms(row["time_serial_s"]), part(row["compute_s"]),
-                  part(row["memory_s"]),
-                  part(row["communication_s"]), part(row["overhead_s"]), str(row["bound"]),
-                  f"{row['intensity_flop_per_byte']:.3g}", format_quantity(row["memory_per_device_bytes"], "bytes"),
-                  _rate(row["per_sequence_tokens_per_s"]), _rate(row["tokens_per_s"]))
+        part = _ms if row["fits"] else (lambda v: "—")  # components of a point that does not fit: not shown
+        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), part(row["compute_s"]),
+                  part(row["memory_s"]), *([part(row["communication_s"])] if comm else []), part(row["overhead_s"]),
+                  short_bound(row["bound"]), f"{row['intensity_flop_per_byte']:.3g}",
+                  _gb(row["memory_per_device_bytes"]), _rate(row["per_sequence_tokens_per_s"]),
+                  _rate(row["tokens_per_s"]))
     return t
 
 
@@ -269,10 +299,10 @@ def spec_table(r: SpecResult, best_gamma: int) -> Table:
            f"Baseline: plain decode on {r.target_group} at {_rate(1 / base)} tok/s/user"
            + (f", {base_e:.3g} J/token" if math.isfinite(base_e) else "") + ". * = most tok/s/user."
            + (f" {r.energy_note}" if r.energy_note else ""))
-    t = Table(title=f"speculative decoding: {r.target} with {r.draft}, batch {int(np.ravel(r.batch)[0])}", caption=cap)
-    for c in ("gamma", "draft ms", "verify ms", "xfer us", "tok/round", "tok/s/user", "speedup", "J/token",
-              "draft bound", "verify bound"):
-        t.add_column(c, justify="left" if "bound" in c else "right", min_width=len(c))
+    t = _table(title=f"speculative decoding: {r.target} with {r.draft}, batch {int(np.ravel(r.batch)[0])}", caption=cap)
+    for c in ("gamma", "draft\nms", "verify\nms", "xfer\nus", "tok/\nround", "tok/s\n/user", "speed-\nup",
+              "J/\ntoken", "bound\ndraft/verify"):
+        t.add_column(c, justify="left" if "bound" in c else "right", no_wrap=True)
     for row in spec_dict(r, best_gamma)["rows"]:
         mark = "*" if row["best"] else ""
         ok = row["fits"]
@@ -280,7 +310,8 @@ def spec_table(r: SpecResult, best_gamma: int) -> Table:
                   f"{row['transfer_s'] * 1e6:.3g}" if ok else "—", f"{row['expected_tokens']:.3g}",
                   _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
                   f"{row['energy_per_token_j']:.3g}" if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
-                  str(row["draft_bound"]), str(row["verify_bound"]), style="bold" if mark else None)
+                  f"{short_bound(row['draft_bound'])}/{short_bound(row['verify_bound'])}",
+                  style="bold" if mark else None)
     return t
 
 
@@ -305,28 +336,28 @@ def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
             "fits": bool(at(r.fits))}
 
 
-def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> Table:
-    """rows: (name, description, point or None, reason)."""
-    t = Table(title=title, caption=caption)
-    width = max((len(r[0]) for r in rows), default=10)
-    for c in ("placement", "devices", "TTFT ms", "TPOT ms", "E2E s", "tok/s/user", "tok/s/dev", "tok/s/kW", "J/token",
-              "bound (prefill / decode / draft)"):
-        t.add_column(c, justify="left" if c in ("placement", "bound (prefill / decode / draft)") else "right",
-                     min_width=width if c == "placement" else None, no_wrap=c == "placement")
+def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> list[Any]:
+    """Feasible placements as a table, then one line per infeasible one with its reason (a footnote, not a
+    one-word-wide cell). rows: (name, description, point or None, reason)."""
+    t = _table(title=title, caption=caption)
+    for c in ("placement", "devices", "TTFT\nms", "TPOT\nms", "E2E\ns", "tok/s\n/user", "tok/s\n/kW", "J/\ntoken"):
+        t.add_column(c, justify="left" if c == "placement" else "right")
+    failed: dict[str, list[str]] = {}
     for name, _desc, p, reason in rows:
         if p is None or not p["fits"]:
-            t.add_row(name, "—", "—", "—", "—", "—", "—", "—", "—",
-                      reason or "does not fit")
+            failed.setdefault(reason or "does not fit", []).append(name)
             continue
-        t.add_row(name, f"{p['devices']:.3g}", _ms(p["ttft_s"]), _ms(p["tpot_s"]),
-                  _s(p["e2e_s"]), _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_device"]),
-                  _rate(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]),
-                  f"{p['prefill_bound']} / {p['decode_bound']} / {p['draft_bound']}")
-    return t
+        t.add_row(name, f"{p['devices']:.3g}", _ms(p["ttft_s"]), _ms(p["tpot_s"]), _s(p["e2e_s"]),
+                  _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]))
+    out: list[Any] = [t] if t.row_count else [f"{title}: no placement is feasible."]
+    for reason, names in failed.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        out.append(f"not feasible ({shown}): {reason}")
+    return out
 
 
 def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "") -> Table:
-    t = Table(title=f"frontier: {name}", caption=caption or None)
+    t = _table(title=f"frontier: {name}", caption=caption or None)
     for c in ("tok/s/user", "tok/s/kW", "E2E s", "TTFT ms", "J/token", "batch", "gamma"):
         t.add_column(c, justify="right")
     for p in points:
@@ -336,7 +367,7 @@ def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "") -
 
 
 def comparison_table(rows: list[dict[str, Any]], baseline: str) -> Table:
-    t = Table(title=f"interactivity at equal tokens/s per kW, against {baseline}",
+    t = _table(title=f"interactivity at equal tokens/s per kW, against {baseline}",
               caption="interactivity-optimised: at the tokens/s per kW of the baseline's most interactive point; "
                       "energy-optimised: at the baseline's highest tokens/s per kW (— when the configuration cannot "
                       "reach it).")
@@ -349,28 +380,30 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str) -> Table:
     return t
 
 
-def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int) -> Table:
-    t = Table(title=f"{model_id}: side by side (decode at context {context}, prefill of {prompt})",
-              caption="tok/s/kW from the linear utilisation power model; max batch at this context.")
-    cols = ["device", "prefill ms", *(f"B={b} ms" for b in batch), *(f"B={b} tok/s/user" for b in batch),
-            *(f"B={b} tok/s/kW" for b in batch), "decode bound", "max batch"]
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("device", "decode bound") else "right")
+def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int) -> list[Any]:
+    """One row per group and batch; groups that cannot run the model get one line each below the table."""
+    t = _table(title=f"{model_id}: side by side (decode at context {context}, prefill of {prompt})",
+               caption="tok/s/kW from the linear utilisation power model; max batch at this context.")
+    for c in ("group", "batch", "decode\nms", "tok/s\n/user", "tok/s\n/kW", "bound", "prefill\nms", "max\nbatch"):
+        t.add_column(c, justify="left" if c in ("group", "bound") else "right")
+    errors = []
     for r in rows:
         if "error" in r:
-            t.add_row(r["name"], r["error"], *([""] * (len(cols) - 2)))
+            errors.append(f"{r['name']}: {r['error']}")
             continue
-        dec = r["decode"]
-        kw = r.get("tokens_per_s_per_kw") or [math.nan] * len(dec)
-        t.add_row(r["name"], _ms(r["prefill"]["time_s"] if r["prefill"]["fits"] else math.nan),
-                  *(_ms(d["time_s"]) for d in dec), *(_rate(d["per_sequence_tokens_per_s"]) for d in dec),
-                  *(_rate(k if k is not None else math.nan) for k in kw),
-                  " / ".join(sorted({str(d["bound"]) for d in dec})), str(r["max_batch"]))
-    return t
+        kw = r.get("tokens_per_s_per_kw") or [math.nan] * len(r["decode"])
+        for i, d in enumerate(r["decode"]):
+            first = i == 0
+            t.add_row(r["name"] if first else "", f"{d['batch']:.0f}", _ms(d["time_s"]),
+                      _rate(d["per_sequence_tokens_per_s"]), _rate(kw[i] if kw[i] is not None else math.nan),
+                      short_bound(d["bound"]),
+                      _ms(r["prefill"]["time_s"] if r["prefill"]["fits"] else math.nan) if first else "",
+                      str(r["max_batch"]) if first else "")
+    return [t, *errors]
 
 
 def elasticity_table(name: str, el: dict[str, float], batch: int, context: int) -> Table:
-    t = Table(title=f"{name}: elasticity of decode time (batch {batch}, context {context})",
+    t = _table(title=f"{name}: elasticity of decode time (batch {batch}, context {context})",
               caption="d ln(time) / d ln(field): -1 = time inversely proportional to the field, 0 = irrelevant here.")
     t.add_column("spec field")
     t.add_column("elasticity", justify="right")
@@ -380,7 +413,7 @@ def elasticity_table(name: str, el: dict[str, float], batch: int, context: int) 
 
 
 def diagnosis_table(d: dict[str, Any]) -> Table:
-    t = Table(title=f"diagnosis: {d['model']} on {d['group']}, batch {d['batch']:.0f}, "
+    t = _table(title=f"diagnosis: {d['model']} on {d['group']}, batch {d['batch']:.0f}, "
                     f"{d['isl']:.0f} in / {d['osl']:.0f} out ({d['serving']})",
               caption=d["advice"])
     t.add_column("quantity")
@@ -413,13 +446,17 @@ def validation_table(v: Validation, path: str) -> Table:
            + ". By metric: " + "; ".join(f"{k} {x['median_abs_error']:.0%} (n={x['n']})"
                                          for k, x in s.get("by_metric", {}).items())
            + (". Skipped: " + "; ".join(f"{x['id']} ({x['reason']})" for x in v.skipped) if v.skipped else ""))
-    t = Table(title=f"validation against {path}", caption=cap)
-    for c in ("id", "metric", "hardware", "model", "predicted", "measured", "error"):
+    t = _table(title=f"validation against {path}", caption=cap)
+    for c in ("id", "metric", "device", "model", "predicted", "measured", "error"):
         t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
     for r in v.rows:
-        t.add_row(r["id"], r["metric"], r["hardware"], r["model"], f"{r['predicted']:.4g}", f"{r['measured']:.4g}",
-                  f"{r['error']:+.0%}")
+        t.add_row(r["id"], METRIC_SHORT.get(r["metric"], r["metric"]), r["hardware"], r["model"],
+                  f"{r['predicted']:.4g}", f"{r['measured']:.4g}", f"{r['error']:+.0%}")
     return t
+
+
+METRIC_SHORT = {"decode_tokens_per_s_per_user": "tok/s/user", "itl_ms": "ITL ms", "ttft_ms": "TTFT ms",
+                "output_tokens_per_s_per_device": "tok/s/device", "output_tokens_per_s_total": "tok/s total"}
 
 
 def params_dict(p: EngineParams) -> dict[str, float]:
@@ -429,7 +466,7 @@ def params_dict(p: EngineParams) -> dict[str, float]:
 
 def calibration_table(d: dict[str, Any]) -> Table:
     fams = list(d["families"])
-    t = Table(title=f"calibration on {len(d['rows'])} rows of {d['data']}",
+    t = _table(title=f"calibration on {len(d['rows'])} rows of {d['data']}",
               caption=f"In-sample median |error| {d['median_abs_error']:.1%}"
                       + (f", leave-one-out {d['loo_median_abs_error']:.1%}" if d["loo_median_abs_error"] else "")
                       + (f". Profile written to {d['profile']}." if d["profile"] else "."))
@@ -483,7 +520,7 @@ def model_view(m: ModelSpec) -> View:
 
 
 def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
-    t = Table(title="Number formats", caption="bits per element include block scales; weight-only formats are "
+    t = _table(title="Number formats", caption="bits per element include block scales; weight-only formats are "
                                               "dequantised and multiplied at the activation format's rate; "
                                               "int4-g<G> exists for any group size G.")
     for c in ("format", "bits", "compute class", "weight-only", "description"):
@@ -493,7 +530,7 @@ def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
         t.add_row(f.name, f"{f.bits_per_element:g}", f.compute, "yes" if f.weight_only else "", f.description)
         rows.append({"format": f.name, "bits_per_element": f.bits_per_element, "compute": f.compute,
                      "weight_only": f.weight_only, "description": f.description})
-    lt = Table(title="Named links between device groups", caption="Any link can also be given as BANDWIDTH,LATENCY "
+    lt = _table(title="Named links between device groups", caption="Any link can also be given as BANDWIDTH,LATENCY "
                                                                   "(e.g. 50GB/s,3us). Latencies are estimates.")
     for c in ("link", "bandwidth per direction", "latency"):
         lt.add_column(c, justify="left" if c == "link" else "right")
@@ -506,7 +543,7 @@ def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
 
 
 def formula_view(name: str, text: str, latex: str) -> View:
-    t = Table(title=f"formula {name}", show_header=False)
+    t = _table(title=f"formula {name}", show_header=False)
     t.add_column("")
     t.add_row(text)
     return View(tables=[f"{name}: {text}"], data={"name": name, "text": text, "latex": latex},
@@ -532,7 +569,10 @@ def serving_rows_view(title: str, caption: str, items: list[dict[str, Any]], ext
     rows = [(i["name"], i["description"] or "", i["metrics"], i["reason"] or "") for i in items]
     csv_rows = [{"name": i["name"], "feasible": i["feasible"], "reason": i["reason"], **(i["metrics"] or {})}
                 for i in items]
-    return View(tables=[serving_table(rows, title, caption)], data={**extra, "placements": items}, rows=csv_rows)
+    tables = serving_table(rows, title, caption)
+    tables += [f"{u['device']} cannot run {', '.join(u['stages'])}: {u['reason']}"
+               for u in extra.get("infeasible_devices", [])]
+    return View(tables=tables, data={**extra, "placements": items}, rows=csv_rows)
 
 
 def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]], baseline: str,
@@ -546,7 +586,7 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
 
 def compare_view(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int,
                  overrides: Sequence[str] = ()) -> View:
-    tables: list[RenderableType] = [compare_table(model_id, batch, rows, context, prompt)]
+    tables: list[RenderableType] = list(compare_table(model_id, batch, rows, context, prompt))
     for row in rows:
         if row.get("elasticity"):
             tables.append(elasticity_table(row["name"], row["elasticity"], int(np.ravel(batch)[0]), context))
@@ -593,7 +633,7 @@ def calibration_view(d: dict[str, Any]) -> View:
 
 def layer_fit_view(fit: Any, path: str) -> View:
     """A family's fitted per-layer latencies, the rows they come from and the held-out errors."""
-    t = Table(title=f"{fit.family}: per-layer stage latency fitted on its smallest models ({path})",
+    t = _table(title=f"{fit.family}: per-layer stage latency fitted on its smallest models ({path})",
               caption=f"layer_overhead = {fit.layer_overhead_s * 1e6:.1f} us"
                       + (f", moe_layer_overhead = {fit.moe_layer_overhead_s * 1e6:.1f} us"
                          if fit.moe_layer_overhead_s is not None else "")

@@ -94,9 +94,13 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     params = engine_params(args)
     cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
                                  mode=args.mode, target_formats=formats(args), params=params)
-    items = []
+    items, cannot = [], {}
     for c in cands:
-        point, reason = None, c.reason
+        for f in c.failures:   # a stage a device kind cannot run at all: said once, not per placement
+            cannot.setdefault((f.device, f.reason), []).append(f.stage)
+        if c.failures:
+            continue
+        point, reason = None, ""
         if c.placement is not None:
             try:
                 r = evaluate_serving(args.target, c.placement, request, batch=args.batch,
@@ -109,11 +113,14 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
         items.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
                       "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point})
     title = f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}, {args.mode}"
-    caption = ("Each stage on the smallest group that holds it (TP up to 8, then pipeline stages). Throughput, "
-               "devices and power per replica (prefill groups counted by the share of time they are busy).")
+    caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
+               "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
+               "by the share of time they are busy.")
+    unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
+                   for (dev, reason), stages in cannot.items()]
     emit(console, render.serving_rows_view(title, caption, items, {
         "target": args.target, "request": {"isl": args.isl, "osl": args.osl}, "batch": args.batch,
-        "overrides": wi.describe()}), args)
+        "overrides": wi.describe(), "infeasible_devices": unplaceable}), args)
     return 0
 
 

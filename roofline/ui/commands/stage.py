@@ -11,6 +11,7 @@ from ...physics import stages
 from ...physics.timing import StageResult, require_feasible
 from ...serving.compare import compare
 from ...serving.whatif import WhatIf
+from ...specs.execution import resolve_profile
 from ...specs.groups import DeviceGroup
 from ...specs.hf_config import load_model
 from ...specs.params import EngineParams
@@ -31,15 +32,15 @@ from ..output import emit
 
 
 def _caption(results: list[StageResult], params: EngineParams, device_path: str, what_if: bool) -> str:
-    f = results[0].formats
+    f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
-            f"time = max(compute, memory) + comm + fixed (upper: the sum); fixed = per-pass and per-layer costs + "
-            f"weight-only dequantisation; {params.memory_bandwidth_fraction:.0%} of peak bandwidth, "
-            f"{params.compute_fraction:.0%} of peak FLOP/s, {params.step_overhead_s * 1e6:.0f} us/pass + "
-            f"{params.layer_overhead_s * 1e6:.0f} us/layer; ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B "
-            f"({ridge}); uniform expert routing; {params.usable_memory_fraction:.0%} of memory usable. "
-            f"Spec: {device_path}")
+            f"time = max(compute, memory) + comm + fixed (the serial upper bound, time_serial_s, is in --json and "
+            f"--csv); fixed = per-pass and per-layer costs + weight-only dequantisation. {family} profile: "
+            f"{params.memory_bandwidth_fraction:.0%} of peak bandwidth, {params.compute_fraction:.0%} of peak "
+            f"FLOP/s, {params.step_overhead_s * 1e6:.0f} us/pass + {params.layer_overhead_s * 1e6:.3g} us/layer; "
+            f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
+            f"{params.usable_memory_fraction:.0%} of memory usable. Spec: {device_path}")
 
 
 def cmd_stage(args: argparse.Namespace, console: Console) -> int:
@@ -65,7 +66,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
         w = results[0].formats.weight.compute
         plot_roofline(group.device, results, args.plot, compute_class=w if w in group.device.peak_flop_per_s else "bf16",
                       title=f"{model.id} on {group.describe()}")
-    caption = _caption(results, params, group.device.path, bool(wi))
+    caption = _caption(results, resolve_profile(group.device, params), group.device.path, bool(wi))
     if wi:
         caption += " What-if: " + ", ".join(wi.describe()) + "."
     emit(console, render.stage_view(model.id, group.device.id, results, caption, wi.describe()), args)
