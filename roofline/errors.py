@@ -37,6 +37,10 @@ class WorkloadError(RooflineError):
     """A workload argument is out of range (negative, non-finite, ...)."""
 
 
+class LayoutError(WorkloadError):
+    """A device group that cannot hold the model's layout (e.g. TP that does not divide the heads)."""
+
+
 class InfeasibleError(RooflineError):
     """A single (non-sweep) evaluation does not fit in memory or is impossible."""
 

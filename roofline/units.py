@@ -34,6 +34,7 @@ _KINDS: dict[str, dict[str, float]] = {
 }
 _TIME_PREFIX = {"": 1.0, "m": 1e-3, "u": 1e-6, "µ": 1e-6, "n": 1e-9}
 
+_THOUSANDS = re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?([eE][-+]?\d+)?$")
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
 
 
@@ -71,7 +72,11 @@ def parse_quantity(text: str | float | int, kind: str, *, what: str = "value") -
         m = _NUMBER.match(str(text))
         if not m:
             raise UnitError(f"{what}: cannot read a number in {text!r} (expected e.g. {_example(kind)!r})")
-        number, unit = m.group(1).replace("_", "").replace(",", ""), m.group(2).strip()
+        raw = m.group(1)
+        if "," in raw and not _THOUSANDS.match(raw):   # '4,8 TB/s' is a decimal comma, not 48
+            raise UnitError(f"{what}: cannot read {text!r}: use '.' for decimals (commas only group thousands, "
+                            "as in 143,771 MiB)")
+        number, unit = raw.replace("_", "").replace(",", ""), m.group(2).strip()
         try:
             value = float(number)
         except ValueError:

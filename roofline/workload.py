@@ -97,3 +97,50 @@ def scalar(value: Array, name: str) -> float:
     if np.ndim(value) != 0:
         raise WorkloadError(f"{name} must be a single number here, got {show(value)}")
     return float(value)
+
+
+def in_range(lo: float | None = None, hi: float | None = None, *, lo_strict: bool = False,
+             optional: bool = False) -> Any:
+    """An attrs validator: a finite real number in [lo, hi] (``lo_strict``: above lo), raising
+    :class:`WorkloadError` naming the record and field, so building a record badly is a project error."""
+    def check(inst: object, attribute: Any, value: Any) -> None:
+        if value is None and optional:
+            return
+        where = f"{type(inst).__name__}.{attribute.name}"
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise WorkloadError(f"{where} must be a number, got {value!r}")
+        bad = not np.isfinite(value) or (lo is not None and (value <= lo if lo_strict else value < lo)) or (
+            hi is not None and value > hi)
+        if bad:
+            low = "" if lo is None else f"{'>' if lo_strict else '>='} {lo:g}"
+            high = "" if hi is None else f"<= {hi:g}"
+            raise WorkloadError(f"{where} must be a finite number {' and '.join(x for x in (low, high) if x)}, "
+                                f"got {value!r}")
+    return check
+
+
+def one_of(options: tuple[str, ...]) -> Any:
+    """An attrs validator: one of ``options``, else :class:`WorkloadError`."""
+    def check(inst: object, attribute: Any, value: Any) -> None:
+        if value not in options:
+            raise WorkloadError(f"{type(inst).__name__}.{attribute.name} must be one of {', '.join(options)}, "
+                                f"got {value!r}")
+    return check
+
+
+#: The most points one call evaluates at once: a grid beyond this would need gigabytes per array.
+MAX_POINTS = 20_000_000
+
+
+def check_grid(*arrays: Any) -> tuple[int, ...]:
+    """The broadcast shape of workload arrays; refuses incompatible shapes and grids beyond :data:`MAX_POINTS`."""
+    try:
+        shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
+    except ValueError:
+        raise WorkloadError(f"workload arguments of shapes {', '.join(str(np.shape(a)) for a in arrays)} "
+                            "do not broadcast together") from None
+    points = int(np.prod(shape, dtype=float))
+    if points > MAX_POINTS:
+        raise WorkloadError(f"a grid of {points:,} points is beyond the {MAX_POINTS:,} one call evaluates; "
+                            "split the sweep into chunks")
+    return shape

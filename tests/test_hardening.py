@@ -164,3 +164,103 @@ def test_sweeps_mark_infeasible_instead_of_failing():
     assert not s.fits.any() and np.isnan(s.tokens_per_s_per_user).all()
     with pytest.raises(rl.WorkloadError):
         rl.optimal_gamma(s)
+
+
+# ------------------------------------------------ the reliability cases of issue 14
+def test_non_regular_and_absurd_inputs_are_one_line_errors(run_cli, tmp_path):
+    import os
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    huge = tmp_path / "huge" / "config.json"
+    huge.parent.mkdir()
+    huge.write_text('{"model_type": "llama", "hidden_size": 1' + "0" * 400 + ', "num_attention_heads": 8, '
+                    '"num_hidden_layers": 2, "intermediate_size": 8, "vocab_size": 8}')
+    cases = [
+        (["show", "/dev/zero"], 1, "not a regular file"), (["show", str(fifo)], 1, "not a regular file"),
+        (["diagnose", "llama-2-7b", "a100-sxm-80gb", "--vllm-json", str(deep)], 1, "nested too deeply"),
+        (["show", "x" * 10_000], 1, "neither a device nor a model"),
+        (["stage", str(huge), "h100-sxm"], 1, "no transformer is this large"),
+        (["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8",
+          "--acceptance-length", "1e400:2"], 2, "finite"),
+        (["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8",
+          "--alpha-by-gamma", "2.5:0.9"], 2, "whole gammas"),
+        (["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8",
+          "--alpha-by-gamma", "5:0.9,5:0.8"], 2, "given twice"),
+        (["pareto", "--target", "gpt-oss-120b", "--placement", "a: decode=b200:8, head-layers=x"], 2, "head-layers"),
+        (["diagnose", "llama-2-7b", "a100-sxm-80gb", "--batch", "1", "--isl", "0", "--osl", "5",
+          "--tpot-ms", "9"], 1, "input_tokens"),
+        (["diagnose", "llama-2-7b", "a100-sxm-80gb", "--batch", "1", "--isl", "nan", "--osl", "5",
+          "--tpot-ms", "9"], 1, "input_tokens"),
+        (["diagnose", "llama-2-7b", "a100-sxm-80gb", "--batch", "1", "--isl", "5", "--osl", "200",
+          "--tokens-per-s-per-user", "10000"], 1, "impossible"),
+        (["stage", "llama-3.1-8b", "h100", "--plot", str(tmp_path / "out.txt")], 1, ".png"),
+        (["stage", "llama-3.1-8b", "h100", "--plot", str(tmp_path)], 1, ".png"),
+        (["stage", "llama-3.1-8b", "h100", "--set", "h100.hbm.bandwidth=6.7TB/s", "--set",
+          "h100.hbm.bandwidth=7TB/s"], 2, "twice"),
+        (["stage", "llama-3.1-8b", "h100", "--set", "b200.hbm.bandwidth=6.7TB/s"], 1, "not a device of this command"),
+        (["stage", "llama-3.1-8b", "h100", "--set", "hbm.bandwidth=6.7TB/s"], 1, "not a device of this command"),
+        (["stage", "llama-3.1-8b", "h100", "--set", "h100.compute.bf16=1e-300 FLOP/s"], 1, "plausible"),
+        (["stage", "llama-3.1-8b", "h100", "--set", "h100.power.idle=900W"], 1, "exceeds TDP"),
+        (["stage", "llama-3.1-8b", "h100", "--set", "h100.hbm.bandwidth=4,8 TB/s"], 1, "decimals"),
+        (["stage", "llama-3.1-8b", "h100", "--tp", "9999999999999999999"], 2, "--tp"),
+        (["stage", "llama-3.1-8b", "h100", "--tp", "3"], 1, "does not divide the 32 attention heads"),
+        (["devices", "--profile", "nope.toml"], 2, "unrecognized"),
+        (["pareto", "--target", "llama-3.1-405b", "--placement", "a: decode=l40s"], 1, "no configuration"),
+        (["calibrate", "--data", str(tmp_path / "m.csv"), "--out", str(tmp_path / "m.csv")], 1, "overwrite"),
+        (["calibrate", "--out", str(tmp_path / "no" / "dir" / "p.toml")], 1, "no such directory"),
+    ]
+    (tmp_path / "m.csv").write_text("id\n")
+    for argv, code, needle in cases:
+        got, _, err = run_cli(*argv)
+        assert got == code and needle in err, (argv, got, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_validation_skips_bad_rows_and_fails_when_nothing_is_left(run_cli, tmp_path):
+    from roofline.evidence.validate import read_rows, shipped_data, validate
+    header = open(shipped_data()).readline()
+    good = ("A1,https://x,gpt-fast,h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,1,static,5,200,none,0,,"
+            "decode_tokens_per_s_per_user,150,A,")
+    p = tmp_path / "m.csv"
+    p.write_text(header + good + "\n" + good.replace("A1,", "A2,").replace(",static,5,", ",static,inf,") + "\n")
+    v = validate(read_rows(p))
+    assert [r["id"] for r in v.rows] == ["A1"] and "whole finite number" in v.skipped[0]["reason"]
+    p.write_text(header + good.replace(",static,5,", ",static,inf,") + "\n")
+    code, _, err = run_cli("validate", "--data", str(p))
+    assert code == 1 and "no row could be predicted" in err
+
+
+def test_api_errors_are_roofline_errors():
+    b200 = rl.load_device("b200")
+    calls = [lambda: rl.DeviceGroup(device=b200, tp=-1), lambda: rl.EngineParams(step_overhead_s=-1),
+             lambda: rl.draft("llama-3.1-8b", "b200", batch=1, context=1, gamma=[]),
+             lambda: rl.acceptance_rate_from_length(-5, 3), lambda: rl.acceptance_rate_from_length(10, 3),
+             lambda: rl.Request(input_tokens=-5, output_tokens=5),
+             lambda: rl.Request(input_tokens=np.array([1, 2]), output_tokens=5),
+             lambda: rl.decode_step("llama-3.1-8b", "b200", batch=1, context=[]),
+             lambda: rl.PowerModel(pue=0.5), lambda: rl.GroupLink(name="x", bandwidth_bytes_per_s=0, latency_s=0),
+             lambda: rl.decode_step("llama-3.1-8b", "b200", batch=np.ones((10_000, 1)), context=np.ones(10_000)),
+             lambda: rl.override(b200, "power.idle", "2000 W")]
+    for call in calls:
+        with pytest.raises(RooflineError):
+            call()
+    with pytest.raises(rl.WorkloadError, match="context"):
+        rl.decode_step("llama-3.1-8b", "b200", batch=1, context=2.5)
+
+
+def test_calibrate_writes_profiles_safely(tmp_path):
+    from roofline.evidence.calibrate import Fit, save_profile
+    from roofline.specs.params import load_profile
+    fit = Fit(profile=rl.Profile(default=rl.default_params(), families={"gpt-fast": rl.default_params()}),
+              standard_errors={"default": {"step_overhead_s": 1.0}}, rows=["x"], skipped=[], median_abs_error=0.1,
+              loo_median_abs_error=None, loo_errors=None)
+    out = tmp_path / "p.toml"
+    weird = 'C:\\data\\"quoted" file.csv'
+    save_profile(fit, str(out), data=weird)
+    import tomllib
+    assert tomllib.loads(out.read_text())["fit"]["data"] == weird
+    assert load_profile(out).default == rl.default_params()
+    assert "not identified" in out.read_text()     # a standard error larger than the value itself
+    assert not list(tmp_path.glob(".p.toml.*"))   # no temporary file left behind

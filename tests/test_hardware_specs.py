@@ -99,7 +99,7 @@ def test_override_and_evolve():
         rl.override(c, "sram.bandwith", "1 TB/s")
     with pytest.raises(RooflineError):
         rl.override(c, "sram.bandwidth", "-1 TB/s")
-    with pytest.raises(ValueError):  # attrs validation still applies to evolve
+    with pytest.raises(RooflineError):  # the records' validation still applies to evolve
         attrs.evolve(c, tdp_w=-5.0)
 
 

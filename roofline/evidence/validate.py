@@ -84,10 +84,12 @@ def _int(row: Row, key: str, default: int | None = None) -> int:
     if not text and default is not None:
         return default
     try:
-        v = int(float(text))
+        v = float(text)
     except ValueError:
         raise RooflineError(f"column {key} = {text!r} is not a number") from None
-    return v
+    if not math.isfinite(v) or v != int(v):
+        raise RooflineError(f"column {key} = {text!r} is not a whole finite number")
+    return int(v)
 
 
 def _formats(row: Row, device: Device) -> dict[str, str]:

@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..specs.devices import Device
 from ..specs.groups import DeviceGroup
+from ..workload import in_range
 from .timing import StageResult
 
 Array = NDArray[np.float64]
@@ -35,9 +36,9 @@ class PowerModel:
     * ``pue``: facility power usage effectiveness (1.0 = chip power only).
     """
 
-    compute_weight: float = attrs.field(default=0.5, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
-    idle_fraction_of_tdp: float = attrs.field(default=0.12, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
-    pue: float = attrs.field(default=1.0, validator=attrs.validators.ge(1))
+    compute_weight: float = attrs.field(default=0.5, validator=in_range(0, 1))
+    idle_fraction_of_tdp: float = attrs.field(default=0.12, validator=in_range(0, 1))
+    pue: float = attrs.field(default=1.0, validator=in_range(1))
 
 
 DEFAULT_POWER = PowerModel()

@@ -22,7 +22,7 @@ from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
-from ..workload import check_count, check_gamma, check_whole
+from ..workload import check_count, check_gamma, check_grid, check_whole
 from . import memory
 from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass
 
@@ -72,6 +72,7 @@ def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, contex
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
               params=params)
     B, L = check_count("batch", batch, minimum=1), check_count("context", context)
+    check_grid(B, L)
     r = evaluate_pass(s.model, s.group, s.formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
                       mla_absorbed=True, stage="decode", params=s.params)
     return check_feasible(r, on_infeasible, _scalar(batch, context))
@@ -93,6 +94,7 @@ def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: Ar
               params=params)
     S, P = check_count("prompt", prompt, minimum=1), check_count("prefix", prefix)
     Bb = check_count("batch", batch, minimum=1)
+    check_grid(S, P, Bb)
     common = dict(mla_absorbed=False, params=s.params, stage="prefill")
     if chunk is None:
         r = evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=S, prefix_tokens=P, logits_per_seq=1.0,
@@ -130,6 +132,7 @@ def verify(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: Ar
               params=params)
     G = check_gamma(gamma)
     B, L = check_count("batch", batch, minimum=1), check_count("context", context)
+    check_grid(G, B, L)
     r = evaluate_pass(s.model, s.group, s.formats, batch=B, new_tokens=G + 1, prefix_tokens=L, logits_per_seq=G + 1,
                       mla_absorbed=True, stage="verify", params=s.params)
     return check_feasible(r, on_infeasible, _scalar(batch, context, gamma))
@@ -159,9 +162,9 @@ def draft(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: Arr
     """
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
               params=params)
-    G = check_gamma(gamma)
-    out = draft_steps(s, batch=check_count("batch", batch, minimum=1), context=check_count("context", context),
-                      gamma=G)
+    G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
+    check_grid(G, B, L)
+    out = draft_steps(s, batch=B, context=L, gamma=G)
     return check_feasible(out, on_infeasible, _scalar(batch, context, gamma))
 
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from ..errors import InfeasibleError, UnknownSpecError, WorkloadError
+from ..errors import InfeasibleError, LayoutError, UnknownSpecError, WorkloadError
+from ..records import ArrayRecord
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import NATIVE_DEFAULTS, Format, Formats
@@ -133,8 +134,8 @@ class PrefixFootprint:
         return prefix_sum([r.memory_per_device_bytes for r in self.parts], self.count, op=np.maximum)
 
 
-@attrs.frozen(kw_only=True)
-class StageResult:
+@attrs.frozen(kw_only=True, repr=False)
+class StageResult(ArrayRecord):
     """Time, bounds and memory of one stage; every numeric field broadcasts with the workload.
 
     Times are seconds for the whole stage (for ``draft``, all gamma steps).
@@ -144,6 +145,9 @@ class StageResult:
     ``time_serial_s``; the component times there are what the pass would take
     if it fitted. Fields are read-only arrays of the broadcast workload shape.
     """
+
+    headline: ClassVar[tuple[str, ...]] = ("time_s", "batch", "context", "compute_s", "memory_s", "communication_s",
+                                           "overhead_s", "bound", "fits")
 
     stage: str
     model_id: str
@@ -340,6 +344,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     are re-read for every microbatch), while memory residency counts the whole batch.
     """
     pp = group.pp
+    if model.num_heads % group.tp:
+        divisors = [t for t in range(1, model.num_heads + 1) if model.num_heads % t == 0 and t <= 64]
+        raise LayoutError(f"tp {group.tp} does not divide the {model.num_heads} attention heads of {model.id} "
+                          f"(tensor parallelism splits heads evenly): use one of {', '.join(map(str, divisors))}")
     params = resolve_profile(group.device, params)
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
     shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
@@ -378,9 +386,10 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
     def full(x: Any) -> Array:
         return np.broadcast_to(np.asarray(x, dtype=float), shape)
 
+    # bytes spilled to a slower tier are read after the fast tier's, not beside them: a layer's weights arrive
+    # from both before it runs, so tier times add (and moving data to a slower tier never speeds a pass up)
     mem = list(by_tier.values()) or [0.0]
-    memory = mem[0] if len(mem) == 1 else np.maximum.reduce(np.broadcast_arrays(*mem))
-    memory_serial = mem[0] if len(mem) == 1 else sum(mem)
+    memory = memory_serial = mem[0] if len(mem) == 1 else sum(mem)
     fits = np.broadcast_to(np.asarray(fits, dtype=bool), shape)
     lower = _owned(np.maximum(compute, memory), shape)   # a fresh full-size array, written in place below
     lower += comm + overhead

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import RooflineError
+from ..errors import LayoutError, RooflineError
 from ..physics.stages import decode_step, prefill
 from ..physics.stages import draft as draft_stage
 from ..specs.devices import Device
@@ -62,6 +62,13 @@ def smallest_group(fits: Any, device: Device, *, max_tp: int | None = None, max_
     if max_tp is None:
         max_tp = int(resolve_profile(device).max_tp)
     tps = [t for t in TP_CHOICES if t <= max_tp] or [1]
+    given = fits
+
+    def fits(g: DeviceGroup) -> bool:   # a TP that cannot split the model's heads is not a candidate
+        try:
+            return bool(given(g))
+        except LayoutError:
+            return False
     for tp in tps:
         if fits(DeviceGroup(device=device, tp=tp)):
             return DeviceGroup(device=device, tp=tp)

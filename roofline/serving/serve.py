@@ -27,7 +27,7 @@ and checked for memory at the final context isl + osl.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -38,13 +38,14 @@ from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w, group_idle
 from ..physics.speculative import Acceptance
 from ..physics.stages import prefill
 from ..physics.timing import StageResult
+from ..records import ArrayRecord
 from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink, get_link
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
-from ..workload import check_count, check_gamma, check_whole
+from ..workload import check_count, check_gamma, check_grid, check_whole
 from .round import DRAFT_KINDS, Drafter, Round, RoundPlan, run_round
 
 Array = NDArray[np.float64]
@@ -118,14 +119,17 @@ class Placement:
                    head_layers=head_layers, kv_link=get_link(kv_link), draft_link=get_link(draft_link))
 
 
-@attrs.frozen(kw_only=True)
-class ServingResult:
+@attrs.frozen(kw_only=True, repr=False)
+class ServingResult(ArrayRecord):
     """Serving metrics of one placement; arrays broadcast over batch and gamma (batch first).
 
     Throughput, devices and power are per replica: one decode group, its draft
     group, and the (fractional) prefill groups it keeps busy. Infeasible points
     are NaN with ``fits`` False.
     """
+
+    headline: ClassVar[tuple[str, ...]] = ("tokens_per_s_per_user", "batch", "gamma", "ttft_s", "e2e_s", "tokens_per_s",
+                                           "tokens_per_s_per_kw", "energy_per_token_j", "fits")
 
     placement: str
     description: str
@@ -254,7 +258,9 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
     if placement.speculative and acceptance is None:
         raise WorkloadError(f"placement {placement.name!r} speculates: give an acceptance (alpha or Acceptance)")
     acc = acceptance if isinstance(acceptance, Acceptance) or acceptance is None else Acceptance.geometric(acceptance)
-    B, G = np.broadcast_arrays(check_count("batch", batch, minimum=1), G)
+    B = check_count("batch", batch, minimum=1)
+    check_grid(B, G)
+    B, G = np.broadcast_arrays(B, G)
     return B, G, acc
 
 

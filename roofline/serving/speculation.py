@@ -8,7 +8,7 @@ is :func:`roofline.serving.round.run_round`, the same one serving uses.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -18,24 +18,28 @@ from ..errors import WorkloadError, broadcast_errors
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
 from ..physics.speculative import Acceptance
 from ..physics.timing import evaluate_pass
+from ..records import ArrayRecord
 from ..specs.formats import Formats
 from ..specs.links import GroupLink, get_link
 from ..specs.params import EngineParams, default_params
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
-from ..workload import check_count, check_gamma
+from ..workload import check_count, check_gamma, check_grid
 from .round import Drafter, RoundPlan, energy_or_note, run_round
 
 Array = NDArray[np.float64]
 
 
-@attrs.frozen(kw_only=True)
-class SpecResult:
+@attrs.frozen(kw_only=True, repr=False)
+class SpecResult(ArrayRecord):
     """One speculative round and its comparison with plain decoding on the target group.
 
     Arrays broadcast over gamma, batch and context. ``*_j`` energies are NaN
     (with ``energy_note`` saying why) when a device's TDP is not published.
     ``draft_step_s`` is the time of one draft step (draft time / gamma).
     """
+
+    headline: ClassVar[tuple[str, ...]] = ("tokens_per_s_per_user", "gamma", "batch", "speedup", "round_s", "draft_s",
+                                           "verify_s", "energy_per_token_j", "fits")
 
     target: str
     draft: str
@@ -117,6 +121,7 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
                      drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=get_link(link),
                      sampling=sampling, shared=dg == tg)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
+    check_grid(G, B, L)
     rnd = run_round(plan, batch=B, gamma=G, context=L, params=p)
     base = evaluate_pass(tgt, tg, plan.target_formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
                          mla_absorbed=True, stage="decode", params=p)

@@ -22,21 +22,22 @@ from typing import Any
 
 import attrs
 
-from ..errors import NotFoundError, SpecError, UnitError, UnknownSpecError, did_you_mean
+from ..errors import NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, did_you_mean
 from ..units import parse_quantity
+from ..workload import in_range, one_of
 from .files import read_text
 from .params import FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
 
 STATUSES = ("shipping", "announced")
+#: Rates and sizes below these are not hardware (a 1e-300 FLOP/s peak would make every time infinite).
+PLAUSIBLE_MIN = {"bytes_per_s": 1e3, "flop_per_s": 1e3, "bytes": 1.0, "w": 1e-3}
 MAX_SPEC_BYTES = 1_000_000  # a device spec is a few kB; anything this large is not one
 COMPUTE_CLASSES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8", "int4")
 BASES = ("dense", "dense-from-sparse", "unstated")
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
 
 
-def _positive_or_none(_inst: object, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
+_positive_or_none = in_range(0, lo_strict=True, optional=True)
 
 
 @attrs.frozen(kw_only=True)
@@ -71,7 +72,7 @@ class Device:
     id: str
     name: str
     vendor: str
-    status: str = attrs.field(validator=attrs.validators.in_(STATUSES))
+    status: str = attrs.field(validator=one_of(STATUSES))
     aliases: tuple[str, ...] = ()
     memory: tuple[MemoryTier, ...] = attrs.field(converter=tuple)
     peak_flop_per_s: Mapping[str, float | None] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
@@ -80,7 +81,7 @@ class Device:
     idle_w: float | None = attrs.field(validator=_positive_or_none)
     scale_up: Link
     host: Link
-    family: str = attrs.field(default="gpu", validator=attrs.validators.in_(FAMILIES))
+    family: str = attrs.field(default="gpu", validator=one_of(FAMILIES))
     #: this device's overrides of its family's execution profile (attribute -> value; ``tier:<name>`` for a
     #: memory tier's bandwidth fraction), from the spec's ``[execution]`` table or a what-if
     execution: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: MappingProxyType(dict(m)))
@@ -94,6 +95,11 @@ class Device:
         names = [t.name for t in value]
         if len(set(names)) != len(names):
             raise ValueError(f"memory tier names must be unique, got {names}")
+
+    @idle_w.validator
+    def _idle_below_tdp(self, _a: attrs.Attribute, value: float | None) -> None:
+        if value is not None and self.tdp_w is not None and value > self.tdp_w:
+            raise SpecError(f"{self.id}: idle power {value:g} W exceeds TDP {self.tdp_w:g} W")
 
     @native.validator
     def _check_native(self, _a: attrs.Attribute, value: tuple[str, ...]) -> None:
@@ -247,9 +253,11 @@ def override(dev: Device, path: str, value: str | float) -> Device:
         bound = ("a fraction in (0, 1]" if f.kind == "fraction" else "a finite number >= 0" if zero_ok
                  else "a positive finite number")
         raise SpecError(f"{what} = {value!r}: must be {bound}")
+    if v < PLAUSIBLE_MIN.get(f.kind, 0.0):
+        raise SpecError(f"{what} = {value!r}: below {PLAUSIBLE_MIN[f.kind]:g} in SI units, not a plausible value")
     try:
         return f.write(dev, v)
-    except (ValueError, TypeError) as e:
+    except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{what} = {value!r}: {e}") from None
 
 
@@ -369,6 +377,8 @@ class _Reader:
             self.fail(field, value, "must be a fraction in (0, 1]")
         if not number > 0:
             self.fail(field, value, "must be positive")
+        if number < PLAUSIBLE_MIN.get(kind, 0.0):
+            self.fail(field, value, f"below {PLAUSIBLE_MIN[kind]:g} in SI units: not a plausible value")
         self.sources[field] = url
         return number
 
@@ -438,7 +448,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             idle_w=r.quantity(power, "idle", "power.idle", "w"),
             scale_up=link_objs["scale_up"], host=link_objs["host"], family=family, execution=overrides,
             sources=r.sources, path=origin)
-    except (ValueError, TypeError) as e:
+    except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import attrs
 
-from ..errors import NotFoundError, UnitError, did_you_mean
+from ..errors import NotFoundError, UnitError, WorkloadError, did_you_mean
 from ..units import parse_quantity
+from ..workload import in_range
 
 
 @attrs.frozen(kw_only=True)
@@ -20,8 +21,8 @@ class GroupLink:
     """A link between two device groups."""
 
     name: str
-    bandwidth_bytes_per_s: float = attrs.field(validator=attrs.validators.gt(0))
-    latency_s: float = attrs.field(validator=attrs.validators.ge(0))
+    bandwidth_bytes_per_s: float = attrs.field(validator=in_range(0, lo_strict=True))
+    latency_s: float = attrs.field(validator=in_range(0))
 
 
 LINKS: dict[str, GroupLink] = {
@@ -53,7 +54,7 @@ def get_link(spec: str | GroupLink) -> GroupLink:
         try:
             return GroupLink(name=text, bandwidth_bytes_per_s=parse_quantity(bw, "bytes_per_s", what="link bandwidth"),
                              latency_s=parse_quantity(lat, "s", what="link latency"))
-        except (ValueError, UnitError) as e:
+        except (ValueError, UnitError, WorkloadError) as e:
             raise UnitError(f"link {text!r}: {e}") from None
     raise NotFoundError(f"unknown link {text!r}{did_you_mean(text, LINKS)}; known: {', '.join(LINKS)}, "
                         "or 'BANDWIDTH,LATENCY' such as '50GB/s,3us'")

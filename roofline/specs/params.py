@@ -27,17 +27,13 @@ from typing import Any
 
 import attrs
 
-from ..errors import SpecError, UnitError
+from ..errors import RooflineError, SpecError, UnitError, WorkloadError
 from ..units import parse_quantity
+from ..workload import in_range, one_of
 from .files import read_text, write_text_atomic
 
-_frac = [attrs.validators.instance_of(float), attrs.validators.gt(0), attrs.validators.le(1)]
-_nonneg = [attrs.validators.instance_of(float), attrs.validators.ge(0)]
-
-
-def _finite(_inst: object, attribute: attrs.Attribute, value: float) -> None:
-    if not math.isfinite(value):
-        raise ValueError(f"{attribute.name} must be finite, got {value!r}")
+_frac = [in_range(0, 1, lo_strict=True)]
+_nonneg = [in_range(0)]
 
 
 def _float(value: Any) -> Any:
@@ -45,24 +41,17 @@ def _float(value: Any) -> Any:
 
 
 def _p(default: float, validators: list[Any]) -> Any:
-    return attrs.field(default=default, converter=_float, validator=[*validators, _finite])
+    return attrs.field(default=default, converter=_float, validator=validators)
 
 
 FAMILIES = ("gpu", "groq", "cerebras", "sambanova", "d-matrix", "tpu", "trainium", "gaudi", "cpu", "generic")
 COLLECTIVES = ("ring", "scheduled", "none")
 
 
-def _choice(options: tuple[str, ...]) -> Any:
-    def check(_inst: object, attribute: attrs.Attribute, value: Any) -> None:
-        if value not in options:
-            raise ValueError(f"{attribute.name} must be one of {', '.join(options)}, got {value!r}")
-    return check
-
-
 def _tier_fractions(_inst: object, _a: attrs.Attribute, value: Mapping[str, float]) -> None:
     for k, v in value.items():
         if not (isinstance(v, float) and 0 < v <= 1):
-            raise ValueError(f"{k}_bandwidth_fraction must be in (0, 1], got {v!r}")
+            raise WorkloadError(f"{k}_bandwidth_fraction must be in (0, 1], got {v!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -128,18 +117,17 @@ class EngineParams:
     link_hop_latency_s: float = _p(1e-6, _nonneg)
     dequant_ops_per_element: float = _p(4.0, _nonneg)
     usable_memory_fraction: float = _p(0.95, _frac)
-    expert_imbalance: float = _p(1.0, [attrs.validators.instance_of(float), attrs.validators.ge(1)])
-    family: str = attrs.field(default="gpu", validator=_choice(FAMILIES))
-    m_tile: float = _p(1.0, [attrs.validators.instance_of(float), attrs.validators.ge(1)])
+    expert_imbalance: float = _p(1.0, [in_range(1)])
+    family: str = attrs.field(default="gpu", validator=one_of(FAMILIES))
+    m_tile: float = _p(1.0, [in_range(1)])
     tier_bandwidth_fraction: Mapping[str, float] = attrs.field(
         factory=dict, converter=lambda m: MappingProxyType({k: _float(v) for k, v in dict(m).items()}),
         validator=_tier_fractions)
-    collective: str = attrs.field(default="ring", validator=_choice(COLLECTIVES))
+    collective: str = attrs.field(default="ring", validator=one_of(COLLECTIVES))
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
-                                               validator=attrs.validators.optional([*_nonneg, _finite]))
-    busy_floor_fraction: float = _p(0.0, [attrs.validators.instance_of(float), attrs.validators.ge(0),
-                                          attrs.validators.le(1)])
-    max_tp: float = _p(8.0, [attrs.validators.instance_of(float), attrs.validators.ge(1)])
+                                               validator=in_range(0, optional=True))
+    busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
+    max_tp: float = _p(8.0, [in_range(1)])
 
     def bandwidth_fraction(self, tier: str) -> float:
         """Achieved fraction of peak bandwidth for a memory tier."""
@@ -206,7 +194,7 @@ def with_values(base: EngineParams, values: Mapping[str, Any], *, what: str) -> 
         plain["tier_bandwidth_fraction"] = {**base.tier_bandwidth_fraction, **tiers}
     try:
         return attrs.evolve(base, **plain)
-    except (ValueError, TypeError) as e:
+    except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{what}: {e}") from None
 
 
@@ -249,7 +237,7 @@ def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:
             raise SpecError(f"{where}: field {k!r} = {v!r}: not a finite number")
     try:
         return attrs.evolve(base, **{k: float(v) for k, v in table.items()})
-    except (ValueError, TypeError) as e:
+    except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{where}: {e}") from None
 
 
