@@ -96,7 +96,7 @@ def elasticities(metric: Callable[[Device], float], device: Device, fields: Sequ
     out: dict[str, float] = {}
     base = metric(device)
     for path in fields or field_paths(device):
-        if path.startswith("derates.") or path.startswith("floors."):
+        if path.startswith("execution."):   # profile fields are not spec-sheet numbers
             continue
         try:
             v = device.get(path)
