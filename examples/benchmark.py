@@ -3,6 +3,8 @@
 * a decode sweep of batch x context (10^6 points at full size);
 * the Corsair scenario's placement x batch x gamma sweep (examples/gimlet_corsair.py);
 * `roofline validate` on the shipped measurements;
+* `roofline.sweep` of 8 device groups x batch x context reduced to its Pareto frontier in chunks, in this
+  process and on a process pool of every core (the same answer; the speed-up says when a pool pays);
 * `import roofline`, `roofline --help` and `roofline devices` wall time (fresh interpreters).
 
 The floor is one numpy elementwise pass (``a + 1.0``, allocating its result) over an array of the same number of
@@ -42,6 +44,32 @@ def wall(cmd: list[str], repeat: int) -> float:
     return best_of(lambda: subprocess.run(cmd, capture_output=True, check=True), repeat)
 
 
+def sweep_rows(quick: bool, repeat: int) -> list[dict]:
+    """The chunked Pareto sweep in one process and on a pool of every core (the pool is started once, outside
+    the timing, as a long-lived cluster would be)."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    groups = ["b200", "b200:2", "b200:4", "h200-sxm", "h200-sxm:2", "h100-sxm:4", "mi300x", "mi300x:2"]
+    side = 128 if quick else 768
+    batch, context = np.arange(1, side + 1), np.linspace(128, 131072, side).round()
+    n = len(groups) * side * side
+
+    def go(ex=None):
+        return rl.sweep("llama-3.1-70b", groups, batch=batch, context=context, chunk=50_000, executor=ex)
+    serial = go()
+    rows = [{"workload": f"sweep {len(groups)} groups x {side} x {side}, one process", "points": n,
+             "time_s": best_of(go, min(repeat, 3)), "floor_s": floor_s(n, repeat), "goal_ratio": None}]
+    workers = os.cpu_count() or 1
+    with ProcessPoolExecutor(workers) as ex:
+        go(ex)   # start the workers
+        pooled = go(ex)
+        t = best_of(lambda: go(ex), min(repeat, 3))
+    assert np.array_equal(serial.batch, pooled.batch) and np.array_equal(serial.context, pooled.context)
+    rows.append({"workload": f"the same sweep, process pool of {workers}", "points": n, "time_s": t,
+                 "floor_s": floor_s(n, repeat), "goal_ratio": None})
+    return rows
+
+
 def run(quick: bool) -> dict:
     repeat = 3 if quick else 7
     side = 100 if quick else 1000
@@ -76,6 +104,7 @@ def run(quick: bool) -> dict:
     rows.append({"workload": "validate (shipped measurements)", "points": len(data),
                  "time_s": best_of(lambda: validate(data), 1 if quick else 3), "floor_s": floor_s(len(data), repeat),
                  "goal_ratio": None})
+    rows += sweep_rows(quick, repeat)
     for r in rows:
         r["points_per_s"] = r["points"] / r["time_s"]
         r["ratio_to_floor"] = r["time_s"] / r["floor_s"]

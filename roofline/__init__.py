@@ -11,6 +11,9 @@ The public API (``import roofline as rl``):
 * speculative decoding: :func:`expected_tokens`, :func:`alpha_from_acceptance_length`,
   :class:`Acceptance`, :func:`speculative_round` (draft and verify on different groups)
 * serving: :class:`Request`, :class:`Placement`, :func:`evaluate_serving`, :func:`pareto_frontier`
+* planning: :func:`size` (fewest devices for N users at a speed and TTFT), :class:`Target`,
+  :func:`launch_command` (vLLM / SGLang / TensorRT-LLM command lines), :func:`sweep` (chunked Pareto
+  sweeps on any executor), :class:`Prices` and :func:`shipped_prices` (USD per device-hour)
 
 The package is layered (README "How it is built"): errors/units/workload, then
 specs, physics, serving, evidence, ui; this module re-exports the public names
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import records  # noqa: F401  (first: lets records with read-only mappings be pickled)
 from .errors import InfeasibleError, NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, WorkloadError
 from .physics.energy import DEFAULT_POWER, PowerModel
 from .physics.speculative import (
@@ -37,9 +41,12 @@ from .physics.speculative import (
 from .physics.stages import decode_step, draft, draft_head, max_batch, prefill, verify
 from .physics.timing import StageResult
 from .physics.work import forward_work
+from .serving.emit import LaunchCommand, launch_command
 from .serving.frontier import compare_frontiers, pareto_frontier
 from .serving.serve import Placement, Request, ServingResult, evaluate_serving
+from .serving.sizing import Option, Target, size
 from .serving.speculation import SpecResult, optimal_gamma, speculative_round
+from .serving.sweep import SweepResult, pareto_mask, sweep
 from .specs.devices import Device, Link, MemoryTier, list_devices, load_device, override
 from .specs.execution import family_profile, resolve_profile
 from .specs.formats import Format, Formats, get_format, list_formats
@@ -48,6 +55,7 @@ from .specs.hf_config import list_models, load_model, model_from_hf_config
 from .specs.links import GroupLink, get_link
 from .specs.models import ModelSpec
 from .specs.params import EngineParams, Profile, default_params, load_profile
+from .specs.prices import Price, Prices, shipped_prices
 from .specs.resolve import resolve_group
 from .units import parse_quantity
 from .version import __version__
@@ -66,7 +74,8 @@ __all__ = [
     "load_profile", "max_batch", "model_from_hf_config", "optimal_gamma", "optimal_gamma_closed_form", "override",
     "pareto_frontier", "parse_quantity", "prefill", "resolve_group", "resolve_profile", "family_profile",
     "ExecutionProfile", "speculative_round", "speedup_closed_form",
-    "verify",
+    "verify", "LaunchCommand", "launch_command", "Option", "Target", "size", "SweepResult", "pareto_mask", "sweep",
+    "Price", "Prices", "shipped_prices",
 ]
 
 

@@ -3,16 +3,33 @@
 A result of a 1000 x 1000 sweep should not print a million numbers: ``repr`` gives the shape and the range of
 its headline fields; ``to_dict()`` gives plain JSON-ready values (arrays as nested lists, NaN as None);
 ``_repr_html_`` renders the first points as a table in Jupyter.
+
+Records keep their tables as read-only ``MappingProxyType`` views, which the standard library cannot pickle;
+importing this module (``import roofline`` does) registers a reduction to a plain dict, so devices, groups,
+prices and profiles travel to worker processes (``roofline.sweep(executor=...)``).
 """
 
 from __future__ import annotations
 
+import copyreg
 import html
 import math
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import attrs
 import numpy as np
+
+
+def _mapping_proxy(d: dict[Any, Any]) -> MappingProxyType:
+    return MappingProxyType(d)
+
+
+def _reduce_mapping_proxy(m: MappingProxyType) -> tuple[Any, tuple[dict[Any, Any]]]:
+    return _mapping_proxy, (dict(m),)
+
+
+copyreg.pickle(MappingProxyType, _reduce_mapping_proxy)
 
 
 def plain(value: Any) -> Any:

@@ -16,6 +16,7 @@ from ..physics.timing import StageResult
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
+from ..specs.prices import Prices, shipped_prices
 from .whatif import elasticities
 
 Array = NDArray[np.float64]
@@ -31,6 +32,8 @@ class Comparison:
     prefill: StageResult | None = None
     max_batch: int = 0
     tokens_per_s_per_kw: Array | None = None
+    #: decode cost: the group's devices at their price over its output tokens (NaN where unpriced)
+    usd_per_million_output_tokens: Array | None = None
     power_note: str = ""
     error: str = ""
     elasticity: Mapping[str, float] | None = None
@@ -38,16 +41,19 @@ class Comparison:
 
 def compare(model: ModelSpec, groups: Sequence[tuple[str, DeviceGroup]], *, batch: Array, context: int, prompt: int,
             formats: Mapping[str, Any], params: EngineParams, with_elasticity: bool = False,
-            power: PowerModel = DEFAULT_POWER) -> list[Comparison]:
-    """Decode at each batch and ``context``, prefill of ``prompt``, max batch and tokens/s per kW per group;
-    a group that cannot run the model gets its error instead of numbers."""
+            power: PowerModel = DEFAULT_POWER, prices: Prices | None = None) -> list[Comparison]:
+    """Decode at each batch and ``context``, prefill of ``prompt``, max batch, tokens/s per kW and decode cost
+    per million output tokens (devices x USD per hour / 3600 / tokens/s x 1e6) per group; a group that cannot
+    run the model gets its error instead of numbers."""
+    prices = prices if prices is not None else shipped_prices()
     out = []
     kw = dict(params=params, **formats)
     for name, g in groups:
         try:
             dec = decode_step(model, g, batch=batch, context=context, on_infeasible="nan", **kw)
             pre = prefill(model, g, prompt=prompt, on_infeasible="nan", **kw)
-            row = Comparison(name=name, group=g, decode=dec, prefill=pre,
+            usd = g.count * prices.usd_per_hour(g.device.id) / 3600 / dec.tokens_per_s * 1e6
+            row = Comparison(name=name, group=g, decode=dec, prefill=pre, usd_per_million_output_tokens=usd,
                              max_batch=int(max_batch(model, g, context=context, **kw)))
             try:
                 row = attrs.evolve(row, tokens_per_s_per_kw=dec.tokens_per_s / (group_busy_w(g, dec, power) / 1000))

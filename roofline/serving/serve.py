@@ -44,6 +44,7 @@ from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink, get_link
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
+from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..workload import check_count, check_gamma, check_grid, check_whole
 from .round import DRAFT_KINDS, Drafter, Round, RoundPlan, run_round
@@ -157,6 +158,9 @@ class ServingResult(ArrayRecord):
     decode_bound: NDArray[np.str_]
     draft_bound: NDArray[np.str_]
     energy_note: str = ""
+    #: cost of one replica per hour (NaN where a device has no price), and the prefill groups' share of it
+    usd_per_hour: Array = attrs.field(factory=lambda: np.array(np.nan))
+    prefill_usd_share: Array = attrs.field(factory=lambda: np.array(np.nan))
 
     @property
     def tokens_per_s_per_user(self) -> Array:
@@ -177,6 +181,24 @@ class ServingResult(ArrayRecord):
     @property
     def energy_per_request_j(self) -> Array:
         return self.energy_per_token_j * self.request.output_tokens
+
+    @property
+    def usd_per_million_output_tokens(self) -> Array:
+        """Cost of a million generated tokens: USD per hour / output tokens per hour x 1e6."""
+        return self.usd_per_hour / 3600 / self.tokens_per_s * 1e6
+
+    @property
+    def usd_per_million_total_tokens(self) -> Array:
+        """Cost of a million tokens in and out together (input tokens arrive at isl/osl per output token)."""
+        ratio = self.request.input_tokens / self.request.output_tokens
+        return self.usd_per_hour / 3600 / (self.tokens_per_s * (1 + ratio)) * 1e6
+
+    @property
+    def usd_per_million_input_tokens(self) -> Array:
+        """Cost of a million prompt tokens: the prefill groups' cost over the input rate (disaggregated
+        placements; NaN where prefill shares the decode devices and its cost cannot be split off)."""
+        ratio = self.request.input_tokens / self.request.output_tokens
+        return self.usd_per_hour * self.prefill_usd_share / 3600 / (self.tokens_per_s * ratio) * 1e6
 
 
 @attrs.frozen(kw_only=True)
@@ -217,22 +239,31 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
                     batch=p_batch)
 
 
-def _power_by_group(placement: Placement, rnd: Round, pre: _Prefill, *, mode: str, E: Array, step_s: Array,
-                    tokens_per_s: Array, e2e_s: Array, osl: int, power: PowerModel) -> tuple[dict[str, Array], Array]:
-    """Mean power of each group (decode, draft, prefill) and the devices per replica (fractional prefill
-    groups in continuous disaggregated serving)."""
+def _devices_by_group(placement: Placement, pre: _Prefill, *, mode: str, tokens_per_s: Array, osl: int,
+                      shape: tuple[int, ...]) -> dict[str, Array]:
+    """Devices per replica by group: the decode group, a separate draft group, and the prefill groups (in
+    continuous disaggregated serving a fractional number, provisioned to the request rate)."""
+    out = {"decode": np.full(shape, float(placement.decode.count))}
+    if placement.speculative and placement.draft is not None:
+        out["draft"] = np.full(shape, float(placement.draft.count))
+    if placement.prefill is not None:
+        groups = tokens_per_s / osl * pre.time_s / pre.batch if mode == "continuous" else np.ones(shape)
+        out["prefill"] = np.broadcast_to(groups * placement.prefill.count, shape)
+    return out
+
+
+def _power_by_group(placement: Placement, rnd: Round, pre: _Prefill, devices: dict[str, Array], *, mode: str,
+                    E: Array, step_s: Array, e2e_s: Array, osl: int, power: PowerModel) -> dict[str, Array]:
+    """Mean power of each group (decode, draft, prefill) per replica."""
     dec = placement.decode
-    devices = float(dec.count) + (placement.draft.count if placement.speculative and placement.draft else 0)
     per_round = rnd.energy_j(power)
     groups = {"decode": per_round["target"], **({"draft": per_round["draft"]} if "draft" in per_round else {})}
     pg = placement.prefill or dec
     if mode == "continuous":
         by_group = {k: e / step_s for k, e in groups.items()}
         if placement.prefill is not None:
-            n_groups = tokens_per_s / osl * pre.time_s / pre.batch      # prefill groups kept busy by the request rate
-            devices = devices + n_groups * pg.count
-            by_group["prefill"] = n_groups * group_busy_w(pg, pre.result, power)
-        return by_group, np.broadcast_to(devices, step_s.shape)
+            by_group["prefill"] = devices["prefill"] / pg.count * group_busy_w(pg, pre.result, power)
+        return by_group
     rounds = (osl - 1) / E                                              # static: one batch cycle
     energy = {k: e * rounds for k, e in groups.items()}
     decode_s = rounds * step_s
@@ -241,10 +272,16 @@ def _power_by_group(placement: Placement, rnd: Round, pre: _Prefill, *, mode: st
         cycle = e2e_s
     else:
         cycle = np.maximum(pre.time_s + pre.kv_transfer_s, decode_s)
-        devices = devices + pg.count
         energy["prefill"] = group_busy_w(pg, pre.result, power) * pre.time_s + group_idle_w(pg, power) * (cycle - pre.time_s)
         energy["decode"] = energy["decode"] + group_idle_w(dec, power) * (cycle - decode_s)
-    return {k: e / cycle for k, e in energy.items()}, np.broadcast_to(devices, step_s.shape)
+    return {k: e / cycle for k, e in energy.items()}
+
+
+def _usd_per_hour(placement: Placement, devices: dict[str, Array], power_w: Array, prices: Prices) -> Array:
+    """Cost rate of one replica: each group's devices at their price per hour, plus electricity where priced."""
+    group_of = {"decode": placement.decode, "draft": placement.draft, "prefill": placement.prefill}
+    usd = sum(n * prices.usd_per_hour(group_of[g].device.id) for g, n in devices.items())
+    return usd + (np.nan_to_num(power_w) / 1000 * prices.usd_per_kwh if prices.usd_per_kwh else 0.0)
 
 
 def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, acceptance: Acceptance | float | None,
@@ -269,11 +306,12 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                      gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
                      prefill_batch: int = 1, chunk: int = 8192, target_formats: Mapping[str, Any] | None = None,
                      draft_formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
-                     power: PowerModel = DEFAULT_POWER) -> ServingResult:
-    """Serve ``request`` with ``placement``: latency, throughput and energy per batch (and gamma).
+                     power: PowerModel = DEFAULT_POWER, prices: Prices | None = None) -> ServingResult:
+    """Serve ``request`` with ``placement``: latency, throughput, energy and cost per batch (and gamma).
 
     ``batch`` and ``gamma`` broadcast (``batch[:, None]``, ``gamma[None, :]`` sweeps a grid).
     Without speculation gamma must be 0. Draft formats default to the draft device's native format.
+    ``prices`` (default: the shipped ``hardware_specs/prices/prices.toml``) turn devices into dollars.
     """
     m = resolve_model(model)
     if not isinstance(placement, Placement) or not isinstance(request, Request):
@@ -302,22 +340,29 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         tokens_per_s = B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step / E)
     fits = rnd.fits & pre.fits
     note = ""
+    devices = _devices_by_group(placement, pre, mode=mode, tokens_per_s=tokens_per_s, osl=osl, shape=B.shape)
     try:
-        by_group, devices = _power_by_group(placement, rnd, pre, mode=mode, E=E, step_s=step,
-                                            tokens_per_s=tokens_per_s, e2e_s=e2e, osl=osl, power=power)
+        by_group = _power_by_group(placement, rnd, pre, devices, mode=mode, E=E, step_s=step, e2e_s=e2e, osl=osl,
+                                   power=power)
         by_group = {k: np.where(fits, np.broadcast_to(w * power.pue, B.shape), np.nan) for k, w in by_group.items()}
         power_w = sum(by_group.values())
     except UnknownSpecError as e:
         note, by_group = f"power not computed: {e}", {}
-        devices = np.broadcast_to(float(placement.decode.count), B.shape)
         power_w = np.full(B.shape, np.nan)
+    prices = prices if prices is not None else shipped_prices()
+    usd = _usd_per_hour(placement, devices, power_w, prices)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = (devices["prefill"] * prices.usd_per_hour(placement.prefill.device.id) / usd
+                 if placement.prefill is not None else np.full(B.shape, np.nan))
     return _result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e, tokens_per_s=tokens_per_s,
-                   devices=devices, power_w=power_w, by_group=by_group, fits=fits, note=note)
+                   devices=sum(devices.values()), power_w=power_w, by_group=by_group, fits=fits, note=note,
+                   usd_per_hour=usd, prefill_usd_share=share)
 
 
 def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: _Prefill, *, B: Array, G: Array,
             E: Array, step: Array, e2e: Array, tokens_per_s: Array, devices: Array, power_w: Any,
-            by_group: dict[str, Array], fits: Array, note: str) -> ServingResult:
+            by_group: dict[str, Array], fits: Array, note: str, usd_per_hour: Array,
+            prefill_usd_share: Array) -> ServingResult:
     nan = np.where(fits, 1.0, np.nan)
 
     def full(a: Any) -> Array:
@@ -334,4 +379,6 @@ def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: 
         devices=full(devices), power_w=full(power_w) * nan,
         memory_per_device_bytes=full(rnd.verify_end.memory_per_device_bytes), power_by_group_w=by_group, fits=fits,
         prefill_bound=bound(None if pre.mixed else pre.result), decode_bound=bound(rnd.verify), draft_bound=bound(rnd.draft),
-        energy_note=note)
+        energy_note=note, usd_per_hour=full(usd_per_hour) * nan,
+        prefill_usd_share=full(prefill_usd_share) * nan)
+

@@ -19,6 +19,7 @@ EPILOG = """examples:
   roofline spec --target gpt-oss-120b --draft gpt-oss-draft-1.6b --draft-on corsair:1x2 --verify-on b200:8 \
       --alpha 0.926 --gamma 1..40
   roofline compare llama-3.1-70b h100-sxm:2 h200-sxm b200 'fast=h200-sxm.hbm.bandwidth=9.6TB/s'
+  roofline size gpt-oss-120b --devices b200,h200-sxm --users 500 --min-tokens-per-s-per-user 50
   roofline validate
 a device group is ID, ID:N (N devices in tensor parallel) or ID:TPxPP; every command takes --json and --csv;
 `roofline COMMAND --help` for its options"""
@@ -30,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .commands import evidence, inspect, serving, spec, stage
+    from .commands import evidence, inspect, serving, size, spec, stage
     p = _Parser(prog="roofline", description="How fast, and at what energy, an LLM runs on given hardware, "
                                              "stage by stage, from first principles.",
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=func)
         return sp
 
-    for module in (inspect, stage, spec, serving, evidence):
+    for module in (inspect, stage, spec, serving, size, evidence):
         module.register(add)
     return p
 

@@ -12,6 +12,8 @@ from ..errors import RooflineError
 from ..physics.speculative import Acceptance
 from ..serving.whatif import WhatIf
 from ..specs.params import EngineParams, Profile, default_params, load_profile, shipped_profile
+from ..specs.prices import Prices, shipped_prices
+from ..specs.resolve import resolve_device
 
 
 class UsageError(RooflineError):
@@ -93,6 +95,13 @@ def add_what_if(sp: argparse.ArgumentParser) -> None:
                     help="what-if override of a spec field, e.g. h200-sxm.hbm.bandwidth=6TB/s (repeatable)")
 
 
+def add_prices(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--usd-per-device-hour", default=None, metavar="ID=USD,...",
+                    help="device prices per hour, replacing the shipped ones (b200=6.5,h200-sxm=4)")
+    sp.add_argument("--usd-per-kwh", default=None, metavar="USD",
+                    help="electricity price, added at the modelled power x PUE (for owned devices; default 0)")
+
+
 def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> None:
     sp.add_argument("--weights", default="bf16", help="non-expert weight format (default bf16; `roofline formats`)")
     sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's, else --weights)")
@@ -131,6 +140,26 @@ def profile(args: argparse.Namespace) -> Profile:
 
 def engine_params(args: argparse.Namespace) -> EngineParams:
     return profile(args).default if getattr(args, "profile", None) else default_params()
+
+
+def price_list(args: argparse.Namespace) -> Prices:
+    """The shipped prices with --usd-per-device-hour and --usd-per-kwh applied."""
+    given: dict[str, float] = {}
+    for item in (args.usd_per_device_hour or "").split(","):
+        if not item.strip():
+            continue
+        dev, eq, usd = item.partition("=")
+        if not eq:
+            raise UsageError(f"--usd-per-device-hour: expected ID=USD pairs such as b200=6.5, got {item.strip()!r}")
+        dev_id = resolve_device(dev.strip()).id
+        if dev_id in given:
+            raise UsageError(f"--usd-per-device-hour: {dev_id} is given twice")
+        given[dev_id] = number(usd, f"--usd-per-device-hour {dev_id}")
+    kwh = number(args.usd_per_kwh, "--usd-per-kwh") if args.usd_per_kwh is not None else None
+    try:
+        return shipped_prices().with_overrides(given, usd_per_kwh=kwh)
+    except RooflineError as e:
+        raise UsageError(str(e)) from None
 
 
 def what_if(args: argparse.Namespace) -> WhatIf:

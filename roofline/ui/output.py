@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.text import Text
 
 from .render import View
 
@@ -61,8 +62,8 @@ def emit(console: Console, view: View, args: argparse.Namespace) -> None:
     elif getattr(args, "csv", False):
         console.file.write(csv_text(view.rows))
     else:
-        for t in view.tables:
-            console.print(t)
+        for t in view.tables:   # Text (command lines) is printed unwrapped, for copying
+            console.print(t, soft_wrap=isinstance(t, Text))
 
 
 def run_example(doc: str, run: Any, show: Any, *, quick: bool = False) -> None:

@@ -40,8 +40,8 @@ def _save(fig: Any, path: str) -> None:
         plt.close(fig)
 
 
-def plot_frontiers(configs: list[dict[str, Any]], path: str, *, title: str = "") -> None:
-    """Tokens/s per kW against tokens/s per user, one line per configuration, saved to ``path``."""
+def plot_frontiers(configs: list[dict[str, Any]], path: str, *, title: str = "", axis: str = "kw") -> None:
+    """Tokens/s per kW (or $ per million output tokens) against tokens/s per user, one line per configuration."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for cfg in configs:
@@ -49,10 +49,11 @@ def plot_frontiers(configs: list[dict[str, Any]], path: str, *, title: str = "")
         if not pts:
             ax.plot([], [], label=f"{cfg['name']} (no feasible point)")
         else:
-            ax.plot([p["tokens_per_s_per_user"] for p in pts], [p["tokens_per_s_per_kw"] for p in pts], marker="o",
+            key = "tokens_per_s_per_kw" if axis == "kw" else "usd_per_million_output_tokens"
+            ax.plot([p["tokens_per_s_per_user"] for p in pts], [p[key] for p in pts], marker="o",
                     markersize=3, label=cfg["name"])
     ax.set_xlabel("interactivity (tokens/s per user)")
-    ax.set_ylabel("throughput per power (tokens/s per kW)")
+    ax.set_ylabel("throughput per power (tokens/s per kW)" if axis == "kw" else "USD per million output tokens")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()

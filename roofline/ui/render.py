@@ -16,6 +16,7 @@ import numpy as np
 from rich import box
 from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from ..evidence.diagnose import Diagnosis
 from ..evidence.validate import Validation
@@ -333,6 +334,9 @@ def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
             "power_w": at(r.power_w), "power_by_group_w": {k: at(v) for k, v in r.power_by_group_w.items()},
             "devices": at(r.devices), "memory_per_device_bytes": at(r.memory_per_device_bytes),
             "prefill_bound": at(r.prefill_bound), "decode_bound": at(r.decode_bound), "draft_bound": at(r.draft_bound),
+            "usd_per_hour": at(r.usd_per_hour), "usd_per_million_output_tokens": at(r.usd_per_million_output_tokens),
+            "usd_per_million_input_tokens": at(r.usd_per_million_input_tokens),
+            "usd_per_million_total_tokens": at(r.usd_per_million_total_tokens),
             "fits": bool(at(r.fits))}
 
 
@@ -358,24 +362,26 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
 
 def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "") -> Table:
     t = _table(title=f"frontier: {name}", caption=caption or None)
-    for c in ("tok/s/user", "tok/s/kW", "E2E s", "TTFT ms", "J/token", "batch", "gamma"):
+    for c in ("tok/s\n/user", "tok/s\n/kW", "$/Mtok\nout", "E2E\ns", "TTFT\nms", "J/\ntoken", "batch", "gamma"):
         t.add_column(c, justify="right")
     for p in points:
-        t.add_row(_rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]), _s(p["e2e_s"]), _ms(p["ttft_s"]),
+        t.add_row(_rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]),
+                  _usd(p.get("usd_per_million_output_tokens", math.nan)), _s(p["e2e_s"]), _ms(p["ttft_s"]),
                   _s(p["energy_per_token_j"]), f"{p['batch']:.0f}", f"{p['gamma']:.0f}")
     return t
 
 
-def comparison_table(rows: list[dict[str, Any]], baseline: str) -> Table:
-    t = _table(title=f"interactivity at equal tokens/s per kW, against {baseline}",
-              caption="interactivity-optimised: at the tokens/s per kW of the baseline's most interactive point; "
-                      "energy-optimised: at the baseline's highest tokens/s per kW (— when the configuration cannot "
-                      "reach it).")
-    for c in ("configuration", "interactivity-optimised", "energy-optimised", "best ratio on shared range"):
+def comparison_table(rows: list[dict[str, Any]], baseline: str, axis: str = "kw") -> Table:
+    y = "tokens/s per kW" if axis == "kw" else "tokens per USD"
+    best = "energy-optimised" if axis == "kw" else "cost-optimised"
+    t = _table(title=f"interactivity at equal {y}, against {baseline}",
+               caption=f"interactivity-optimised: at the {y} of the baseline's most interactive point; "
+                       f"{best}: at the baseline's highest {y} (— when the configuration cannot reach it).")
+    for c in ("configuration", "interactivity-optimised", best, "best ratio on shared range"):
         t.add_column(c, justify="left" if c == "configuration" else "right")
     for r in rows:
         fmt = [f"{v:.2f}x" if v is not None and math.isfinite(v) else "—"
-               for v in (r["interactivity_optimised"], r["energy_optimised"], r["max_ratio"])]
+               for v in (r["interactivity_optimised"], r[best.replace("-", "_")], r["max_ratio"])]
         t.add_row(r["name"], *fmt)
     return t
 
@@ -383,8 +389,10 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str) -> Table:
 def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int) -> list[Any]:
     """One row per group and batch; groups that cannot run the model get one line each below the table."""
     t = _table(title=f"{model_id}: side by side (decode at context {context}, prefill of {prompt})",
-               caption="tok/s/kW from the linear utilisation power model; max batch at this context.")
-    for c in ("group", "batch", "decode\nms", "tok/s\n/user", "tok/s\n/kW", "bound", "prefill\nms", "max\nbatch"):
+               caption="tok/s/kW from the linear utilisation power model; $/Mtok: the group's devices at their "
+                       "price per hour over its decode tokens; max batch at this context.")
+    for c in ("group", "batch", "decode\nms", "tok/s\n/user", "tok/s\n/kW", "$/Mtok\nout", "bound", "prefill\nms",
+              "max\nbatch"):
         t.add_column(c, justify="left" if c in ("group", "bound") else "right")
     errors = []
     for r in rows:
@@ -392,10 +400,12 @@ def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context
             errors.append(f"{r['name']}: {r['error']}")
             continue
         kw = r.get("tokens_per_s_per_kw") or [math.nan] * len(r["decode"])
+        usd = r.get("usd_per_million_output_tokens") or [math.nan] * len(r["decode"])
         for i, d in enumerate(r["decode"]):
             first = i == 0
             t.add_row(r["name"] if first else "", f"{d['batch']:.0f}", _ms(d["time_s"]),
                       _rate(d["per_sequence_tokens_per_s"]), _rate(kw[i] if kw[i] is not None else math.nan),
+                      _usd(usd[i] if usd[i] is not None else math.nan),
                       short_bound(d["bound"]),
                       _ms(r["prefill"]["time_s"] if r["prefill"]["fits"] else math.nan) if first else "",
                       str(r["max_batch"]) if first else "")
@@ -579,7 +589,7 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
                 extra: dict[str, Any]) -> View:
     tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"]) for c in configs]
     if comparisons:
-        tables.append(comparison_table(comparisons, baseline))
+        tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))
     rows = [{"configuration": c["name"], **p} for c in configs for p in c["frontier"]]
     return View(tables=tables, data={**extra, "configurations": configs, "comparisons": comparisons}, rows=rows)
 
@@ -596,7 +606,8 @@ def compare_view(model_id: str, batch: Any, rows: list[dict[str, Any]], context:
             kw = row.get("tokens_per_s_per_kw")
             csv_rows.append({"name": row["name"], "group": row["group"], **{f"decode_{k}": v for k, v in d.items()},
                              "prefill_time_s": row["prefill"]["time_s"], "max_batch": row["max_batch"],
-                             "tokens_per_s_per_kw": kw[i] if kw else None})
+                             "tokens_per_s_per_kw": kw[i] if kw else None,
+                             "usd_per_million_output_tokens": row["usd_per_million_output_tokens"][i]})
         if "error" in row:
             csv_rows.append({"name": row["name"], "group": row["group"], "error": row["error"]})
     return View(tables=tables, data={"model": model_id, "context": context, "prompt": prompt,
@@ -651,3 +662,75 @@ def layer_fit_view(fit: Any, path: str) -> View:
             "moe_layer_overhead_s": fit.moe_layer_overhead_s, "fitted_rows": fit.fitted_rows,
             "held_out_errors": fit.held_out_errors, "data": path}
     return View(tables=[t], data=data, rows=rows)
+
+
+# ------------------------------------------------------------------- sizing
+SIZE_FIELDS = ("device", "placement", "feasible", "replicas", "group", "devices", "batch_per_replica", "gamma",
+               "tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw", "usd_per_million_output_tokens", "reason")
+
+
+def _usd(v: float) -> str:
+    return "—" if not math.isfinite(v) else f"{v:.3g}" if v < 10 else f"{v:,.1f}" if v < 1000 else f"{v:,.0f}"
+
+
+def size_option_dict(o: Any) -> dict[str, Any]:
+    d = {k: getattr(o, k) for k in SIZE_FIELDS if k != "feasible"}
+    return {"feasible": o.feasible, **d, "reason": o.reason or None}
+
+
+def size_table(title: str, options: Sequence[Any], caption: str) -> list[Any]:
+    """Feasible options, best first, then one line per device kind that cannot meet the target."""
+    t = _table(title=title, caption=caption)
+    for c in ("group", "placement", "reps", "devices", "batch", "tok/s\n/user", "TTFT\nms", "tok/s\n/kW",
+              "$/Mtok\nout"):
+        t.add_column(c, justify="left" if c in ("group", "placement") else "right", no_wrap=c in ("group", "placement"))
+    for o in options:
+        if o.feasible:
+            t.add_row(o.group, o.placement + (f" γ{o.gamma}" if o.gamma else ""), f"{o.replicas:,}", f"{o.devices:,}",
+                      f"{o.batch_per_replica:,}", _rate(o.tokens_per_s_per_user), _ms(o.ttft_s),
+                      _rate(o.tokens_per_s_per_kw), _usd(o.usd_per_million_output_tokens))
+    out: list[Any] = [t] if t.row_count else [f"{title}: no option meets the target."]
+    failed: dict[tuple[str, str], list[str]] = {}
+    for o in options:
+        if not o.feasible:
+            failed.setdefault((o.device, o.reason), []).append(o.placement)
+    return out + [f"{dev} ({', '.join(kinds)}): {reason}" for (dev, reason), kinds in failed.items()]
+
+
+def _launch_dict(item: dict[str, Any]) -> dict[str, Any]:
+    cmd = item.get("launch")
+    if cmd is None:
+        return {"device": item["device"], "placement": item["placement"], "error": item["error"]}
+    return {"device": item["device"], "placement": item["placement"], "engine": cmd.engine, "argv": list(cmd.argv),
+            "files": dict(cmd.files), "notes": list(cmd.notes), "command": cmd.text}
+
+
+def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, launches: Sequence[dict[str, Any]],
+              overrides: Sequence[str] = ()) -> View:
+    """Sizing: the fewest devices per device kind and placement, infeasible kinds with their reason, prices
+    used, and any emitted launch commands."""
+    req = target.request
+    ttft = f", TTFT <= {target.max_ttft_s * 1e3:g} ms" if math.isfinite(target.max_ttft_s) else ""
+    title = (f"{model_id}: {target.users:,} users at >= {target.min_tokens_per_s_per_user:g} tok/s each{ttft}, "
+             f"{req.input_tokens} in / {req.output_tokens} out")
+    priced = sorted({o.device for o in options} & set(prices.by_device))
+    caption = ("A lower bound: steady-state continuous batching with every user active, no queueing or arrival "
+               "bursts. devices = replicas x group (+ prefill groups when disaggregated). "
+               + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h ({prices.by_device[d].date})"
+                                          for d in priced) + "." if priced else "No device here has a price: "
+                  "give --usd-per-device-hour ID=USD."))
+    tables: list[Any] = size_table(title, options, caption)
+    for item in launches:
+        cmd = item.get("launch")
+        if cmd is None:
+            tables.append(f"# {item['device']} {item['placement']}: {item['error']}")
+            continue
+        tables.append(Text(f"\n# {item['device']} {item['placement']}: {cmd.engine}, one replica\n{cmd.text}"
+                           + "".join(f"\n# note: {n}" for n in cmd.notes)))
+    data = {"model": model_id, "users": target.users, "min_tokens_per_s_per_user": target.min_tokens_per_s_per_user,
+            "max_ttft_s": target.max_ttft_s if math.isfinite(target.max_ttft_s) else None,
+            "request": {"isl": req.input_tokens, "osl": req.output_tokens}, "lower_bound": True,
+            "options": [size_option_dict(o) for o in options],
+            "prices": {d: attrs.asdict(prices.by_device[d]) for d in priced}, "overrides": list(overrides),
+            "launch": [_launch_dict(i) for i in launches]}
+    return View(tables=tables, data=data, rows=[size_option_dict(o) for o in options])

@@ -23,6 +23,7 @@ from ..options import (
     acceptance,
     add_acceptance,
     add_formats,
+    add_prices,
     add_request,
     add_what_if,
     engine_params,
@@ -30,6 +31,7 @@ from ..options import (
     nonnegative,
     parse_ints,
     positive,
+    price_list,
     what_if,
 )
 from ..output import emit
@@ -124,14 +126,15 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _comparisons(placements: list[Placement], frontiers: list[Any]) -> list[dict[str, Any]]:
+def _comparisons(placements: list[Placement], frontiers: list[Any], axis: str) -> list[dict[str, Any]]:
+    best, y = ("energy_optimised", "tokens_per_s_per_kw") if axis == "kw" else ("cost_optimised", "tokens_per_usd")
     out = []
     for p, f in zip(placements[1:], frontiers[1:]):
         c = compare_frontiers(frontiers[0], f) if len(f) and len(frontiers[0]) else None
         out.append({"name": p.name, "against": placements[0].name,
                     "interactivity_optimised": c.interactivity_optimised if c else None,
-                    "energy_optimised": c.energy_optimised if c else None,
-                    "energy_optimised_tokens_per_s_per_kw": c.energy_optimised_throughput_per_kw if c else None,
+                    best: c.energy_optimised if c else None,
+                    f"{best}_{y}": c.energy_optimised_throughput_per_kw if c else None,
                     "max_ratio": c.max_ratio if c else None})
     return out
 
@@ -149,11 +152,18 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     batches = np.array(parse_ints(args.batch, "--batch"))[:, None]
     gammas = np.array(parse_ints(args.gamma, "--gamma"))[None, :]
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
+    prices = price_list(args)
+    if args.axis == "usd":
+        unpriced = sorted({d.id for p in placements for d in _groups_devices(p)} - set(prices.by_device))
+        if unpriced:
+            raise UsageError(f"--axis usd: no price for {', '.join(unpriced)}; give --usd-per-device-hour ID=USD")
     configs, frontiers = [], []
     for p in placements:
         r = evaluate_serving(args.target, p, request, batch=batches, gamma=gammas if p.speculative else 0,
-                             acceptance=acc, mode=args.mode, target_formats=formats(args), params=engine_params(args))
-        f = pareto_frontier(r.tokens_per_s_per_user, r.tokens_per_s_per_kw, r.fits)
+                             acceptance=acc, mode=args.mode, target_formats=formats(args), params=engine_params(args),
+                             prices=prices)
+        y = r.tokens_per_s_per_kw if args.axis == "kw" else 1e6 / r.usd_per_million_output_tokens
+        f = pareto_frontier(r.tokens_per_s_per_user, y, r.fits)
         frontiers.append(f)
         configs.append({"name": p.name, "description": p.describe(), "energy_note": r.energy_note or None,
                         "frontier": [render.serving_point(r, int(i)) for i in f.index]})
@@ -163,9 +173,10 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
                             + (notes or "nothing fits at these batches; try smaller batches or more devices"))
     if args.plot:
         from ..plot import plot_frontiers
-        plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out")
-    emit(console, render.pareto_view(configs, _comparisons(placements, frontiers), placements[0].name, {
-        "target": args.target, "request": {"isl": args.isl, "osl": args.osl}, "overrides": wi.describe()}), args)
+        plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
+    emit(console, render.pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
+        "target": args.target, "request": {"isl": args.isl, "osl": args.osl}, "axis": args.axis,
+        "overrides": wi.describe()}), args)
     return 0
 
 
@@ -193,4 +204,7 @@ def register(add: Adder) -> None:
                     help="a configuration (repeatable); the first is the baseline")
     sp.add_argument("--batch", default="1,2,4,8,16,32,64,128,256,512", help="batches to sweep (default 1..512, powers of 2)")
     sp.add_argument("--gamma", default="1..16", help="draft lengths to sweep for speculative placements (default 1..16)")
+    sp.add_argument("--axis", choices=["kw", "usd"], default="kw",
+                    help="what the frontier trades interactivity against: tokens/s per kW (default) or tokens per USD")
+    add_prices(sp)
     sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the frontiers (needs the plot extra)")

@@ -20,12 +20,14 @@ from .. import render
 from ..options import (
     Adder,
     add_formats,
+    add_prices,
     add_what_if,
     engine_params,
     formats,
     nonnegative,
     parse_ints,
     positive,
+    price_list,
     what_if,
 )
 from ..output import emit
@@ -96,7 +98,8 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     model = load_model(args.model)
     batch = np.array(parse_ints(args.batch, "--batch"))
     rows = compare(model, _variants(args), batch=batch, context=args.context, prompt=args.prompt,
-                   formats=formats(args), params=engine_params(args), with_elasticity=args.elasticity)
+                   formats=formats(args), params=engine_params(args), with_elasticity=args.elasticity,
+                   prices=price_list(args))
     data = []
     for r in rows:
         d: dict = {"name": r.name, "device": r.group.device.id, "group": r.group.shape}
@@ -105,6 +108,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         else:
             d.update(decode=render.stage_rows(r.decode), prefill=render.stage_rows(r.prefill)[0], max_batch=r.max_batch,
                      tokens_per_s_per_kw=None if r.tokens_per_s_per_kw is None else np.ravel(r.tokens_per_s_per_kw).tolist(),
+                     usd_per_million_output_tokens=np.ravel(r.usd_per_million_output_tokens).tolist(),
                      power_note=r.power_note or None, elasticity=dict(r.elasticity) if r.elasticity else None)
         data.append(d)
     emit(console, render.compare_view(model.id, batch, data, args.context, args.prompt, what_if(args).describe()), args)
@@ -139,5 +143,6 @@ def register(add: Adder) -> None:
     sp.add_argument("--tp", type=positive, default=None, help="TP for groups given without :N")
     add_formats(sp, activations=False)
     sp.add_argument("--elasticity", action="store_true", help="d ln(decode time) / d ln(spec field), first batch")
+    add_prices(sp)
     add_what_if(sp)
 

@@ -1,0 +1,234 @@
+"""Sizing: the fewest devices that serve N concurrent users at a per-user speed and a TTFT target.
+
+For each device kind and each placement (aggregated; disaggregated prefill; speculative with the draft on the
+decode devices when a draft is given) the search tries every group shape of the family's layout that holds
+the model (tensor parallel up to the family's ``max_tp``, then the fewest pipeline stages), and for each the
+largest batch per replica whose tokens/s per user and TTFT meet the targets (both worsen as the batch grows:
+more KV to read, more prompts mixed into each step). Replicas = ceil(users / batch); the option with the
+fewest devices wins (ties: the faster one). Steady-state continuous batching, every user active: a lower
+bound that ignores queueing and arrival bursts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..errors import RooflineError, WorkloadError
+from ..physics.memory import stored_weight_bytes
+from ..physics.speculative import Acceptance
+from ..physics.stages import max_batch, setup
+from ..physics.timing import native_default_format
+from ..specs.devices import Device
+from ..specs.execution import resolve_profile
+from ..specs.groups import DeviceGroup
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams
+from ..specs.prices import Prices
+from ..workload import check_whole
+from .serve import Placement, Request, ServingResult, evaluate_serving
+
+TPS = (1, 2, 4, 8, 16, 32)
+MAX_BATCH = 4096
+GAMMAS = np.arange(1, 17)
+PP_FACTORS = (1.5, 2, 3, 4, 6, 8)
+MAX_GROUP_DEVICES = 16384
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    """What must be served: concurrent users, each at least this fast, first token within ``max_ttft_s``."""
+
+    users: int = attrs.field(converter=lambda v: check_whole("users", v, maximum=10**9))
+    min_tokens_per_s_per_user: float = attrs.field(validator=lambda _s, _a, v: _positive("min tokens/s per user", v))
+    request: Request
+    max_ttft_s: float = attrs.field(default=math.inf, validator=lambda _s, _a, v: _positive("max TTFT (s)", v, inf=True))
+
+
+def _positive(what: str, v: Any, inf: bool = False) -> None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and (math.isfinite(v) or (inf and v == math.inf))
+    if not ok:
+        raise WorkloadError(f"{what} must be a positive number, got {v!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Option:
+    """The fewest devices for one device kind and placement kind, or why there is none."""
+
+    device: str
+    placement: str
+    replicas: int = 0
+    devices: int = 0
+    batch_per_replica: int = 0
+    gamma: int = 0
+    group: str = ""
+    tokens_per_s_per_user: float = math.nan
+    ttft_s: float = math.nan
+    tokens_per_s_per_kw: float = math.nan
+    usd_per_million_output_tokens: float = math.nan
+    placement_record: Placement | None = attrs.field(default=None, eq=False, repr=False)
+    formats: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    reason: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.replicas > 0
+
+
+def device_formats(device: Device, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The formats to size ``device`` with: each of weights, kv and activations as given, else (missing, None or
+    ``"auto"``) bf16 where the device computes it natively, else its native default (fp16 on Groq, mxint8 on
+    Corsair). Experts stay as given (None: the checkpoint's format)."""
+    chosen = {k: v for k, v in dict(given or {}).items() if v not in (None, "auto")}
+    auto = "bf16" if device.supports("bf16") else native_default_format(device)
+    return {"weights": auto, "kv": auto, "activations": auto, **chosen}
+
+
+def _shapes(model: ModelSpec, device: Device, context: int, formats: Mapping[str, Any],
+            params: EngineParams | None) -> list[DeviceGroup]:
+    """Candidate groups: every TP of the family's layout (up to ``max_tp``) that divides the heads and holds the
+    model at batch 1, then pipelines of ``max_tp`` devices per stage from the fewest stages that hold it up to
+    8x as many (more stages leave more memory for KV, hence larger batches: on SRAM chips the cheapest answer
+    is rarely the smallest group)."""
+    from .placements import smallest_group
+    max_tp = int(resolve_profile(device, params).max_tp)
+
+    def holds(g: DeviceGroup) -> bool:
+        return bool(max_batch(model, g, context=context, params=params, **formats) >= 1)
+    out = [DeviceGroup(device=device, tp=tp) for tp in TPS if tp <= max_tp and model.num_heads % tp == 0]
+    out = [g for g in out if holds(g)]
+    top = out[-1] if out else smallest_group(holds, device, max_tp=max_tp)
+    bases = [top.pp] + [pp for pp in [_fast_tier_stages(model, top, formats, params)] if pp and pp > top.pp]
+    stages = {math.ceil(pp * k) for pp in bases for k in (1, *PP_FACTORS)} - {top.pp}
+    extra = [DeviceGroup(device=device, tp=top.tp, pp=pp) for pp in sorted(stages)
+             if pp > top.pp and top.tp * pp <= MAX_GROUP_DEVICES]
+    return out + [top] * (not out) + extra
+
+
+def _fast_tier_stages(model: ModelSpec, group: DeviceGroup, formats: Mapping[str, Any],
+                      params: EngineParams | None) -> int | None:
+    """Pipeline stages (of ``group.tp`` devices) whose fastest memory tier alone holds the weights, for devices
+    with more than one tier (Corsair's SRAM over LPDDR); None otherwise."""
+    tiers = group.device.memory
+    if len(tiers) < 2 or not tiers[0].capacity_bytes:
+        return None
+    s = setup(model, group, tp=None, ep=None, params=params, **{"experts": None, **formats})
+    usable = resolve_profile(group.device, s.params).usable_memory_fraction
+    return math.ceil(stored_weight_bytes(s.model, s.formats) / (group.tp * tiers[0].capacity_bytes * usable))
+
+
+def _best_batch(r: ServingResult, target: Target, speculative: bool) -> tuple[int, int] | None:
+    """(batch, gamma) with the largest batch that meets the targets (best gamma at that batch), or None."""
+    per_user = np.where(r.fits, np.nan_to_num(r.tokens_per_s_per_user, nan=-1), -1)
+    ok = (per_user >= target.min_tokens_per_s_per_user) & (np.nan_to_num(r.ttft_s, nan=np.inf) <= target.max_ttft_s)
+    if speculative:
+        ok_any = ok.any(axis=1)
+        if not ok_any.any():
+            return None
+        i = int(np.flatnonzero(ok_any)[-1])
+        j = int(np.argmax(np.where(ok[i], per_user[i], -1)))
+        return int(r.batch[i, j]), int(r.gamma[i, j])
+    if not ok.any():
+        return None
+    i = int(np.flatnonzero(ok)[-1])
+    return int(np.ravel(r.batch)[i]), 0
+
+
+PLACEMENT_KINDS = ("aggregated", "disaggregated", "speculative")
+
+
+def _placement(kind: str, g: DeviceGroup, draft: ModelSpec | None) -> Placement:
+    name = f"{kind} on {g.shape}"
+    if kind == "disaggregated":   # prefill on groups of the same shape, provisioned to the request rate
+        return Placement(name=name, decode=g, prefill=g)
+    if kind == "speculative":
+        return Placement(name=name, decode=g, draft_model=draft, draft_kind="model")
+    return Placement(name=name, decode=g)
+
+
+def _evaluate(model: ModelSpec, p: Placement, target: Target, batches: np.ndarray, acceptance: Acceptance | None,
+              formats: Mapping[str, Any], params: EngineParams | None, prices: Prices | None) -> ServingResult:
+    spec = p.speculative
+    return evaluate_serving(model, p, target.request, batch=batches[:, None] if spec else batches,
+                            gamma=GAMMAS[None, :] if spec else 0, acceptance=acceptance if spec else None,
+                            target_formats=formats, params=params, prices=prices)
+
+
+def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, draft: ModelSpec | None,
+                acceptance: Acceptance | None, formats: Mapping[str, Any], params: EngineParams | None,
+                prices: Prices | None) -> Option | None:
+    end = target.request.input_tokens + target.request.output_tokens
+    bmax = min(int(max_batch(model, g, context=end, params=params, **formats)), MAX_BATCH, target.users)
+    if bmax < 1:
+        return None
+    p = _placement(kind, g, draft)
+    best = _best_batch(_evaluate(model, p, target, np.arange(1, bmax + 1, dtype=float), acceptance, formats, params,
+                                 prices), target, p.speculative)
+    if best is None:
+        return None
+    replicas = math.ceil(target.users / best[0])
+    batch = math.ceil(target.users / replicas)    # the users spread evenly: each replica runs at most best[0]
+    r = _evaluate(model, p, target, np.array([float(batch)]), acceptance, formats, params, prices)
+    i = int(np.argmax(np.where(r.fits, np.nan_to_num(r.tokens_per_s_per_user, nan=-1), -1)))
+    at = {k: float(np.ravel(getattr(r, k))[i]) for k in ("tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw",
+                                                         "usd_per_million_output_tokens", "devices", "gamma")}
+    return Option(device=g.device.id, placement=kind, replicas=replicas,
+                  devices=math.ceil(replicas * at["devices"] - 1e-9), batch_per_replica=batch, gamma=int(at["gamma"]),
+                  group=g.shape, tokens_per_s_per_user=at["tokens_per_s_per_user"], ttft_s=at["ttft_s"],
+                  tokens_per_s_per_kw=at["tokens_per_s_per_kw"],
+                  usd_per_million_output_tokens=at["usd_per_million_output_tokens"], placement_record=p,
+                  formats=dict(formats))
+
+
+def _kind_option(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: Target, **kw: Any) -> Option:
+    """The fewest devices for one placement kind over the candidate shapes, or why none meets the target."""
+    dev = shapes[0].device.id
+    found = []
+    for g in shapes:
+        try:
+            o = _size_shape(model, g, kind, target, **kw)
+        except RooflineError as e:
+            found.append(Option(device=dev, placement=kind, reason=str(e)))
+            continue
+        if o is not None:
+            found.append(o)
+    ok = [o for o in found if o.feasible]
+    if ok:
+        return min(ok, key=lambda o: (o.devices, -o.tokens_per_s_per_user))
+    why = next((o.reason for o in found if o.reason), "") or (
+        f"no batch on {', '.join(g.shape for g in shapes)} reaches {target.min_tokens_per_s_per_user:g} tokens/s "
+        "per user" + (f" within a {target.max_ttft_s * 1e3:g} ms TTFT" if math.isfinite(target.max_ttft_s) else ""))
+    return Option(device=dev, placement=kind, reason=why)
+
+
+def size(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: Target, *,
+         draft: ModelSpec | None = None, acceptance: Acceptance | None = None,
+         formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
+         prices: Prices | None = None) -> list[Option]:
+    """The fewest devices per device kind and placement kind that meet ``target`` (a lower bound: no queueing).
+
+    A :class:`Device` is searched over the group shapes of its family's layout; a :class:`DeviceGroup` is
+    sized on that shape only. Options come back best first (fewest devices, then fastest); a kind that cannot
+    meet the target is listed with the reason. With ``draft``, speculative placements (the draft on the decode
+    devices) are sized too.
+    """
+    if draft is not None and acceptance is None:
+        raise WorkloadError("sizing speculative placements needs an acceptance (alpha)")
+    kinds = PLACEMENT_KINDS if draft is not None else PLACEMENT_KINDS[:2]
+    out = []
+    for item in devices:
+        dev = item.device if isinstance(item, DeviceGroup) else item
+        try:
+            fmt = device_formats(dev, formats)
+            end = target.request.input_tokens + target.request.output_tokens
+            shapes = [item] if isinstance(item, DeviceGroup) else _shapes(model, dev, end, fmt, params)
+        except RooflineError as e:
+            out += [Option(device=dev.id, placement=k, reason=str(e)) for k in kinds]
+            continue
+        out += [_kind_option(model, shapes, kind, target, draft=draft, acceptance=acceptance, formats=fmt,
+                             params=params, prices=prices) for kind in kinds]
+    return sorted(out, key=lambda o: (not o.feasible, o.devices, -np.nan_to_num(o.tokens_per_s_per_user)))

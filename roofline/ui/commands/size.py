@@ -1,0 +1,94 @@
+"""``roofline size``: the fewest devices per device kind that serve N users at a per-user speed and TTFT."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from ...errors import RooflineError
+from ...serving.emit import ENGINES, launch_command
+from ...serving.serve import Request
+from ...serving.sizing import Target, size
+from ...specs.hf_config import load_model
+from ...specs.resolve import resolve_device, resolve_group
+from .. import render
+from ..options import (
+    Adder,
+    UsageError,
+    acceptance,
+    add_acceptance,
+    add_prices,
+    add_what_if,
+    engine_params,
+    number,
+    positive,
+    price_list,
+    what_if,
+)
+from ..output import emit
+
+
+def _formats(args: argparse.Namespace) -> dict[str, Any]:
+    return {"weights": args.weights, "experts": args.experts, "kv": args.kv, "activations": args.activations}
+
+
+def _launch(engine: str, model: Any, option: Any, request: Request) -> dict[str, Any]:
+    """One option's launch command, or why the engine cannot run it (other options still get theirs)."""
+    item: dict[str, Any] = {"device": option.device, "placement": option.placement}
+    try:
+        item["launch"] = launch_command(engine, model, option, request=request)
+    except RooflineError as e:
+        item["error"] = str(e)
+    return item
+
+
+def cmd_size(args: argparse.Namespace, console: Console) -> int:
+    wi = what_if(args)
+    names = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not names:
+        raise UsageError("--devices: give at least one device id")
+    if len(set(names)) != len(names):
+        raise UsageError("--devices: a device is listed twice")
+    wi.check_used([resolve_group(n).device for n in names])
+    # ID: searched over its family's group shapes; ID:N or ID:TPxPP: that shape only
+    devices = [wi.apply_group(resolve_group(n)) if ":" in n else wi.apply(resolve_device(n)) for n in names]
+    if args.draft is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
+        raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
+    model = load_model(args.model)
+    target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
+                                                                       "--min-tokens-per-s-per-user"),
+                    max_ttft_s=number(args.ttft_ms, "--ttft-ms") / 1e3 if args.ttft_ms is not None else float("inf"),
+                    request=Request(input_tokens=args.isl, output_tokens=args.osl))
+    draft = load_model(args.draft) if args.draft else None
+    prices = price_list(args)
+    options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
+                   formats=_formats(args), params=engine_params(args), prices=prices)
+    commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []
+    emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe()), args)
+    return 0
+
+
+def register(add: Adder) -> None:
+    sp = add("size", cmd_size, "the fewest devices per device kind that serve N users at a speed and TTFT target",
+             profile=True)
+    sp.add_argument("model", help="target model (preset id or config.json path)")
+    sp.add_argument("--devices", required=True, help="candidate devices, comma-separated: an ID is searched over group shapes, "
+                    "ID:N or ID:TPxPP sized on that shape (b200,h200-sxm:8,groq-lpu)")
+    sp.add_argument("--users", type=positive, required=True, help="concurrent users, all active (500, 10k)")
+    sp.add_argument("--min-tokens-per-s-per-user", required=True, metavar="X",
+                    help="the slowest acceptable decode speed each user sees (tokens/s)")
+    sp.add_argument("--ttft-ms", default=None, metavar="T", help="longest acceptable time to first token (ms)")
+    sp.add_argument("--isl", type=positive, default=1024, help="input tokens per request (default 1024)")
+    sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
+    sp.add_argument("--draft", default=None, help="draft model: also size speculative decoding on the decode devices")
+    add_acceptance(sp)
+    sp.add_argument("--weights", default=None, help="weight format (default: bf16 where native, else the device's)")
+    sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's)")
+    sp.add_argument("--kv", default=None, help="KV-cache format (default as --weights)")
+    sp.add_argument("--activations", default=None, help="activation format (default as --weights)")
+    add_prices(sp)
+    sp.add_argument("--emit", choices=ENGINES, default=None,
+                    help="also print the engine's launch command line for each feasible option")
+    add_what_if(sp)
