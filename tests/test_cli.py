@@ -4,9 +4,12 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from test_hardware_specs import REQUIRED as DEVICES
 from test_models import REQUIRED as MODELS
+
+import roofline as rl
 
 
 def test_devices_json_lists_every_required_id_with_sources(run_cli):
@@ -121,3 +124,31 @@ def test_stage_roofline_plot(run_cli, tmp_path):
         assert code == 1 and "pip install 'roofline[plot]'" in err
     else:
         assert code == 0 and out.stat().st_size > 1000
+
+
+def test_roofline_plot_marks_batches_that_do_not_fit(tmp_path, monkeypatch):
+    """A batch that does not fit is drawn (a red x) and named in the legend, not silently dropped."""
+    pytest.importorskip("matplotlib")
+    from roofline.ui import plot
+    labels = []
+    real = plot._save
+
+    def spy(fig, path):
+        labels.extend(t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts())
+        real(fig, path)
+    monkeypatch.setattr(plot, "_save", spy)
+    r = rl.decode_step("gpt-oss-120b", "h200-sxm", batch=np.array([1, 64, 256]), context=8192, on_infeasible="nan")
+    plot.plot_roofline(rl.load_device("h200-sxm"), [r], str(tmp_path / "r.png"))
+    assert any("batch 256 does not fit" in t for t in labels)
+    assert any(t.startswith("decode (batch 1, 64)") for t in labels)
+
+
+def test_devices_table_tells_not_native_from_unpublished(run_cli):
+    code, out, _ = run_cli("devices", "--csv")
+    assert code == 0
+    code, out, _ = run_cli("devices")
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "unknown" not in rows["groq-lpu"] and "188 TF" in rows["groq-lpu"]     # bf16 is not native on the LPU
+    assert "unknown" in rows["rubin"]                                            # native bf16, rate unpublished
+    code, out, _ = run_cli("show", "corsair")
+    assert "— (not native)" in out

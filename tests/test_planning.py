@@ -277,7 +277,9 @@ def _direct_frontier():
 
 @pytest.mark.parametrize("chunk", [7, 100, 10**6])
 def test_chunked_sweep_equals_the_whole_grid_frontier(chunk):
-    r = sweep(MODEL, GROUPS, batch=BATCH, context=CONTEXT, chunk=chunk)
+    seen = []
+    r = sweep(MODEL, GROUPS, batch=BATCH, context=CONTEXT, chunk=chunk, progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (r.chunks, r.chunks) and [d for d, _ in seen] == list(range(1, r.chunks + 1))
     got = {(float(g), float(b), float(c)) for g, b, c in zip(r.group_index, r.batch, r.context)}
     assert got == _direct_frontier()
     assert r.points == len(GROUPS) * BATCH.size * CONTEXT.size and r.infeasible > 0

@@ -11,7 +11,7 @@ many; we write no scheduling of our own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
 
@@ -184,13 +184,14 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike], *, batch: ArrayLike, c
           objective: Sequence[str] = ("tokens_per_s_per_user", "tokens_per_s_per_kw"),
           executor: Executor | None = None, chunk: int = 200_000, formats: Mapping[str, Any] | None = None,
           params: EngineParams | None = None, prices: Prices | None = None,
-          power: PowerModel = DEFAULT_POWER) -> SweepResult:
+          power: PowerModel = DEFAULT_POWER, progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Decode steps over every group in ``devices`` x ``batch`` x ``context``, reduced to the Pareto frontier
     of ``objective`` (names from :data:`OBJECTIVES`; costs and energies count as lower-is-better).
 
     Points that do not fit, or lack a price or power figure an objective needs, are counted as infeasible and
     left out. Formats default per device to bf16 where native, else the device's own (fp16 on Groq).
     ``executor``: any ``concurrent.futures.Executor`` (chunks are pickled to it); None runs here.
+    ``progress(done, total)`` is called after each chunk (e.g. to advance a ``rich.progress`` bar).
     """
     obj = tuple(objective)
     unknown = [k for k in obj if k not in OBJECTIVES]
@@ -209,8 +210,11 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike], *, batch: ArrayLike, c
     common = dict(objective=obj, formats=formats, params=params, power=power,
                   prices=prices if prices is not None else shipped_prices())
     front, infeasible, chunks = None, 0, 0
+    total = len(groups) * -(-(B.size * L.size) // int(chunk))
     for part, bad in _run(_tasks(m, groups, B, L, int(chunk), **common), executor):
         front, infeasible, chunks = _merge(front, part, obj), infeasible + bad, chunks + 1
+        if progress is not None:
+            progress(chunks, total)
     assert front is not None
     order = np.lexsort((-OBJECTIVES[obj[0]] * front[obj[0]],))
     return SweepResult(objective=obj, groups=tuple(g.shape for g in groups),

@@ -78,6 +78,18 @@ def plot_validation(rows: list[dict[str, Any]], path: str, *, title: str = "") -
     _save(fig, path)
 
 
+def _mark_unfit(ax: Any, device: Any, peak: float | None, inten: Any, batch: Any, bad: Any, stage: str) -> None:
+    """Batches that do not fit: a red x on the roof at their intensity, named in the legend (not dropped)."""
+    import numpy as np
+    bw = next((t.bandwidth_bytes_per_s for t in device.memory if t.bandwidth_bytes_per_s), None)
+    show = bad & np.isfinite(inten) & (inten > 0)
+    if not show.any() or bw is None:
+        return
+    y = inten[show] * bw if peak is None else np.minimum(peak, inten[show] * bw)
+    ax.scatter(inten[show], y, marker="x", color="red", s=30,
+               label=f"{stage}: batch {', '.join(f'{b:.0f}' for b in batch[show])} does not fit")
+
+
 def plot_roofline(device: Any, results: list[Any], path: str, *, compute_class: str = "bf16", title: str = "") -> None:
     """The classic roofline chart of one device (Williams et al. 2009): attainable FLOP/s against arithmetic
     intensity, with one point per stage and batch (its FLOP per device over its time)."""
@@ -96,8 +108,10 @@ def plot_roofline(device: Any, results: list[Any], path: str, *, compute_class: 
     for r in results:
         flops = np.ravel(np.asarray(r.flop_per_device / r.time_s, dtype=float))
         inten = np.ravel(np.asarray(r.intensity_flop_per_byte, dtype=float))
+        batch = np.ravel(np.broadcast_to(np.asarray(r.batch, dtype=float), flops.shape))
         ok = np.isfinite(flops) & (flops > 0) & (inten > 0)
-        ax.scatter(inten[ok], flops[ok], s=18, label=f"{r.stage} (batch {', '.join(f'{b:.0f}' for b in np.ravel(r.batch)[ok])})")
+        ax.scatter(inten[ok], flops[ok], s=18, label=f"{r.stage} (batch {', '.join(f'{b:.0f}' for b in batch[ok])})")
+        _mark_unfit(ax, device, peak, inten, batch, ~ok, r.stage)
     ax.set_xlabel("arithmetic intensity (FLOP per byte)")
     ax.set_ylabel("FLOP/s per device")
     ax.set_title(title or f"{device.name}: roofline ({compute_class} peak)")

@@ -122,16 +122,29 @@ def profile_table(dev: Device) -> Table:
     return t
 
 
+_WIDTHS = {"16-bit": ("bf16", "fp16"), "8-bit": ("fp8", "int8"), "4-bit": ("fp4", "int4")}
+
+
+def _peak_cell(d: Device, classes: tuple[str, ...]) -> str:
+    """The dense peak of the first native class of one width; the class is named when it is not the first."""
+    cls = next((c for c in classes if c in d.native), None)
+    if cls is None:
+        return "—"
+    value = _q(d.peak_flop_per_s.get(cls), "flop_per_s").replace("FLOP/s", "F")
+    return value if cls == classes[0] else f"{value}\n{cls}"
+
+
 def devices_table(devices: list[Device]) -> Table:
-    t = _table(title="Devices", caption="Dense peaks, decimal rates (TB/s = 1e12 B/s), binary capacities (GiB); "
-                                        "one line per memory tier; 'unknown' = not published, — = not supported.")
-    for col in ("id", "family", "memory (capacity @ bandwidth)", "BF16", "FP8", "FP4", "TDP"):
+    t = _table(title="Devices", caption="Dense peaks of the native formats of each width (named when not bf16, "
+                                        "fp8, fp4), decimal rates (TB/s = 1e12 B/s), binary capacities (GiB); one "
+                                        "line per memory tier; 'unknown' = native but not published, — = none "
+                                        "native.")
+    for col in ("id", "family", "memory (capacity @ bandwidth)", *_WIDTHS, "TDP"):
         t.add_column(col, justify="left" if col in ("id", "family") or col.startswith("memory") else "right")
     for d in devices:
         tiers = "\n".join(f"{m.name} {_cap(m.capacity_bytes)} @ {_q(m.bandwidth_bytes_per_s, 'bytes_per_s')}"
                           for m in d.memory)
-        peaks = [_q(d.peak_flop_per_s.get(c), "flop_per_s").replace("FLOP/s", "F") if c in d.peak_flop_per_s else "—"
-                 for c in ("bf16", "fp8", "fp4")]
+        peaks = [_peak_cell(d, classes) for classes in _WIDTHS.values()]
         t.add_row(d.id + ("" if d.status == "shipping" else "\n(announced)"), d.family, tiers, *peaks, _q(d.tdp_w, "w"))
     return t
 
@@ -147,7 +160,8 @@ def device_table(dev: Device) -> Table:
             cls = f.path.split(".", 1)[1]
             if cls not in dev.peak_flop_per_s:
                 continue
-            shown = _q(value, "flop_per_s") + ("" if cls in dev.native else " (not native)")
+            shown = (_q(value, "flop_per_s") if value is not None or cls in dev.native else "—") + (
+                "" if cls in dev.native else " (not native)")
         elif f.path.startswith("execution.") and value is None:
             continue   # the family's value applies: shown in the profile table
         elif f.kind == "bytes":
