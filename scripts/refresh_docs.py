@@ -2,7 +2,8 @@
 
 Run after anything that changes numbers (a refit of roofline/profiles/default.toml, engine or profile changes):
 
-    python scripts/refresh_docs.py [--loo]      # --loo also refits once per row (minutes) for docs/loo_errors.json
+    python scripts/refresh_docs.py [--heldout]  # --heldout also refits on 5 folds of publications (about 25 minutes)
+                                                # for docs/heldout_errors.json
 
 Needs the plot extra (matplotlib) for the figures and llm-analysis for the peer table (both skipped if absent).
 """
@@ -26,10 +27,10 @@ MAIN_JOB = ["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b",
 STAGE = ["stage", "gpt-oss-120b", "h200-sxm", "--batch", "1,64,256", "--context", "8192"]
 EXAMPLES = [("gimlet_corsair", "Corsair draft against the best GPU-only placement"), ("disaggregated", None),
             ("sram_decode", None), ("formats", None), ("capacity", None), ("diagnose", None)]
-METRIC_NAMES = {"decode_tokens_per_s_per_user": "decode tokens/s per user",
-                "output_tokens_per_s_per_device": "output tokens/s per device (static batches)",
-                "output_tokens_per_s_total": "output tokens/s total (continuous, max batch)", "ttft_ms": "TTFT",
-                "itl_ms": "ITL"}
+METRIC_NAMES = {"decode_tokens_per_s_per_user": "decode tokens/s per user", "itl_ms": "ITL / TPOT",
+                "ttft_ms": "TTFT", "output_tokens_per_s_per_device": "output tokens/s per device",
+                "output_tokens_per_s_total": "output tokens/s of the deployment"}
+ENERGY_NAMES = {"power_w": "power (fits the busy floor)", "energy_per_token_j": "J per output token (not fitted)"}
 FAMILY_NAMES = {"groq": "Groq LPU, batch-1 decode", "cerebras": "Cerebras WSE-3, batch-1 decode"}
 
 
@@ -62,24 +63,33 @@ def tail_from(text: str, marker: str | None) -> str:
     return text
 
 
-def accuracy_table(v: dict, loo: dict[str, float], held: dict[str, dict[str, float]]) -> str:
-    rows = ["| rows | n | median abs error | left out of the fit |", "|---|---|---|---|"]
+def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[str, float]]) -> str:
+    rows = ["| rows | n | median abs error | held out of the fit |", "|---|---|---|---|"]
     gpu = [r for r in v["rows"] if r["family"] == "gpu"]
+
+    def med(xs: list[float]) -> str:
+        return f"{np.median(np.abs(xs)):.0%}" if xs else "—"
     for key, name in METRIC_NAMES.items():
         mine = [r for r in gpu if r["metric"] == key]
         if mine:
-            left = [abs(loo[r["id"]]) for r in mine if r["id"] in loo]
-            rows.append(f"| GPU: {name} | {len(mine)} | {np.median([abs(r['error']) for r in mine]):.0%} | "
-                        f"{np.median(left):.0%} |")
+            rows.append(f"| GPU: {name} | {len(mine)} | {med([r['error'] for r in mine])} | "
+                        f"{med([held[r['id']] for r in mine if r['id'] in held])} |")
+    time_rows = [r for r in gpu if r["kind"] == "time"]
+    rows.append(f"| **GPU: all time rows** | {len(time_rows)} | {med([r['error'] for r in time_rows])} | "
+                f"{med([held[r['id']] for r in time_rows if r['id'] in held])} |")
+    for key, name in ENERGY_NAMES.items():
+        mine = [r for r in gpu if r["metric"] == key]
+        if mine:
+            rows.append(f"| GPU energy: {name} | {len(mine)} | {med([r['error'] for r in mine])} | — |")
     for fam, name in FAMILY_NAMES.items():
         mine = [r for r in v["rows"] if r["family"] == fam]
-        h = [abs(e) for e in held[fam].values()]
-        rows.append(f"| {name} | {len(mine)} | {np.median([abs(r['error']) for r in mine]):.0%} | "
-                    f"{np.median(h):.0%} ({len(h)} held-out rows) |")
+        h = list(family_held[fam].values())
+        rows.append(f"| {name} | {len(mine)} | {med([r['error'] for r in mine])} | {med(h)} ({len(h)} held-out rows) |")
     return "\n".join(rows)
 
 
 def refresh_readme(loo: dict[str, float]) -> None:
+    """The README's outputs and its accuracy table (``loo``: held-out errors by row id)."""
     readme = (ROOT / "README.md").read_text()
     readme = block_after(readme, "pip install . && roofline spec", sh(*RL, *MAIN_JOB))
     stage = sh(*RL, *STAGE).splitlines()
@@ -138,12 +148,12 @@ def refresh_figures() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--loo", action="store_true")
+    ap.add_argument("--heldout", action="store_true")
     args = ap.parse_args()
-    if args.loo:
-        fit = json.loads(sh(*RL, "calibrate", "--loo", "--json"))
-        (ROOT / "docs" / "loo_errors.json").write_text(json.dumps(fit["loo_errors"], indent=1) + "\n")
-    loo = json.loads((ROOT / "docs" / "loo_errors.json").read_text())
+    if args.heldout:
+        fit = json.loads(sh(*RL, "calibrate", "--folds", "5", "--json"))
+        (ROOT / "docs" / "heldout_errors.json").write_text(json.dumps(fit["heldout_errors"], indent=1) + "\n")
+    loo = json.loads((ROOT / "docs" / "heldout_errors.json").read_text())
     refresh_readme(loo)
     refresh_examples()
     refresh_peer(loo)

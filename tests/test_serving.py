@@ -117,7 +117,7 @@ def test_static_and_aggregated_modes():
     agg = Placement(name="agg", decode=g)
     s = evaluate_serving("llama-3.1-8b", agg, Request(input_tokens=1024, output_tokens=256), batch=16, mode="static")
     p = rl.prefill("llama-3.1-8b", g, prompt=1024, batch=16)
-    assert s.ttft_s == pytest.approx(float(p.time_s))
+    assert s.ttft_s == pytest.approx(float(p.time_s) + rl.resolve_profile(g.device).request_overhead_s)
     assert s.tokens_per_s == pytest.approx(16 * 256 / float(s.e2e_s))
     c = evaluate_serving("llama-3.1-8b", agg, Request(input_tokens=1024, output_tokens=256), batch=16)
     assert c.tpot_s > rl.decode_step("llama-3.1-8b", g, batch=16, context=1152).time_s  # carries prefill tokens

@@ -150,8 +150,8 @@ def test_round_energy_counts_every_device_of_each_group(draft_on, cards):
     v = rl.verify("gpt-oss-120b", tg, batch=1, context=8192, gamma=g)
 
     def device_j(dev, res):
-        floor = res.busy_floor_fraction    # the family's busy floor: 0 on GPUs, a share of TDP on Corsair
-        assert floor == (0.0 if dev.family == "gpu" else rl.resolve_profile(dev).busy_floor_fraction)
+        floor = res.busy_floor_fraction    # the family's busy floor (a share of TDP; the GPU one is fitted on power)
+        assert floor == rl.resolve_profile(dev).busy_floor_fraction
         busy = busy_power_w(dev, time_s=res.time_s, compute_s=res.compute_s, memory_s=res.memory_s,
                             floor_fraction=floor)
         return busy * res.time_s + idle_w(dev) * (r.round_s - res.time_s)

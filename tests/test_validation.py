@@ -9,7 +9,7 @@ import pytest
 import roofline as rl
 from roofline.errors import SpecError
 from roofline.evidence.calibrate import BOUNDS, calibrate, save_profile
-from roofline.evidence.validate import read_rows, shipped_data, validate
+from roofline.evidence.validate import ENERGY_METRICS, METRICS, UNMODELLED, read_rows, shipped_data, validate
 from roofline.specs.params import load_profile, shipped_profile, stack_family
 
 ROWS = read_rows(shipped_data())
@@ -19,8 +19,11 @@ def test_shipped_copy_matches_format_and_sources():
     assert len(ROWS) >= 30
     for r in ROWS:
         assert r.get("source").startswith("https://")
-        assert r.get("metric") in ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
-                                   "output_tokens_per_s_total")
+        assert r.get("metric") in (*METRICS, *UNMODELLED)
+        assert r.get("grade") in ("A", "B", "C", "D")
+    assert len(ROWS) >= 300
+    assert len({r.get("hardware") for r in ROWS if rl.load_device(r.get("hardware")).family == "gpu"}) >= 6
+    assert len({stack_family(r.get("stack")) for r in ROWS} - {"other"}) >= 4
 
 
 def test_validate_reports_defensible_median_error(run_cli):
@@ -31,9 +34,9 @@ def test_validate_reports_defensible_median_error(run_cli):
     for r in data["rows"]:
         assert {"id", "metric", "predicted", "measured", "error"} <= set(r)
         assert r["error"] == pytest.approx((r["predicted"] - r["measured"]) / r["measured"])
-    # The shipped calibration (6 physical parameters, 2 stack families) reaches ~11% median |error| on these rows;
-    # 15% leaves room for solver noise without letting a broken model through (an uncalibrated roofline is ~50%).
-    assert data["summary"]["overall"]["median_abs_error"] < 0.15
+    # The shipped calibration reaches ~24% median |error| on the ~700 published rows it predicts (docs/validation.md
+    # says where it is wrong); 30% leaves room for solver noise without letting a broken model through.
+    assert data["summary"]["overall"]["median_abs_error"] < 0.30
     assert data["summary"]["overall"]["n"] + len(data["skipped"]) == len(ROWS)
 
 
@@ -62,7 +65,7 @@ def test_unpredictable_rows_are_skipped_with_reason(tmp_path):
     v = validate(read_rows(p))
     assert [r["id"] for r in v.rows] == ["X1"]
     reasons = {s["id"]: s["reason"] for s in v.skipped}
-    assert "draft model" in reasons["X2"] and "h1000" in reasons["X3"] and "data-parallel" in reasons["X4"]
+    assert "draft model" in reasons["X2"] and "h1000" in reasons["X3"] and "2 replicas" in reasons["X4"]
     assert "does not fit" in reasons["X5"] and "unknown metric" in reasons["X6"]
 
 
@@ -82,7 +85,25 @@ def test_stack_families():
     assert stack_family("gpt-fast (PyTorch, torch.compile)") == "gpt-fast"
     assert stack_family("TensorRT-LLM v1.0 (trtllm-bench)") == "tensorrt-llm"
     assert stack_family("NVIDIA NIM 1.8.0") == "tensorrt-llm"
-    assert stack_family("vLLM 0.9") == "other"
+    assert stack_family("vLLM 0.9") == "vllm" and stack_family("SGLang 0.4") == "sglang"
+    assert stack_family("MLPerf v5.0 NVIDIA TensorRT-LLM") == "tensorrt-llm" and stack_family("LMDeploy") == "other"
+
+
+def test_data_parallel_replicas_multiply_throughput(tmp_path):
+    """n_devices = replicas x tp x pp: the deployment's concurrency spreads over the replicas, totals add up."""
+    header = open(shipped_data()).readline().replace(",dp,", ",")   # the format without the optional dp column
+    base = ("{id},https://x,vLLM,h100-sxm,{n},{tp},,1,llama-3.1-8b,bf16,,bf16,{b},continuous,1000,500,none,0,,"
+            "{metric},1000,A,")
+    rows = [base.format(id="A", n=2, tp=2, b=16, metric="output_tokens_per_s_total"),
+            base.format(id="B", n=8, tp=2, b=64, metric="output_tokens_per_s_total"),
+            base.format(id="C", n=8, tp=2, b=64, metric="output_tokens_per_s_per_device"),
+            base.format(id="D", n=8, tp=2, b=64, metric="decode_tokens_per_s_per_user"),
+            base.format(id="E", n=2, tp=2, b=16, metric="decode_tokens_per_s_per_user")]
+    p = tmp_path / "dp.csv"
+    p.write_text(header + "\n".join(rows) + "\n")
+    got = {r["id"]: r["predicted"] for r in validate(read_rows(p)).rows}
+    assert got["B"] == pytest.approx(4 * got["A"]) and got["C"] == pytest.approx(got["B"] / 8)
+    assert got["D"] == pytest.approx(got["E"])
 
 
 def _recorded_fit() -> dict:
@@ -101,7 +122,8 @@ def test_shipped_profile_reproduces_its_recorded_fit():
         for k, (lo, hi, _scale) in BOUNDS.items():
             assert lo - 1e-12 <= getattr(params, k) <= hi + 1e-12, k
     assert rl.DEFAULT_PARAMS == shipped.default
-    rows = [r for r in ROWS if rl.load_device(r.get("hardware")).family == "gpu"]   # the calibration's rows
+    rows = [r for r in ROWS if rl.load_device(r.get("hardware")).family == "gpu"
+            and r.get("metric") not in ENERGY_METRICS]   # the calibration's rows
     v = validate(rows, shipped)
     fitted = [abs(r["error"]) for r in v.rows]
     assert len(fitted) == _recorded_fit()["rows"]

@@ -24,12 +24,13 @@ from ..errors import RooflineError
 from ..specs.execution import family_profile
 from ..specs.params import EngineParams, Profile, profile_toml, stack_family, with_values, write_profile
 from ..specs.resolve import resolve_device, resolve_model
-from .validate import Row, predict_row
+from .validate import ENERGY_METRICS, Row, predict_row
 
 #: name -> (lower bound, upper bound, scale used inside the optimiser). The bounds bracket the physical ranges
 #: of docs/theory.md: a pass costs 0.05-0.3 ms of fixed time with CUDA graphs and over 1 ms without (§1.2;
 #: bounds 20 us-2 ms), a layer at most 20 us of kernel boundaries, a collective 5-20 us of NCCL small-message
-#: latency (§5.1; bounds 2-20 us); they keep the fit from turning a fixed cost into a catch-all for what the
+#: latency (§5.1; bounds 2-20 us), a request at most 200 ms of serving overhead before its first token
+#: (HTTP, tokenisation, admission); they keep the fit from turning a fixed cost into a catch-all for what the
 #: model misses.
 BOUNDS: dict[str, tuple[float, float, float]] = {
     "memory_bandwidth_fraction": (0.3, 1.0, 1.0),
@@ -40,8 +41,11 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "layer_overhead_s": (0.0, 20e-6, 1e-5),
     "collective_base_s": (2e-6, 20e-6, 1e-5),
     "dequant_ops_per_element": (0.0, 64.0, 10.0),
+    "prefill_compute_scale": (0.2, 1.0, 1.0),
+    "request_overhead_s": (0.0, 0.2, 0.01),
 }
-PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "step_overhead_s", "layer_overhead_s", "collective_base_s")
+PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
+              "layer_overhead_s", "collective_base_s", "request_overhead_s")
 SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
 
 
@@ -55,8 +59,9 @@ class Fit:
     rows: list[str]
     skipped: list[dict[str, str]]
     median_abs_error: float
-    loo_median_abs_error: float | None
+    loo_median_abs_error: float | None     # held-out error (``holdout`` says how rows were held out)
     loo_errors: dict[str, float] | None
+    holdout: str = ""
 
 
 class _Layout:
@@ -97,6 +102,8 @@ def _usable(rows: list[Row], base: EngineParams) -> tuple[list[Row], list[dict[s
             if row_family(r) != "gpu":
                 raise RooflineError(f"a {row_family(r)} row: that family's profile is fitted apart "
                                     f"(roofline calibrate --family {row_family(r)})")
+            if r.get("metric") in ENERGY_METRICS:
+                raise RooflineError("an energy row: the power model is fitted apart (roofline calibrate --energy)")
             predict_row(r, base)
             ok.append(r)
         except (RooflineError, ValueError) as e:
@@ -119,28 +126,38 @@ def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layo
     return np.array(out)
 
 
+def _sparsity(rows: list[Row], layout: _Layout) -> np.ndarray:
+    """Which parameters move which rows: shared ones all rows, a stack family's only its own rows (so the
+    finite-difference Jacobian perturbs the families' parameters together: a few evaluations, not dozens)."""
+    fams = np.array([_family(layout, r) for r in rows])
+    return np.stack([np.ones(len(rows), bool) if f == "*" else fams == f for f, _k in layout.keys], axis=1)
+
+
 def _solve(rows: list[Row], base: EngineParams, layout: _Layout) -> Any:
     from scipy.optimize import least_squares
     lo, hi = layout.bounds()
-    return least_squares(_residuals, np.clip(layout.x0(base), lo, hi), bounds=(lo, hi),
-                         args=(rows, base, layout), x_scale="jac", diff_step=1e-3, max_nfev=300)
+    return least_squares(_residuals, np.clip(layout.x0(base), lo, hi), bounds=(lo, hi), jac_sparsity=_sparsity(
+        rows, layout), args=(rows, base, layout), x_scale="jac", diff_step=1e-3, max_nfev=300)
 
 
 def _standard_errors(res: Any, layout: _Layout, n_rows: int) -> dict[str, dict[str, float]]:
     """Standard error of each parameter from the Jacobian at the optimum (Gauss-Newton covariance)."""
     s2 = float(np.sum(res.fun**2)) / max(1, n_rows - len(layout.keys))
-    cov = np.linalg.pinv(res.jac.T @ res.jac) * s2
+    jac = res.jac.toarray() if hasattr(res.jac, "toarray") else res.jac
+    cov = np.linalg.pinv(jac.T @ jac) * s2
     se: dict[str, dict[str, float]] = {}
     for i, (fam, k) in enumerate(layout.keys):
         se.setdefault(fam, {})[k] = float(math.sqrt(max(cov[i, i], 0.0)) * BOUNDS[k][2])
     return se
 
 
-def calibrate(rows: list[Row], base: EngineParams | None = None, *, leave_one_out: bool = False,
+def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str | int | None = None,
               progress: Any = None) -> Fit:
     """Fit shared and per-stack-family parameters to ``rows`` (log residuals, scipy least squares).
 
-    ``progress``, if given, is called as ``progress(done, total, what)`` between fits (the CLI shows a bar).
+    ``holdout``: also predict rows with fits that never saw them: ``"loo"`` (one fit per row) or a number
+    of folds grouped by publication (every row of a source lands in the same fold, so no fit sees a sibling
+    of the row it predicts). ``progress(done, total, what)`` is called between fits (the CLI shows a bar).
     """
     base = base or EngineParams()
     ok, skipped = _usable(rows, base)
@@ -148,7 +165,8 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, leave_one_ou
     layout = _Layout(families)
     if len(ok) <= len(layout.keys):
         raise RooflineError(f"calibration needs more than {len(layout.keys)} usable rows, got {len(ok)}")
-    total = 2 + (len(ok) if leave_one_out else 0)
+    folds = _folds(ok, holdout)
+    total = 2 + len(folds)
     tick = progress or (lambda done, total, what: None)
     tick(0, total, "fitting per stack family")
     res = _solve(ok, base, layout)
@@ -161,20 +179,52 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, leave_one_ou
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
-    errs = np.abs(np.expm1(res.fun))
-    loo = None
-    if leave_one_out:
-        loo = {}
-        for i, r in enumerate(ok):
-            tick(2 + i, total, f"leave-one-out: {r.id}")
-            fit_i = _solve(ok[:i] + ok[i + 1:], base, layout)
-            p_i = layout.params(base, fit_i.x)[_family(layout, r)]
-            loo[r.id] = float(predict_row(r, p_i) / float(r.get("value")) - 1)
+    held: dict[str, float] = {}
+    for i, fold in enumerate(folds):
+        tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}")
+        held.update(_predict_fold(ok, fold, base))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
-               skipped=skipped, median_abs_error=float(np.median(errs)),
-               loo_median_abs_error=float(np.median(np.abs(list(loo.values())))) if loo else None, loo_errors=loo)
+               skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
+               loo_median_abs_error=float(np.median(np.abs(list(held.values())))) if held else None,
+               loo_errors=held or None, holdout=_holdout_name(holdout))
 
 
+def _holdout_name(holdout: str | int | None) -> str:
+    return "" if holdout is None else "leave-one-out" if holdout == "loo" else f"{holdout}-fold by source"
+
+
+def _folds(rows: list[Row], holdout: str | int | None) -> list[set[str]]:
+    """Row ids per held-out fold: one per row, or k folds of whole sources, largest sources first, each to the
+    fold with the fewest rows so far."""
+    if holdout is None:
+        return []
+    if holdout == "loo":
+        return [{r.id} for r in rows]
+    if isinstance(holdout, bool) or not isinstance(holdout, int) or holdout < 2:
+        raise RooflineError(f"holdout must be 'loo' or a number of folds >= 2, got {holdout!r}")
+    sources: dict[str, set[str]] = {}
+    for r in rows:
+        sources.setdefault(r.get("source"), set()).add(r.id)
+    folds: list[set[str]] = [set() for _ in range(min(holdout, len(sources)))]
+    for ids in sorted(sources.values(), key=len, reverse=True):
+        min(folds, key=len).update(ids)
+    return folds
+
+
+def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[str, float]:
+    """Fit on every row outside ``fold`` and predict the fold's rows (a stack family the training rows lack
+    gets the training rows' pooled parameters)."""
+    train = [r for r in rows if r.id not in fold]
+    layout = _Layout(sorted({stack_family(r.get("stack")) for r in train}))
+    per = layout.params(base, _solve(train, base, layout).x)
+    out = {}
+    for r in (r for r in rows if r.id in fold):
+        fam = stack_family(r.get("stack"))
+        if fam not in per:
+            pooled = _Layout(["all"])
+            per[fam] = pooled.params(base, _solve(train, base, pooled).x)["all"]
+        out[r.id] = float(predict_row(r, per[fam]) / float(r.get("value")) - 1)
+    return out
 
 
 def _notes(value: float, se: float | None) -> str:
@@ -201,7 +251,8 @@ def profile_text(fit: Fit, *, data: str) -> str:
     """The profile file of a fit, with each parameter's uncertainty and the fit's record."""
     record: dict[str, Any] = {"data": data, "rows": len(fit.rows), "median_abs_error": round(fit.median_abs_error, 4)}
     if fit.loo_median_abs_error is not None:
-        record["loo_median_abs_error"] = round(fit.loo_median_abs_error, 4)
+        record["heldout_median_abs_error"] = round(fit.loo_median_abs_error, 4)
+        record["heldout"] = fit.holdout
     return profile_toml(fit.profile, uncertainty=uncertainty(fit), fit=record)
 
 
@@ -280,3 +331,52 @@ def fit_layer_overhead(rows: list[Row], family: str) -> LayerFit:
             continue
     return LayerFit(family=family, layer_overhead_s=layer, moe_layer_overhead_s=moe, fitted_rows=implied,
                     held_out_errors=held)
+
+
+@attrs.frozen(kw_only=True)
+class PowerFit:
+    """The GPU family's busy-power floor fitted on measured power rows, and how it predicts every energy row
+    (the J-per-token rows are not used by the fit: they check it)."""
+
+    floor_fraction: float
+    fitted_rows: dict[str, float]          # power row id -> error at the fitted floor
+    checked_rows: dict[str, float]         # energy-per-token row id -> error at the fitted floor
+    median_abs_error_before: float         # power rows at floor 0 (the linear utilisation model alone)
+
+
+FLOOR_GRID = np.round(np.arange(0.0, 0.951, 0.01), 2)
+
+
+def _energy_errors(rows: list[Row], profile: Profile, floor: float) -> dict[str, float]:
+    out = {}
+    for r in rows:
+        try:
+            p = predict_row(r, profile.for_stack(r.get("stack")), {"execution.busy_floor_fraction": floor})
+        except RooflineError:
+            continue
+        out[r.id] = p / float(r.get("value")) - 1
+    return out
+
+
+def fit_power_floor(rows: list[Row], profile: Profile) -> PowerFit:
+    """Fit the gpu family's ``busy_floor_fraction`` to the measured ``power_w`` rows of GPUs.
+
+    Busy power is idle + (TDP - idle) x utilisation, never below floor x TDP (:mod:`roofline.physics.energy`);
+    a GPU waiting on launches, synchronisation and the host is not at idle power, which the utilisation of
+    the timed work alone misses. One parameter, chosen on a 0.01 grid to minimise the squared log error of
+    the power rows (time parameters fixed at ``profile``); J-per-token rows are then predicted as a check.
+    """
+    gpu = [r for r in rows if row_family(r) == "gpu"]
+    power = [r for r in gpu if r.get("metric") == "power_w"]
+    if not power:
+        raise RooflineError("no measured GPU power rows (metric power_w) to fit the busy floor on")
+    cost = []
+    for floor in FLOOR_GRID:
+        errs = np.array(list(_energy_errors(power, profile, float(floor)).values()))
+        cost.append(float(np.sum(np.log1p(errs) ** 2)) if errs.size else math.inf)
+    best = float(FLOOR_GRID[int(np.argmin(cost))])
+    fitted = _energy_errors(power, profile, best)
+    checked = _energy_errors([r for r in gpu if r.get("metric") == "energy_per_token_j"], profile, best)
+    before = np.abs(list(_energy_errors(power, profile, 0.0).values()))
+    return PowerFit(floor_fraction=best, fitted_rows=fitted, checked_rows=checked,
+                    median_abs_error_before=float(np.median(before)))

@@ -25,19 +25,24 @@ from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
 from ..serving.placements import smallest_group
 from ..serving.serve import Placement, Request, evaluate_serving
-from ..specs.devices import Device
+from ..specs.devices import Device, override
 from ..specs.execution import resolve_profile
 from ..specs.files import read_text
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
-from ..specs.params import EngineParams, Profile, shipped_profile, stack_family
+from ..specs.params import EngineParams, Profile, shipped_profile, stack_family, with_stack_collective
 from ..specs.resolve import resolve_device, resolve_model
 
-COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "model", "weight_dtype", "expert_dtype",
+COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model", "weight_dtype", "expert_dtype",
            "kv_dtype", "batch", "serving", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes")
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
-           "output_tokens_per_s_total")
+           "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w")
+#: Metrics of energy (reported apart from time: a different model with different errors).
+ENERGY_METRICS = ("energy_per_token_j", "power_w")
+#: Metrics some publications give that the model does not predict, with why.
+UNMODELLED = {"system_power_w": "whole-system wall power (CPUs, fans, power supplies) is not modelled: only the "
+                                "accelerators' power is"}
 
 
 def shipped_data() -> Path:
@@ -97,30 +102,33 @@ def _formats(row: Row, device: Device) -> dict[str, str]:
     e = row.get("expert_dtype") or None
     kv = row.get("kv_dtype") or "bf16"
     # FP8 / FP4 checkpoints in these stacks quantise activations too (FP8 GEMMs); weight-only int4/int8 keep
-    # 16-bit activations: bf16, or fp16 where the device has no bf16 units (Groq)
-    low = {w, e or w} & {"fp8", "nvfp4", "mxfp4", "mxfp8"}
+    # 16-bit activations: bf16, or fp16 where the device has no bf16 units (Groq). A checkpoint whose experts
+    # alone are low precision (gpt-oss: MXFP4 experts, BF16 attention) keeps 16-bit activations: its expert
+    # matmuls run at the FP4 rate where the device has FP4 units, else dequantised to BF16 (W4A16 on Hopper)
+    low = {w} & {"fp8", "nvfp4", "mxfp4", "mxfp8"}
     sixteen = "fp16" if w == "fp16" or (not device.supports("bf16") and device.supports("fp16")) else "bf16"
     return {"weights": w, "experts": e, "kv": kv, "activations": "fp8" if low and device.supports("fp8") else sixteen}
 
 
 def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, str], batch: int | None,
-            context: int, params: EngineParams) -> DeviceGroup:
-    """The row's device group: its tp x pp (x ep), or from n_devices alone the family's layout (TP up to the
-    family's max_tp, then pipeline stages), or with nothing given the family's layout at the fewest devices
-    that hold the batch at this context."""
-    ep = _int(row, "ep", 1)
+            context: int, params: EngineParams) -> tuple[DeviceGroup, int]:
+    """The row's device group and how many data-parallel replicas of it run: its tp x pp (x ep), with
+    n_devices = replicas x tp x pp; or from n_devices alone the family's layout (TP up to the family's
+    max_tp, then pipeline stages); or with nothing given the family's layout at the fewest devices that hold
+    the batch at this context."""
+    ep, dp = _int(row, "ep", 1), _int(row, "dp", 1)
     n_text, tp_text, pp_text = row.get("n_devices"), row.get("tp"), row.get("pp")
     max_tp = int(resolve_profile(device, params).max_tp)
     if tp_text or pp_text:
         tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
-        if n_text and _int(row, "n_devices") != tp * pp:
-            raise RooflineError(f"n_devices {_int(row, 'n_devices')} != tp {tp} x pp {pp}: data-parallel replicas are "
-                                "not modelled")
-        return DeviceGroup(device=device, tp=tp, ep=ep, pp=pp)
+        n = _int(row, "n_devices") if n_text else tp * pp
+        if n % (tp * pp):
+            raise RooflineError(f"n_devices {n} is not a whole number of tp {tp} x pp {pp} replicas")
+        return DeviceGroup(device=device, tp=tp, ep=ep, pp=pp, dp=dp), n // (tp * pp)
     if n_text:
         n = _int(row, "n_devices")
         tp = max(t for t in (1, 2, 4, 8, 16, 32) if t <= max_tp and n % t == 0)
-        return DeviceGroup(device=device, tp=tp, ep=ep, pp=n // tp)
+        return DeviceGroup(device=device, tp=tp, ep=ep, pp=n // tp, dp=dp), 1
     if batch is None:
         raise RooflineError("batch = max needs the device count (n_devices or tp/pp)")
     isl = _int(row, "isl")
@@ -128,48 +136,100 @@ def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, str], bat
     def fits(g: DeviceGroup) -> bool:   # the batch at its final context, and its prompts' prefill
         return bool(max_batch(model, g, context=context, params=params, **fmt) >= batch) and bool(
             prefill(model, g, prompt=isl, batch=batch, params=params, on_infeasible="nan", **fmt).fits)
-    return smallest_group(fits, device, max_tp=max_tp)
+    return smallest_group(fits, device, max_tp=max_tp), 1
 
 
-def predict_row(row: Row, params: EngineParams) -> float:
-    """The model's value for a row's metric; raises RooflineError when the row cannot be expressed."""
-    metric = row.get("metric")
-    if metric not in METRICS:
-        raise RooflineError(f"unknown metric {metric!r}")
-    model = resolve_model(row.get("model"))
-    dev = resolve_device(row.get("hardware"))
-    isl, osl = _int(row, "isl"), _int(row, "osl")
-    fmt = _formats(row, dev)
-    group = _layout(row, model, dev, fmt, None if row.get("batch") == "max" else _int(row, "batch"), isl + osl, params)
-    n = group.count
+def _placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Acceptance | None]:
     spec = row.get("spec_method") or "none"
     gamma = _int(row, "draft_len", 0) if spec != "none" else 0
-    acceptance = None
     if spec in ("mtp", "eagle"):
         tau = row.get("acceptance_length")
         if not tau:
             raise RooflineError("speculative row without a measured acceptance length")
-        acceptance = Acceptance.measured({gamma: float(tau)})
-        placement = Placement(name=row.id, decode=group, draft_kind=spec)
-    elif spec == "draft":
+        return Placement(name=row.id, decode=group, draft_kind=spec), gamma, Acceptance.measured({gamma: float(tau)})
+    if spec == "draft":
         raise RooflineError("draft-model rows need the draft model, which the format does not name")
-    else:
-        placement = Placement(name=row.id, decode=group)
-    serving = row.get("serving") or "static"
-    batch_text = row.get("batch")
-    if batch_text == "max":
-        b = int(max_batch(model, group, context=isl + osl, params=params, **fmt))
-        if b < 1:
-            raise RooflineError("the model does not fit at batch 1")
-    else:
-        b = _int(row, "batch")
-    r = evaluate_serving(model, placement, Request(input_tokens=isl, output_tokens=osl), batch=b, gamma=gamma,
-                         acceptance=acceptance, mode=serving, target_formats=fmt, params=params)
+    return Placement(name=row.id, decode=group), 0, None
+
+
+#: Largest batches found for ``batch = max`` rows, by (row, usable memory, group): fitting depends on memory only.
+_MAX_BATCH: dict[Any, int] = {}
+
+
+def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[str, str], params: EngineParams,
+                     serve: Any) -> int:
+    isl, osl = _int(row, "isl"), _int(row, "osl")
+    context = isl + osl // 2 if (row.get("serving") or "static") == "continuous" else isl + osl
+    kv_bound = int(max_batch(model, group, context=context, params=params, **fmt))
+    if kv_bound < 1:
+        raise RooflineError("the model does not fit at batch 1")
+    fits = np.flatnonzero(serve(np.arange(1.0, kv_bound + 1.0)).fits)
+    if not fits.size:
+        raise RooflineError("the model does not fit at batch 1 with its serving workspace")
+    return int(fits[-1]) + 1
+
+
+def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: dict[str, str],
+           params: EngineParams, serve: Any) -> int:
+    """Sequences per replica: ``max`` = the largest batch the serving model holds (continuous batching: at the
+    steady-state mean context isl + osl/2 of a paged KV cache, with the step's prefill workspace; static: at
+    the final context), else the row's batch (the concurrency of the whole deployment) over the replicas."""
+    if row.get("batch") == "max":
+        key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction, group.tp, group.pp, group.ep,
+               group.dp, tuple(t.capacity_bytes for t in group.device.memory))
+        if key not in _MAX_BATCH:    # memory only: the same for every efficiency a calibration tries
+            _MAX_BATCH[key] = _largest_fitting(row, model, group, fmt, params, serve)
+        return _MAX_BATCH[key]
+    total = _int(row, "batch")
+    if total % replicas:
+        raise RooflineError(f"batch {total} does not spread evenly over {replicas} replicas")
+    return total // replicas
+
+
+def _device_memory(device: Device) -> Device:
+    """The memory a serving engine uses: a GPU's own memory only. GB200's Grace LPDDR is host memory that
+    TensorRT-LLM, vLLM and SGLang leave out of their weight and KV pools unless told to offload, so a GPU's
+    second tier is dropped here (the physics can still spill to it when asked: ``roofline stage gb200``)."""
+    if device.family == "gpu" and len(device.memory) > 1:
+        return attrs.evolve(device, memory=device.memory[:1])
+    return device
+
+
+def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None = None) -> float:
+    """The model's value for a row's metric; raises RooflineError when the row cannot be expressed.
+    ``what_if`` overrides fields of the row's device (``{"execution.busy_floor_fraction": 0.3}``)."""
+    metric = row.get("metric")
+    if metric in UNMODELLED:
+        raise RooflineError(f"{metric}: {UNMODELLED[metric]}")
+    if metric not in METRICS:
+        raise RooflineError(f"unknown metric {metric!r}")
+    params = with_stack_collective(params, row.get("stack"))
+    model = resolve_model(row.get("model"))
+    dev = _device_memory(resolve_device(row.get("hardware")))
+    for path, value in (what_if or {}).items():
+        dev = override(dev, path, value)
+    isl, osl = _int(row, "isl"), _int(row, "osl")
+    fmt = _formats(row, dev)
+    group, replicas = _layout(row, model, dev, fmt, None if row.get("batch") == "max" else _int(row, "batch"),
+                              isl + osl, params)
+    placement, gamma, acceptance = _placement(row, group)
+
+    def serve(batch: Any) -> Any:
+        return evaluate_serving(model, placement, Request(input_tokens=isl, output_tokens=osl), batch=batch,
+                                gamma=gamma, acceptance=acceptance, mode=row.get("serving") or "static",
+                                target_formats=fmt, params=params)
+    b = _batch(row, model, group, replicas, fmt, params, serve)
+    r = serve(b)
     if not bool(r.fits):
         raise RooflineError(f"does not fit in memory at batch {b}")
+    if metric in ENERGY_METRICS and r.energy_note:
+        raise RooflineError(r.energy_note)
+    n = group.count * replicas
+    total = r.tokens_per_s * replicas
     value = {"decode_tokens_per_s_per_user": r.tokens_per_s_per_user, "itl_ms": r.tpot_s * 1e3,
-             "ttft_ms": r.ttft_s * 1e3, "output_tokens_per_s_per_device": r.tokens_per_s / n,
-             "output_tokens_per_s_total": r.tokens_per_s}[metric]
+             "ttft_ms": r.ttft_s * 1e3, "output_tokens_per_s_per_device": total / n,
+             "output_tokens_per_s_total": total, "total_tokens_per_s_per_device": total * (isl + osl) / osl / n,
+             "energy_per_token_j": r.energy_per_token_j, "power_w": r.power_w * replicas}[metric]
     return float(value)
 
 
@@ -187,7 +247,7 @@ class Validation:
             return {"n": int(errs.size), "median_abs_error": float(np.median(errs)),
                     "mean_abs_error": float(np.mean(errs)), "median_error": float(np.median([r["error"] for r in items]))}
         out: dict[str, Any] = {"overall": stats(self.rows) if self.rows else {"n": 0}}
-        for key in ("family", "metric", "hardware", "stack_family"):
+        for key in ("kind", "family", "metric", "hardware", "stack_family"):
             groups: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
                 groups.setdefault(r[key], []).append(r)
@@ -210,6 +270,7 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> 
             skipped.append({"id": row.id, "reason": str(e)})
             continue
         done.append({"id": row.id, "metric": row.get("metric"), "hardware": row.get("hardware"),
+                     "kind": "energy" if row.get("metric") in ENERGY_METRICS else "time",
                      "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
                      "stack_family": stack_family(row.get("stack")),
                      "model": row.get("model"), "predicted": predicted, "measured": measured,

@@ -43,10 +43,28 @@ def scheduled_allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: flo
     return base_s + 2 * hop_s + 2 * (p - 1) / p * message_bytes / bandwidth_bytes_per_s
 
 
+def oneshot_allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float,
+                        base_s: float) -> Any:
+    """One-shot all-reduce: every rank reads the other p-1 ranks' whole message over the fabric and reduces
+    locally, t0 + t_hop + (p-1) M/W: one hop of latency, (p-1) M of traffic per rank (TensorRT-LLM's custom
+    all-reduce ``ONESHOT`` strategy for small messages, https://github.com/NVIDIA/TensorRT-LLM/blob/main/cpp/
+    tensorrt_llm/kernels/customAllReduceKernels.h; NCCL's LL protocol plays the same role)."""
+    return base_s + hop_s + (p - 1) * message_bytes / bandwidth_bytes_per_s
+
+
+def auto_allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float, base_s: float) -> Any:
+    """The faster of the one-shot and the ring all-reduce at this message size, as serving stacks pick per
+    call: one-shot wins for decode's few-KB messages (latency), the ring for prefill's megabytes (bandwidth)."""
+    return np.minimum(oneshot_allreduce_s(message_bytes, p, bandwidth_bytes_per_s, hop_s, base_s),
+                      allreduce_s(message_bytes, p, bandwidth_bytes_per_s, hop_s, base_s))
+
+
 def _collectives(profile: EngineParams) -> tuple[Any, Any]:
     """(all-reduce, all-to-all) cost functions of the family's collective algorithm."""
-    if profile.collective == "ring":
+    if profile.collective in ("ring", None):
         return allreduce_s, alltoall_s
+    if profile.collective == "auto":
+        return auto_allreduce_s, alltoall_s
     if profile.collective == "scheduled":
         return scheduled_allreduce_s, lambda m, p, bw, hop, base: base + 2 * hop + (p - 1) / p * m / bw
     # "none": the data stays on one device's fabric (a wafer): only the bytes cost time
@@ -66,8 +84,13 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
     allreduce, alltoall = _collectives(profile)
     comm: Any = 0.0
     if tp > 1:
-        n_ar = 2 * model.num_layers - (model.num_moe_layers if group.ep > 1 else 0)
-        comm = n_ar * allreduce(hidden_bytes, tp, bw, hop, profile.collective_base_s)
+        # one all-reduce per layer after attention (over the tp/dp devices of a DP-attention sub-group, on its
+        # batch/dp tokens), one after each dense MLP over all tp devices; MoE layers under EP all-to-all instead
+        att_tp = group.attention_tp
+        att = model.num_layers * allreduce(hidden_bytes / group.dp, att_tp, bw, hop, profile.collective_base_s) \
+            if att_tp > 1 else 0.0
+        n_mlp = model.num_layers - (model.num_moe_layers if group.ep > 1 else 0)
+        comm = att + n_mlp * allreduce(hidden_bytes, tp, bw, hop, profile.collective_base_s)
         if group.ep > 1:
             routed = hidden_bytes * model.experts_per_token
             comm = comm + 2 * model.num_moe_layers * alltoall(routed, group.ep, bw, hop, profile.collective_base_s)

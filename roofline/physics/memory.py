@@ -30,6 +30,20 @@ def kv_shards(model: ModelSpec, tp: int) -> int:
     return 1 if model.is_mla else min(tp, model.num_kv_heads)
 
 
+def group_kv_shards(model: ModelSpec, group: DeviceGroup) -> int:
+    """Ways one stage's KV cache is divided: dp attention sub-groups (sequences) x each sub-group's head split."""
+    return group.dp * kv_shards(model, group.attention_tp)
+
+
+def attention_replica_bytes(model: ModelSpec, formats: Formats, group: DeviceGroup) -> float:
+    """Extra attention weight bytes per device under DP attention: each of the dp sub-groups holds all the
+    attention weights split tp/dp ways, instead of tp ways (0 without DP attention)."""
+    if group.dp == 1:
+        return 0.0
+    attention = model.param_breakdown()["attention"] * formats.weight.bytes_per_element
+    return attention * (group.dp - 1) / (group.tp * group.pp)
+
+
 def stored_weight_bytes(model: ModelSpec, formats: Formats) -> float:
     """Bytes of all stored weights (every expert), non-expert and expert formats apart."""
     experts = model.param_breakdown()["experts"]
@@ -136,7 +150,7 @@ def max_batch(model: ModelSpec, group: DeviceGroup, formats: Formats, *, context
     over all memory tiers of the device.
     """
     usable = sum(group.device.get(f"{t.name}.capacity") for t in group.device.memory) * usable_fraction
-    per_seq = (model.kv_cache_bytes(context + new_tokens, formats.kv) / (kv_shards(model, group.tp) * group.pp)
+    per_seq = (model.kv_cache_bytes(context + new_tokens, formats.kv) / (group_kv_shards(model, group) * group.pp)
                + workspace_per_sequence_bytes(model, formats, group.tp, new_tokens, 1))
-    free = usable - stored_weight_bytes(model, formats) / group.count
+    free = usable - stored_weight_bytes(model, formats) / group.count - attention_replica_bytes(model, formats, group)
     return np.maximum(np.floor(free / per_seq), 0).astype(int)

@@ -41,8 +41,15 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..units import format_quantity
 from .comms import group_communication_s
-from .memory import Residency, kv_shards, place, stored_weight_bytes, workspace_per_sequence_bytes
-from .work import Work, add, count_work
+from .memory import (
+    Residency,
+    attention_replica_bytes,
+    group_kv_shards,
+    place,
+    stored_weight_bytes,
+    workspace_per_sequence_bytes,
+)
+from .work import Work, add, count_work, expert_shard_imbalance
 
 Array = NDArray[np.float64]
 LOW_PRECISION = frozenset({"fp8", "fp6", "fp4", "int8", "int4"})
@@ -267,6 +274,28 @@ def _rate(device: Device, cls: str) -> float:
 _COMPONENT_WEIGHTS = (("attention", "mlp", "shared_experts", "router", "lm_head"), ("experts",))
 
 
+def _row_efficiency(tokens: Any, params: EngineParams) -> Any:
+    """Share of the large-matmul efficiency a matmul over ``tokens`` rows reaches: T / (T + T_half) (small
+    matmuls under-fill the tensor cores), times T / (ceil(T / m) m) for a unit with tiles of m rows."""
+    eff: Any = 1.0
+    if params.compute_half_tokens > 0:
+        eff = tokens / (tokens + params.compute_half_tokens)
+    if params.m_tile > 1:   # padded rows: a matmul over T tokens costs ceil(T / m) m rows of work
+        eff = eff * tokens / (np.ceil(tokens / params.m_tile) * params.m_tile)
+    return eff
+
+
+def _expert_slowdown(work: Work, params: EngineParams) -> Any:
+    """How much slower the routed experts' matmuls run than a matmul over all the pass's tokens: each expert
+    multiplies only the tokens routed to it, T k / E_u(T) rows (about 40 at batch 1,278 for gpt-oss's 4 of 128),
+    so its row efficiency is that of a much smaller matmul (grouped-GEMM MoE kernels, docs/theory.md §2.7)."""
+    touched = np.maximum(work.experts_touched_per_layer, 1e-12)
+    per_expert = np.maximum(work.tokens * work.experts_per_token / touched, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = _row_efficiency(work.tokens, params) / _row_efficiency(per_expert, params)
+    return np.where(work.experts_touched_per_layer > 0, np.nan_to_num(ratio, nan=1.0, posinf=1.0), 1.0)
+
+
 def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: EngineParams) -> tuple[Any, Any]:
     """(matmul and attention time, dequantisation time) of one pass on one device of ``group``.
 
@@ -278,11 +307,8 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     serially with the weight stream. ``params`` is the device's resolved execution profile.
     """
     dev, act = group.device, formats.activation
-    mfu = vector_fraction = params.compute_fraction
-    if params.compute_half_tokens > 0:
-        mfu = mfu * work.tokens / (work.tokens + params.compute_half_tokens)
-    if params.m_tile > 1:   # padded rows: a matmul over T tokens costs ceil(T / m) m rows of work
-        mfu = mfu * work.tokens / (np.ceil(work.tokens / params.m_tile) * params.m_tile)
+    vector_fraction = params.compute_fraction
+    mfu = params.compute_fraction * _row_efficiency(work.tokens, params)
     w_cls, w_deq = compute_class(formats.weight, act, dev)
     e_cls, e_deq = compute_class(formats.expert, act, dev)
     classes = {"attention_proj": w_cls, "attention_core": act.compute, "mlp": w_cls, "experts": e_cls,
@@ -290,7 +316,8 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
         if np.any(flop > 0):
-            by_class.setdefault(classes[comp], []).append(flop)
+            by_class.setdefault(classes[comp], []).append(flop * _expert_slowdown(work, params) if comp == "experts"
+                                                          else flop)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product
     compute = add(*(add(*flops) * (inv_mfu / (group.tp * _rate(dev, cls)
                                             * (params.low_precision_compute_scale if cls in LOW_PRECISION else 1.0)))
@@ -314,11 +341,13 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
             prefix_tokens: Any, logits_per_seq: Any, params: EngineParams) -> tuple[Any, Residency, PassFootprint, Any]:
     """(placement over tiers, residency, footprint factors) of one pass on one device of ``group``."""
     tp, pp = group.tp, group.pp
-    imbalance = params.expert_imbalance if group.ep > 1 else 1.0
-    w_read = (work.weight_bytes_total - work.weight_bytes["experts"]
-              + imbalance * work.weight_bytes["experts"]) / (tp * pp)
-    shards = kv_shards(model, tp) * pp
-    res = Residency(weights_bytes=stored_weight_bytes(model, formats) / (tp * pp),
+    imbalance = params.expert_imbalance * expert_shard_imbalance(
+        model.num_experts, model.experts_per_token, work.tokens, group.ep) if group.ep > 1 and model.is_moe else 1.0
+    w_read = (work.weight_bytes_total - work.weight_bytes["experts"] + imbalance * work.weight_bytes["experts"]
+              + (group.dp - 1) * work.weight_bytes["attention"]) / (tp * pp)   # DP attention: tp/dp-way split
+    shards = group_kv_shards(model, group) * pp
+    res = Residency(weights_bytes=stored_weight_bytes(model, formats) / (tp * pp)
+                    + attention_replica_bytes(model, formats, group),
                     workspace_bytes=batch * workspace_per_sequence_bytes(model, formats, tp, new_tokens,
                                                                          np.asarray(logits_per_seq, dtype=float)),
                     kv_sequences=batch / shards, kv_sequence_bytes=model.kv_cache_bytes(prefix_tokens + new_tokens,
@@ -355,6 +384,8 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     work = count_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
                       logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
     compute, dequant_s = compute_time_s(work, group, formats, params)
+    if stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency
+        compute = compute / params.prefill_compute_scale
     placed, res, footprint, _ = _memory(model, group, formats, work, batch=B, new_tokens=n, prefix_tokens=p,
                                         logits_per_seq=logits_per_seq, params=params)
     comm = group_communication_s(model, group, formats.activation, work.tokens, params)

@@ -17,6 +17,8 @@ DeepSeek-V2 for MLA (https://arxiv.org/abs/2405.04434).
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import attrs
@@ -51,6 +53,7 @@ class Work:
     activation_bytes: Array
     tokens: Array
     experts_touched_per_layer: Array
+    experts_per_token: int = 0
 
     @property
     def flop_total(self) -> Array:
@@ -87,6 +90,38 @@ def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: A
         return np.zeros_like(n)
     return num_experts * -np.expm1(n * np.log1p(-experts_per_token / num_experts)) if experts_per_token < num_experts \
         else np.where(n > 0, float(num_experts), 0.0)
+
+
+@functools.cache
+def _log_choose(n: int) -> NDArray[np.float64]:
+    """log C(n, k) for k = 0..n."""
+    return np.array([math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) for k in range(n + 1)])
+
+
+def expert_shard_imbalance(num_experts: int, experts_per_token: int, tokens: ArrayLike, ep: int) -> Array:
+    """Expected experts touched on the busiest of ``ep`` expert shards over the mean, for ``tokens`` tokens.
+
+    Each of the E/ep experts of a shard is touched with probability p = 1 - (1 - k/E)^n (docs/theory.md §2.7);
+    treating the shards' counts as independent Binomial(E/ep, p), E[max] = sum_{m>=0} (1 - F(m)^ep) with F the
+    binomial CDF (the expectation of the largest of ep draws), over the mean E/ep * p. 1 without expert
+    parallelism, at n = 0 and once every expert is touched. Independence ignores that a token picks exactly
+    k experts (which spreads them a little more); the tests check the closed form against a simulation of
+    top-k routing within 10%. At batch 1, 4 of 128 experts over 8 shards: about 3x.
+    """
+    n = np.asarray(tokens, dtype=float)
+    if ep <= 1 or num_experts == 0 or experts_per_token >= num_experts:
+        return np.ones_like(n)
+    per = -(-num_experts // ep)
+    uniq, inverse = np.unique(n, return_inverse=True)
+    p = -np.expm1(uniq * np.log1p(-experts_per_token / num_experts))[:, None]
+    m = np.arange(per + 1, dtype=float)[None, :]
+    log_choose = _log_choose(per)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_pmf = log_choose[None, :] + np.where(m > 0, m * np.log(p), 0.0) + np.where(m < per, (per - m) * np.log1p(-p), 0.0)
+        cdf = np.minimum(np.cumsum(np.exp(log_pmf), axis=1), 1.0)
+        e_max = np.sum(1.0 - cdf[:, :-1] ** ep, axis=1)
+        ratio = np.where(p[:, 0] > 0, e_max / (per * p[:, 0]), 1.0)
+    return np.maximum(ratio, 1.0)[inverse].reshape(n.shape)
 
 
 def attended_pairs(prefix: ArrayLike, new: ArrayLike, window: float | None = None) -> Array:
@@ -198,7 +233,8 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
               + m.num_shared_experts * (2 * d + 3 * m.shared_intermediate_size) + d + m.num_experts)
     act = ba * (T * (nL * attn_io + n_dense * mlp_io + n_moe * moe_io) + B * logits * (d + m.vocab_size))
     return Work(flop=flop, weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
-                activation_bytes=act, tokens=T, experts_touched_per_layer=touched)
+                activation_bytes=act, tokens=T, experts_touched_per_layer=touched,
+                experts_per_token=m.experts_per_token if m.is_moe else 0)
 
 
 def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: bool) -> Any:

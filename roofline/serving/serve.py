@@ -20,8 +20,10 @@ Serving modes (docs/theory.md §6):
 TPOT is the step (or speculative round, :mod:`roofline.serving.round`) time over
 tokens per step, E2E = TTFT + (osl - 1) TPOT, interactivity = 1 / TPOT, and
 energy follows :mod:`roofline.physics.energy` for every group (busy while
-working, idle while waiting). Decode is timed at the mean context isl + osl/2
-and checked for memory at the final context isl + osl.
+working, idle while waiting). Decode is timed at the mean context isl + osl/2. Memory is checked at the
+final context isl + osl for static batches, and at the mean context for continuous batching: with a paged KV
+cache (vLLM's PagedAttention, https://arxiv.org/abs/2309.06180) sequences at every stage of their output share
+the cache, so in steady state the batch holds B x (isl + osl/2) tokens (docs/theory.md §6).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from ..physics.speculative import Acceptance
 from ..physics.stages import prefill
 from ..physics.timing import StageResult
 from ..records import ArrayRecord
+from ..specs.execution import resolve_profile
 from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink, get_link
@@ -327,10 +330,13 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None)
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
-                    extra_tokens=E * isl / osl if mixed else 0.0, fit_context=float(isl + osl - 1))
+                    extra_tokens=E * isl / osl if mixed else 0.0,
+                    fit_context=float(isl + osl // 2 if mode == "continuous" else isl + osl - 1))
     step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
     pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, prefill_batch=prefill_batch,
                          chunk=chunk, params=p)
+    overhead = resolve_profile((placement.prefill or placement.decode).device, p).request_overhead_s
+    pre = attrs.evolve(pre, ttft_s=pre.ttft_s + overhead)   # the serving stack's per-request overhead
     e2e = pre.ttft_s + (osl - 1) * step / E
     if mode == "continuous":
         tokens_per_s = B * E / step

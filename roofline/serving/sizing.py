@@ -161,8 +161,8 @@ def _evaluate(model: ModelSpec, p: Placement, target: Target, batches: np.ndarra
 def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, draft: ModelSpec | None,
                 acceptance: Acceptance | None, formats: Mapping[str, Any], params: EngineParams | None,
                 prices: Prices | None) -> Option | None:
-    end = target.request.input_tokens + target.request.output_tokens
-    bmax = min(int(max_batch(model, g, context=end, params=params, **formats)), MAX_BATCH, target.users)
+    steady = target.request.input_tokens + target.request.output_tokens // 2    # paged KV, steady state
+    bmax = min(int(max_batch(model, g, context=steady, params=params, **formats)), MAX_BATCH, target.users)
     if bmax < 1:
         return None
     p = _placement(kind, g, draft)

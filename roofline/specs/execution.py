@@ -25,7 +25,7 @@ import attrs
 from ..errors import NotFoundError, SpecError, did_you_mean
 from .devices import Device, specs_dir
 from .files import read_text
-from .params import FAMILIES, PROFILE_FIELDS, EngineParams, default_params, profile_value, with_values
+from .params import FAMILIES, NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams, default_params, profile_value, with_values
 
 PROVENANCE = ("source", "estimate", "fitted")
 
@@ -95,9 +95,16 @@ def family_profile(family: str) -> FamilyProfile:
 
 
 def resolve_profile(device: Device, params: EngineParams | None = None) -> EngineParams:
-    """The profile a device runs with: ``params`` when it describes the device's family (a calibration, a
-    what-if), else the family's own profile; then the device's ``[execution]`` overrides."""
-    base = params if params is not None and params.family == device.family else family_profile(device.family).profile
+    """The profile a device runs with: ``params`` when it describes the device's family (a calibration),
+    with the family file's family-level fields (collective algorithm, tile, pipeline hop, ...: what
+    calibration profiles never carry), else the family's own profile; then the device's ``[execution]``
+    overrides (what-ifs of any field)."""
+    if params is not None and params.family == device.family:
+        fam = family_profile(device.family).profile
+        keep = {"family"} | ({"collective"} if params.collective is not None else set())
+        base = attrs.evolve(params, **{f: getattr(fam, f) for f in NOT_IN_PROFILE_FILES if f not in keep})
+    else:
+        base = family_profile(device.family).profile
     if not device.execution:
         return base
     return with_values(base, device.execution, what=f"{device.id} [execution]")

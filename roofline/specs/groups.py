@@ -27,12 +27,27 @@ class DeviceGroup:
     the sum of the stage times plus pp - 1 hops: PP adds capacity, not speed).
     ``ep`` > 1: the MoE layers use expert parallelism (all-to-all of token
     activations) over ``ep`` of the tp devices instead of tensor-parallel all-reduce.
+    ``dp`` > 1: attention runs data-parallel over ``dp`` sub-groups of tp/dp devices ("DP attention" in
+    SGLang and TensorRT-LLM, https://lmsys.org/blog/2024-12-04-sglang-v0-4/#data-parallelism-attention-for-deepseek-models):
+    each sub-group holds the attention weights (split tp/dp ways) and the KV of its batch/dp sequences,
+    so an MLA cache is no longer replicated on every rank; the other layers still span all tp devices.
     """
 
     device: Device = attrs.field(validator=attrs.validators.instance_of(Device))
     tp: int = attrs.field(default=1, validator=_whole)
     ep: int = attrs.field(default=1, validator=_whole)
     pp: int = attrs.field(default=1, validator=_whole)
+    dp: int = attrs.field(default=1, validator=_whole)
+
+    @dp.validator
+    def _dp_divides_tp(self, _a: attrs.Attribute, v: int) -> None:
+        if v > self.tp or self.tp % v:
+            raise WorkloadError(f"dp ({v}) must divide tp ({self.tp}): attention runs on tp/dp devices per replica")
+
+    @property
+    def attention_tp(self) -> int:
+        """Devices one attention sub-group splits its heads over (tp / dp)."""
+        return self.tp // self.dp
 
     @ep.validator
     def _ep_divides_tp(self, _a: attrs.Attribute, v: int) -> None:
@@ -54,6 +69,7 @@ class DeviceGroup:
     def describe(self) -> str:
         parts = [f"TP{self.tp}"] if self.tp > 1 else []
         parts += [f"EP{self.ep}"] if self.ep > 1 else []
+        parts += [f"DP-attention{self.dp}"] if self.dp > 1 else []
         parts += [f"PP{self.pp}"] if self.pp > 1 else []
         head = f"{self.count}x {self.device.id}" if self.count > 1 else self.device.id
         return head + (f" ({', '.join(parts)})" if parts else "")

@@ -45,7 +45,7 @@ def _p(default: float, validators: list[Any]) -> Any:
 
 
 FAMILIES = ("gpu", "groq", "cerebras", "sambanova", "d-matrix", "tpu", "trainium", "gaudi", "cpu", "generic")
-COLLECTIVES = ("ring", "scheduled", "none")
+COLLECTIVES = ("ring", "scheduled", "auto", "none")
 
 
 def _tier_fractions(_inst: object, _a: attrs.Attribute, value: Mapping[str, float]) -> None:
@@ -70,6 +70,11 @@ class EngineParams:
     * ``compute_fraction`` (MFU): achieved / peak tensor FLOP/s for large passes;
       0.6 sits in the 0.5-0.7 prefill range of docs/theory.md §1.3 (PaLM reached
       0.76, https://arxiv.org/abs/2204.02311).
+    * ``prefill_compute_scale``: prefill passes reach this fraction of the efficiency decode-sized passes
+      reach (long-prompt attention kernels, activation all-reduces and scheduling a serving stack pays per
+      prompt; 1 = the same).
+    * ``request_overhead_s``: per-request time before the first token that is not model execution (HTTP,
+      tokenisation, admission by the scheduler, detokenising and streaming the first token); added to TTFT.
     * ``low_precision_compute_scale``: FP8/FP6/FP4/INT8/INT4 tensor-core matmuls
       reach this fraction of the efficiency BF16 ones reach; 1 = same.
     * ``compute_half_tokens``: a pass over T tokens reaches
@@ -91,14 +96,17 @@ class EngineParams:
     * ``usable_memory_fraction``: share of each tier an engine may fill with
       weights, KV and workspace; vLLM's ``gpu_memory_utilization`` defaults to
       0.9 (https://docs.vllm.ai/en/latest/configuration/engine_args.html).
-    * ``expert_imbalance``: busiest expert shard / mean under expert parallelism (>= 1).
+    * ``expert_imbalance``: routing skew on top of uniform routing's busiest-shard imbalance under expert
+      parallelism (computed, :func:`roofline.physics.work.expert_shard_imbalance`); 1 = uniform routing.
     * ``family``: the device family this profile describes.
     * ``m_tile``: rows of the matmul unit's tile; a pass over T tokens computes ceil(T/m_tile) x m_tile
       rows (1 = matrix-vector native: nothing wasted at batch 1).
     * ``tier_bandwidth_fraction``: achieved fraction of peak per memory tier by name (SRAM and HBM differ);
       tiers not listed use ``memory_bandwidth_fraction``.
     * ``collective``: how the family's collectives run: ``ring`` (NCCL-like, latency grows with ranks),
-      ``scheduled`` (compiler-scheduled direct exchange: t0 + 2 hops + bytes/W), ``none`` (no collectives).
+      ``scheduled`` (compiler-scheduled direct exchange: t0 + 2 hops + bytes/W), ``auto`` (the faster of a
+      one-shot all-reduce and the ring at each message size, as GPU serving stacks choose), ``none`` (no
+      collectives); None = the family's (a serving stack's own choice comes from :data:`STACK_COLLECTIVES`).
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
       or a launch-bound GPU is not at idle power).
@@ -107,6 +115,8 @@ class EngineParams:
 
     memory_bandwidth_fraction: float = _p(0.80, _frac)
     compute_fraction: float = _p(0.60, _frac)
+    prefill_compute_scale: float = _p(1.0, _frac)
+    request_overhead_s: float = _p(0.0, _nonneg)
     link_bandwidth_fraction: float = _p(0.80, _frac)
     low_precision_compute_scale: float = _p(1.0, _frac)
     compute_half_tokens: float = _p(0.0, _nonneg)
@@ -123,7 +133,7 @@ class EngineParams:
     tier_bandwidth_fraction: Mapping[str, float] = attrs.field(
         factory=dict, converter=lambda m: MappingProxyType({k: _float(v) for k, v in dict(m).items()}),
         validator=_tier_fractions)
-    collective: str = attrs.field(default="ring", validator=one_of(COLLECTIVES))
+    collective: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(COLLECTIVES)))
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
@@ -138,6 +148,8 @@ class EngineParams:
 PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "memory_bandwidth_fraction": ("memory_bandwidth_fraction", "fraction"),
     "compute_fraction": ("compute_fraction", "fraction"),
+    "prefill_compute_scale": ("prefill_compute_scale", "fraction"),
+    "request_overhead": ("request_overhead_s", "s"),
     "link_bandwidth_fraction": ("link_bandwidth_fraction", "fraction"),
     "low_precision_compute_scale": ("low_precision_compute_scale", "fraction"),
     "compute_half_tokens": ("compute_half_tokens", "number"),
@@ -199,13 +211,35 @@ def with_values(base: EngineParams, values: Mapping[str, Any], *, what: str) -> 
 
 
 def stack_family(stack: str) -> str:
-    """The serving-stack family of a measurement's ``stack`` column: gpt-fast, tensorrt-llm, or other."""
+    """The serving-stack family of a measurement's ``stack`` column: gpt-fast, tensorrt-llm (with NIM and
+    MLPerf submissions built on it), vllm, sglang, or other."""
     s = stack.lower()
     if "gpt-fast" in s:
         return "gpt-fast"
     if re.search(r"tensorrt|trt-llm|nim", s):
         return "tensorrt-llm"
+    if "sglang" in s:
+        return "sglang"
+    if "vllm" in s:
+        return "vllm"
     return "other"
+
+
+def with_stack_collective(params: EngineParams, stack: str) -> EngineParams:
+    """``params`` with the all-reduce algorithm of the serving stack that ran a measurement, unless set."""
+    family = stack_family(stack)
+    if params.collective is not None or family not in STACK_COLLECTIVES:
+        return params
+    return attrs.evolve(params, collective=STACK_COLLECTIVES[family])
+
+
+#: The all-reduce each serving-stack family runs inside a GPU group: gpt-fast calls torch.distributed's
+#: all_reduce, i.e. NCCL's ring/tree (https://github.com/pytorch-labs/gpt-fast/blob/main/tp.py);
+#: TensorRT-LLM's custom all-reduce picks one-shot or two-shot per message size
+#: (https://github.com/NVIDIA/TensorRT-LLM/blob/main/cpp/tensorrt_llm/kernels/customAllReduceKernels.h), as
+#: does vLLM's custom all-reduce, which SGLang reuses
+#: (https://github.com/vllm-project/vllm/blob/main/csrc/custom_all_reduce.cuh).
+STACK_COLLECTIVES = {"gpt-fast": "ring", "tensorrt-llm": "auto", "vllm": "auto", "sglang": "auto"}
 
 
 @attrs.frozen(kw_only=True)
@@ -217,8 +251,8 @@ class Profile:
     path: str = ""
 
     def for_stack(self, stack: str) -> EngineParams:
-        """The parameters of a stack's family, else the default set."""
-        return self.families.get(stack_family(stack), self.default)
+        """The parameters of a stack's family (else the default set), with the stack's all-reduce algorithm."""
+        return with_stack_collective(self.families.get(stack_family(stack), self.default), stack)
 
 
 #: Family-level settings that calibration profiles (per serving stack) do not carry.

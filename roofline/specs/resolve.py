@@ -66,11 +66,11 @@ def split_group(text: str) -> tuple[str, int, int]:
 
 
 def resolve_group(group: GroupLike, *, tp: int | None = None, ep: int | None = None,
-                  pp: int | None = None) -> DeviceGroup:
+                  pp: int | None = None, dp: int | None = None) -> DeviceGroup:
     """A :class:`DeviceGroup` from a record, a Device, or a group string.
 
-    ``tp``, ``ep`` and ``pp`` fill in what the group does not say; a value that contradicts it
-    (``"b200:8"`` with ``tp=2``) is an error rather than a silent choice.
+    ``tp``, ``ep``, ``pp`` and ``dp`` (attention data-parallel degree) fill in what the group does not say;
+    a value that contradicts it (``"b200:8"`` with ``tp=2``) is an error rather than a silent choice.
     """
     if isinstance(group, DeviceGroup):
         base = group
@@ -82,11 +82,11 @@ def resolve_group(group: GroupLike, *, tp: int | None = None, ep: int | None = N
     else:
         raise WorkloadError(f"a device group is {SYNTAX}, a Device or a DeviceGroup, got {group!r}")
     changes: dict[str, int] = {}
-    for key, value in (("tp", tp), ("pp", pp), ("ep", ep)):
+    for key, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
         if value is None:
             continue
         have = getattr(base, key)
-        if key != "ep" and have != 1 and value != have:
+        if key in ("tp", "pp") and have != 1 and value != have:
             raise WorkloadError(f"device group {base.shape!r} has {key} {have} but {key}={value!r} was also given")
         changes[key] = value
     return attrs.evolve(base, **changes) if changes else base

@@ -492,7 +492,8 @@ def calibration_table(d: dict[str, Any]) -> Table:
     fams = list(d["families"])
     t = _table(title=f"calibration on {len(d['rows'])} rows of {d['data']}",
               caption=f"In-sample median |error| {d['median_abs_error']:.1%}"
-                      + (f", leave-one-out {d['loo_median_abs_error']:.1%}" if d["loo_median_abs_error"] else "")
+                      + (f", held out ({d['heldout']}) {d['heldout_median_abs_error']:.1%}"
+                         if d["heldout_median_abs_error"] else "")
                       + (f". Profile written to {d['profile']}." if d["profile"] else "."))
     t.add_column("parameter")
     for f in ("default", *fams):
@@ -675,6 +676,25 @@ def layer_fit_view(fit: Any, path: str) -> View:
     data = {"family": fit.family, "layer_overhead_s": fit.layer_overhead_s,
             "moe_layer_overhead_s": fit.moe_layer_overhead_s, "fitted_rows": fit.fitted_rows,
             "held_out_errors": fit.held_out_errors, "data": path}
+    return View(tables=[t], data=data, rows=rows)
+
+
+def power_fit_view(fit: Any, path: str) -> View:
+    """The GPU family's fitted busy-power floor: power rows before and after, J-per-token rows as a check."""
+    after = np.abs(list(fit.fitted_rows.values()))
+    check = np.abs(list(fit.checked_rows.values()))
+    t = _table(title=f"gpu: busy-power floor fitted on measured power ({path})",
+               caption=f"busy_floor_fraction = {fit.floor_fraction:.2f} of TDP (write it into "
+                       "hardware_specs/execution/gpu.toml). Power rows were fitted; J-per-token rows were not.")
+    for c in ("rows", "n", "median abs error"):
+        t.add_column(c, justify="left" if c == "rows" else "right")
+    t.add_row("power, linear utilisation alone (floor 0)", str(after.size), f"{fit.median_abs_error_before:.0%}")
+    t.add_row(f"power, floor {fit.floor_fraction:.2f}", str(after.size), f"{np.median(after):.0%}" if after.size else "—")
+    t.add_row("J per output token (check)", str(check.size), f"{np.median(check):.0%}" if check.size else "—")
+    data = {"family": "gpu", "busy_floor_fraction": fit.floor_fraction, "fitted_rows": fit.fitted_rows,
+            "checked_rows": fit.checked_rows, "median_abs_error_before": fit.median_abs_error_before, "data": path}
+    rows = [{"id": k, "role": "fitted", "error": v} for k, v in fit.fitted_rows.items()]
+    rows += [{"id": k, "role": "check", "error": v} for k, v in fit.checked_rows.items()]
     return View(tables=[t], data=data, rows=rows)
 
 

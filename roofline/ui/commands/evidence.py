@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from ...errors import RooflineError
-from ...evidence.calibrate import calibrate, fit_layer_overhead, save_profile, uncertainty
+from ...evidence.calibrate import calibrate, fit_layer_overhead, fit_power_floor, save_profile, uncertainty
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...specs.files import check_writable
@@ -64,10 +64,18 @@ def cmd_calibrate_family(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
+    if args.energy:
+        if args.family or args.out or args.loo or args.folds:
+            raise UsageError("--energy prints the GPU busy-power floor for the family file; it takes only --data "
+                             "and --profile")
+        path = args.data or str(shipped_data())
+        fit = fit_power_floor(read_rows(path), profile(args))
+        emit(console, render.power_fit_view(fit, path), args)
+        return 0
     if args.family:
         if args.family == "gpu":
             raise UsageError("the gpu family is calibrated without --family (roofline calibrate [--out ...])")
-        if args.out or args.loo:
+        if args.out or args.loo or args.folds:
             raise UsageError("--family prints the fitted per-layer latencies for the family file; --out and --loo "
                              "apply to the GPU calibration")
         return cmd_calibrate_family(args, console)
@@ -82,11 +90,14 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
         def tick(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=what)
 
-        fit = calibrate(rows, leave_one_out=args.loo, progress=tick)
+        if args.loo and args.folds:
+            raise UsageError("give --loo or --folds, not both")
+        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick)
     if args.out:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
     data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
-            "loo_median_abs_error": fit.loo_median_abs_error, "loo_errors": fit.loo_errors,
+            "heldout": fit.holdout or None, "heldout_median_abs_error": fit.loo_median_abs_error,
+            "heldout_errors": fit.loo_errors,
             "default": render.params_dict(fit.profile.default),
             "families": {k: render.params_dict(v) for k, v in fit.profile.families.items()},
             "standard_errors": fit.standard_errors, "uncertainty": uncertainty(fit), "profile": args.out}
@@ -119,6 +130,10 @@ def register(add: Adder) -> None:
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
     sp.add_argument("--loo", action="store_true", help="also compute the leave-one-out error (slow: one fit per row)")
+    sp.add_argument("--folds", type=int, default=None, metavar="K",
+                    help="also compute the held-out error with K folds of whole publications (K fits)")
+    sp.add_argument("--energy", action="store_true",
+                    help="fit the GPU busy-power floor to the measured power rows (J-per-token rows check it)")
     sp.add_argument("--family", default=None, metavar="FAMILY",
                     help="fit a dataflow family's per-layer latency on its smallest models' rows (groq, cerebras, ...) "
                          "and show how it predicts the larger ones")

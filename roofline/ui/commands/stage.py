@@ -49,7 +49,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     batch = np.array(parse_ints(args.batch, "--batch"))
     model = load_model(args.model)
     wi = what_if(args)
-    group = resolve_group(args.device, tp=args.tp, ep=args.ep)
+    group = resolve_group(args.device, tp=args.tp, ep=args.ep, dp=args.dp)
     wi.check_used([group.device])
     group = wi.apply_group(group)
     params = engine_params(args)
@@ -128,6 +128,8 @@ def register(add: Adder) -> None:
     sp.add_argument("--gamma", type=nonnegative, default=None, help="also show verify of gamma+1 tokens")
     sp.add_argument("--tp", type=positive, default=None, help="tensor-parallel devices (or write ID:N)")
     sp.add_argument("--ep", type=positive, default=None, help="expert-parallel degree (divides the TP degree)")
+    sp.add_argument("--dp", type=positive, default=None,
+                    help="attention data-parallel degree (divides the TP degree; DeepSeek-style DP attention)")
     add_formats(sp)
     add_what_if(sp)
     sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the roofline chart (needs the plot extra)")
