@@ -120,3 +120,20 @@ def test_gpu_busy_floor_is_the_energy_fit():
     assert fit.floor_fraction == pytest.approx(resolve_profile(rl.load_device("h100-sxm")).busy_floor_fraction)
     assert np.median(np.abs(list(fit.fitted_rows.values()))) < fit.median_abs_error_before
     assert len(fit.checked_rows) >= 30
+
+
+def test_request_overhead_only_where_a_server_answers(tmp_path):
+    """A stack timed in-process (trtllm-bench, gptSessionBenchmark, MLPerf, gpt-fast) has no API server before
+    its first token; a served stack pays its family's per-request overhead on TTFT and nowhere else."""
+    header = open(shipped_data()).readline().replace(",dp,", ",")
+    base = ("{id},https://x,{stack},h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,8,continuous,1000,200,none,0,,"
+            "{metric},100,A,")
+    rows = [base.format(id=i, stack=s, metric=m) for i, s, m in [
+        ("A", "TensorRT-LLM v0.5 (gptSessionBenchmark)", "ttft_ms"), ("B", "TensorRT-LLM 1.2 (trtllm-serve)", "ttft_ms"),
+        ("C", "TensorRT-LLM v0.5 (gptSessionBenchmark)", "itl_ms"), ("D", "TensorRT-LLM 1.2 (trtllm-serve)", "itl_ms")]]
+    p = tmp_path / "r.csv"
+    p.write_text(header + "\n".join(rows) + "\n")
+    got = {r["id"]: r["predicted"] for r in validate(read_rows(p)).rows}
+    overhead_ms = shipped_profile().for_stack("TensorRT-LLM").request_overhead_s * 1e3
+    assert overhead_ms > 0
+    assert got["B"] - got["A"] == pytest.approx(overhead_ms) and got["C"] == pytest.approx(got["D"])

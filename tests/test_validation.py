@@ -139,7 +139,7 @@ def test_shipped_profile_is_reproducible_by_a_refit(tmp_path):
         got, want = getattr(fit.profile.default, k), getattr(shipped.default, k)
         assert lo <= got <= hi
         assert got == pytest.approx(want, rel=0.05, abs=0.05 * scale), k
-    assert fit.median_abs_error < 0.15
+    assert fit.median_abs_error < 0.30
     out = tmp_path / "p.toml"
     save_profile(fit, str(out), data="test")
     again = load_profile(out)

@@ -13,6 +13,7 @@ import csv
 import io
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_p
            "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w")
 #: Metrics of energy (reported apart from time: a different model with different errors).
 ENERGY_METRICS = ("energy_per_token_j", "power_w")
+#: Stacks timed in-process (an offline benchmark or harness, no HTTP server): their TTFT has no request overhead.
+IN_PROCESS = re.compile(r"bench|gptsession|mlperf|gpt-fast|torchao", re.IGNORECASE)
 #: Metrics some publications give that the model does not predict, with why.
 UNMODELLED = {"system_power_w": "whole-system wall power (CPUs, fans, power supplies) is not modelled: only the "
                                 "accelerators' power is"}
@@ -204,6 +207,8 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     if metric not in METRICS:
         raise RooflineError(f"unknown metric {metric!r}")
     params = with_stack_collective(params, row.get("stack"))
+    if IN_PROCESS.search(row.get("stack")):   # timed inside the engine: no API server before the first token
+        params = attrs.evolve(params, request_overhead_s=0.0)
     model = resolve_model(row.get("model"))
     dev = _device_memory(resolve_device(row.get("hardware")))
     for path, value in (what_if or {}).items():

@@ -389,11 +389,12 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     placed, res, footprint, _ = _memory(model, group, formats, work, batch=B, new_tokens=n, prefix_tokens=p,
                                         logits_per_seq=logits_per_seq, params=params)
     comm = group_communication_s(model, group, formats.activation, work.tokens, params)
-    # fixed costs: per pass (launches, host round trip) and per layer (kernel boundaries on GPUs, the
-    # stage latency of a compiled pipeline on dataflow chips); a pipeline's pp stages hold 1/pp of the
-    # layers each, so a token still crosses every layer
+    # fixed costs: per pass (launches, host round trip), per layer (kernel boundaries on GPUs, the
+    # stage latency of a compiled pipeline on dataflow chips; a pipeline's pp stages hold 1/pp of the
+    # layers each, so a token still crosses every layer) and per sequence (the host's scheduling, sampling
+    # and detokenising of each running sequence every step)
     overhead = (params.step_overhead_s + params.layer_overhead_s * model.num_layers
-                + params.moe_layer_overhead_s * model.num_moe_layers + dequant_s)
+                + params.moe_layer_overhead_s * model.num_moe_layers + params.sequence_overhead_s * B + dequant_s)
     footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
     return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
                     context=p, compute=compute, by_tier=placed.time_by_tier_s, comm=comm, overhead=overhead,

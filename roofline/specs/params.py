@@ -73,6 +73,9 @@ class EngineParams:
     * ``prefill_compute_scale``: prefill passes reach this fraction of the efficiency decode-sized passes
       reach (long-prompt attention kernels, activation all-reduces and scheduling a serving stack pays per
       prompt; 1 = the same).
+    * ``sequence_overhead_s``: host time per running sequence per step (scheduling, sampling, detokenising:
+      Python schedulers pay tens of microseconds per sequence, so a step over 1,000 sequences costs
+      milliseconds before any kernel runs).
     * ``request_overhead_s``: per-request time before the first token that is not model execution (HTTP,
       tokenisation, admission by the scheduler, detokenising and streaming the first token); added to TTFT.
     * ``low_precision_compute_scale``: FP8/FP6/FP4/INT8/INT4 tensor-core matmuls
@@ -117,6 +120,7 @@ class EngineParams:
     compute_fraction: float = _p(0.60, _frac)
     prefill_compute_scale: float = _p(1.0, _frac)
     request_overhead_s: float = _p(0.0, _nonneg)
+    sequence_overhead_s: float = _p(0.0, _nonneg)
     link_bandwidth_fraction: float = _p(0.80, _frac)
     low_precision_compute_scale: float = _p(1.0, _frac)
     compute_half_tokens: float = _p(0.0, _nonneg)
@@ -150,6 +154,7 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "compute_fraction": ("compute_fraction", "fraction"),
     "prefill_compute_scale": ("prefill_compute_scale", "fraction"),
     "request_overhead": ("request_overhead_s", "s"),
+    "sequence_overhead": ("sequence_overhead_s", "s"),
     "link_bandwidth_fraction": ("link_bandwidth_fraction", "fraction"),
     "low_precision_compute_scale": ("low_precision_compute_scale", "fraction"),
     "compute_half_tokens": ("compute_half_tokens", "number"),
