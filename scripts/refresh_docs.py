@@ -97,11 +97,18 @@ def refresh_readme(loo: dict[str, float]) -> None:
     readme = block_after(readme, "roofline stage gpt-oss-120b h200-sxm --batch 1,64,256", "\n".join(stage[start:]))
     v = json.loads(sh(*RL, "validate", "--json"))
     held = {f: json.loads(sh(*RL, "calibrate", "--family", f, "--json"))["held_out_errors"] for f in FAMILY_NAMES}
-    i = readme.index("<!-- accuracy table")
-    i = readme.index("\n", i) + 1
-    j = readme.index("<!-- end accuracy table -->")
-    readme = readme[:i] + accuracy_table(v, loo, held) + "\n" + readme[j:]
-    (ROOT / "README.md").write_text(readme)
+    table = accuracy_table(v, loo, held)
+    (ROOT / "README.md").write_text(between_markers(readme, table))
+    doc = ROOT / "docs" / "validation.md"
+    doc.write_text(between_markers(doc.read_text(), table))
+
+
+def between_markers(text: str, table: str) -> str:
+    """Replace what lies between the accuracy-table markers."""
+    i = text.index("<!-- accuracy table")
+    i = text.index("\n", i) + 1
+    j = text.index("<!-- end accuracy table -->")
+    return text[:i] + table + "\n" + text[j:]
 
 
 def refresh_examples() -> None:

@@ -137,3 +137,42 @@ def test_request_overhead_only_where_a_server_answers(tmp_path):
     overhead_ms = shipped_profile().for_stack("TensorRT-LLM").request_overhead_s * 1e3
     assert overhead_ms > 0
     assert got["B"] - got["A"] == pytest.approx(overhead_ms) and got["C"] == pytest.approx(got["D"])
+
+
+def test_expert_matmuls_run_at_their_routed_rows_efficiency():
+    """gpt-oss at 1,278 tokens: each expert multiplies ~40 rows, so with T_half = 64 its matmuls run 2.5x
+    slower than a matmul over the whole pass would."""
+    from roofline.physics.timing import _expert_slowdown
+    from roofline.physics.work import count_work, expected_experts_touched
+    from roofline.specs.formats import Formats
+    m = rl.load_model("gpt-oss-120b")
+    w = count_work(m, Formats.for_model(m), batch=np.array(1278.0), new_tokens=1.0, prefix_tokens=1024.0,
+                   logits_per_seq=1.0, mla_absorbed=True)
+    params = rl.EngineParams(compute_half_tokens=64.0)
+    rows = 1278 * 4 / float(expected_experts_touched(128, 4, 1278))
+    assert 35 < rows < 45
+    want = (1278 / (1278 + 64)) / (rows / (rows + 64))
+    assert float(_expert_slowdown(w, params)) == pytest.approx(want)
+    assert float(_expert_slowdown(w, rl.EngineParams(compute_half_tokens=0.0))) == 1.0
+
+
+def test_prefill_keeps_its_own_share_of_the_efficiency():
+    g = rl.resolve_group("h100-sxm")
+    base = rl.EngineParams(compute_fraction=0.8, step_overhead_s=0.0, layer_overhead_s=0.0)
+    half = rl.EngineParams(compute_fraction=0.8, prefill_compute_scale=0.5, step_overhead_s=0.0, layer_overhead_s=0.0)
+    p1, p2 = (rl.prefill("llama-3.1-8b", g, prompt=8192, params=p) for p in (base, half))
+    assert float(p2.compute_s) == pytest.approx(2 * float(p1.compute_s))
+    d1, d2 = (rl.decode_step("llama-3.1-8b", g, batch=64, context=2048, params=p) for p in (base, half))
+    assert float(d2.time_s) == pytest.approx(float(d1.time_s))
+
+
+def test_dp_attention_stops_replicating_the_latent_cache():
+    """DeepSeek's MLA cache is one latent head: under TP8 every rank holds every sequence's cache; with DP
+    attention over 8 each rank holds 1/8 of the sequences (at the price of the attention weights per rank)."""
+    dev = rl.load_device("b200")
+    fmt = dict(weights="fp8", kv="fp8", activations="fp8")
+    tp = rl.max_batch("deepseek-r1", rl.DeviceGroup(device=dev, tp=8, ep=8), context=4096, **fmt)
+    dp = rl.max_batch("deepseek-r1", rl.DeviceGroup(device=dev, tp=8, ep=8, dp=8), context=4096, **fmt)
+    assert 6 < dp / tp <= 8
+    with pytest.raises(rl.WorkloadError, match="dp"):
+        rl.DeviceGroup(device=dev, tp=8, dp=3)

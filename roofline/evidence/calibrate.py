@@ -9,7 +9,9 @@ family (gpt-fast against TensorRT-LLM/NIM: their kernels and schedulers
 differ); the rest are shared. Residuals are log(predicted / measured), so a row
 2x too fast weighs as much as one 2x too slow. The fit reports each parameter
 with its standard error (Jacobian at the optimum) and, on request, the
-leave-one-out error: each row predicted by a fit that never saw it.
+held-out error: each row predicted by a fit that never saw it (leave-one-out, or folds of whole
+publications). The loss is soft-L1 on the log residuals, so a few rows the model cannot express do not pull
+every parameter.
 """
 
 from __future__ import annotations
