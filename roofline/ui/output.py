@@ -6,33 +6,16 @@ import argparse
 import csv
 import io
 import json
-import math
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.text import Text
 
+from ..records import plain
 from .render import View
 
-
-def jsonable(value: Any) -> Any:
-    """numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null)."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.str_):
-        return str(value)
-    return value
+#: numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null): the records' own conversion.
+jsonable = plain
 
 
 def csv_text(rows: list[dict[str, Any]]) -> str:
