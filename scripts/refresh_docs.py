@@ -140,6 +140,23 @@ def refresh_peer(loo: dict[str, float]) -> None:
     (ROOT / "docs" / "validation.md").write_text(doc)
 
 
+SIZE = ["size", "gpt-oss-120b", "--devices", "b200,h200-sxm,mi300x,groq-lpu,corsair", "--users", "500",
+        "--min-tokens-per-s-per-user", "50", "--ttft-ms", "500"]
+
+
+def refresh_planning() -> None:
+    """docs/planning.md: the sizing transcript and the emitted vLLM command of its first B200 option."""
+    doc = (ROOT / "docs" / "planning.md").read_text()
+    doc = block_after(doc, "--users 500 --min-tokens-per-s-per-user 50 --ttft-ms 500", sh(*RL, *SIZE))
+    out = sh(*RL, *SIZE[:3], "b200", *SIZE[4:], "--emit", "vllm").splitlines()
+    start = next(i for i, line in enumerate(out) if line.startswith("# b200"))
+    end = next((i for i in range(start + 1, len(out)) if not out[i].strip()), len(out))
+    i = doc.index("   ```\n   # b200")
+    j = doc.index("   ```", i + 6)
+    doc = doc[:i] + "   ```\n" + "\n".join("   " + line for line in out[start:end]) + "\n" + doc[j:]
+    (ROOT / "docs" / "planning.md").write_text(doc)
+
+
 def refresh_figures() -> None:
     try:
         sh(*RL, "validate", "--plot", "docs/validation.png")
@@ -163,6 +180,7 @@ def main() -> None:
     loo = json.loads((ROOT / "docs" / "heldout_errors.json").read_text())
     refresh_readme(loo)
     refresh_examples()
+    refresh_planning()
     refresh_peer(loo)
     refresh_figures()
     print("README.md and docs/ refreshed")
