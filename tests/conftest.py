@@ -30,3 +30,10 @@ def golden() -> dict:
     import tomllib
     from pathlib import Path
     return tomllib.loads((Path(__file__).parent / "golden" / "published.toml").read_text())
+
+
+def validation_header() -> str:
+    """The measurements CSV header without the optional dp column (the tests' rows use the older format, which
+    must keep working)."""
+    from roofline.evidence.validate import shipped_data
+    return open(shipped_data()).readline().replace(",dp,", ",")

@@ -5,6 +5,7 @@ import tomllib
 
 import numpy as np
 import pytest
+from conftest import validation_header
 
 import roofline as rl
 from roofline.errors import SpecError
@@ -150,7 +151,7 @@ def test_stage_runs_for_any_family_group(run_cli):
 
 
 def test_validation_rows_take_the_family_layout(tmp_path):
-    header = open(shipped_data()).readline().replace(",dp,", ",")   # the format without the optional dp column
+    header = validation_header()
     row = ("T1,https://x,x,groq-lpu,,,,1,llama-3.1-8b,int8,,fp16,1,static,1000,1000,none,0,,"
            "decode_tokens_per_s_per_user,750,C,")
     p = tmp_path / "t.csv"

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import validation_header
 
 import roofline as rl
 from roofline.evidence.validate import read_rows, shipped_data, validate
@@ -90,7 +91,7 @@ def test_continuous_batching_holds_the_mean_context():
 
 
 def test_energy_rows_are_validated_apart(tmp_path):
-    header = open(shipped_data()).readline().replace(",dp,", ",")   # the format without the optional dp column
+    header = validation_header()
     rows = ["E1,https://x,vLLM,h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,64,continuous,500,300,none,0,,"
             "energy_per_token_j,0.2,A,",
             "E2,https://x,vLLM,h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,64,continuous,500,300,none,0,,power_w,500,A,",
@@ -125,7 +126,7 @@ def test_gpu_busy_floor_is_the_energy_fit():
 def test_request_overhead_only_where_a_server_answers(tmp_path):
     """A stack timed in-process (trtllm-bench, gptSessionBenchmark, MLPerf, gpt-fast) has no API server before
     its first token; a served stack pays its family's per-request overhead on TTFT and nowhere else."""
-    header = open(shipped_data()).readline().replace(",dp,", ",")
+    header = validation_header()
     base = ("{id},https://x,{stack},h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,8,continuous,1000,200,none,0,,"
             "{metric},100,A,")
     rows = [base.format(id=i, stack=s, metric=m) for i, s, m in [

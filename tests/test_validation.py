@@ -5,6 +5,7 @@ import json
 import attrs
 import numpy as np
 import pytest
+from conftest import validation_header
 
 import roofline as rl
 from roofline.errors import SpecError
@@ -91,7 +92,7 @@ def test_stack_families():
 
 def test_data_parallel_replicas_multiply_throughput(tmp_path):
     """n_devices = replicas x tp x pp: the deployment's concurrency spreads over the replicas, totals add up."""
-    header = open(shipped_data()).readline().replace(",dp,", ",")   # the format without the optional dp column
+    header = validation_header()
     base = ("{id},https://x,vLLM,h100-sxm,{n},{tp},,1,llama-3.1-8b,bf16,,bf16,{b},continuous,1000,500,none,0,,"
             "{metric},1000,A,")
     rows = [base.format(id="A", n=2, tp=2, b=16, metric="output_tokens_per_s_total"),

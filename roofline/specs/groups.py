@@ -40,19 +40,16 @@ class DeviceGroup:
     dp: int = attrs.field(default=1, validator=_whole)
 
     @dp.validator
-    def _dp_divides_tp(self, _a: attrs.Attribute, v: int) -> None:
+    @ep.validator
+    def _divides_tp(self, a: attrs.Attribute, v: int) -> None:
         if v > self.tp or self.tp % v:
-            raise WorkloadError(f"dp ({v}) must divide tp ({self.tp}): attention runs on tp/dp devices per replica")
+            why = {"ep": "experts are spread over the tp devices", "dp": "attention runs on tp/dp devices per replica"}
+            raise WorkloadError(f"{a.name} ({v}) must divide tp ({self.tp}): {why[a.name]}")
 
     @property
     def attention_tp(self) -> int:
         """Devices one attention sub-group splits its heads over (tp / dp)."""
         return self.tp // self.dp
-
-    @ep.validator
-    def _ep_divides_tp(self, _a: attrs.Attribute, v: int) -> None:
-        if v > self.tp or self.tp % v:
-            raise WorkloadError(f"ep ({v}) must divide tp ({self.tp}): experts are spread over the tp devices")
 
     @property
     def count(self) -> int:

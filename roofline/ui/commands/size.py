@@ -22,16 +22,13 @@ from ..options import (
     add_prices,
     add_what_if,
     engine_params,
+    formats,
     number,
     positive,
     price_list,
     what_if,
 )
 from ..output import emit
-
-
-def _formats(args: argparse.Namespace) -> dict[str, Any]:
-    return {"weights": args.weights, "experts": args.experts, "kv": args.kv, "activations": args.activations}
 
 
 def _launch(engine: str, model: Any, option: Any, request: Request) -> dict[str, Any]:
@@ -64,7 +61,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     draft = load_model(args.draft) if args.draft else None
     prices = price_list(args)
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
-                   formats=_formats(args), params=engine_params(args), prices=prices)
+                   formats=formats(args), params=engine_params(args), prices=prices)
     commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []
     emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe()), args)
     return 0
