@@ -2,7 +2,7 @@
 
 Run after anything that changes numbers (a refit of roofline/profiles/default.toml, engine or profile changes):
 
-    python scripts/refresh_docs.py [--heldout]  # --heldout also refits on 5 folds of publications (about 25 minutes)
+    python scripts/refresh_docs.py [--heldout]  # --heldout also refits on 5 folds of publications (about 15 minutes, 2 processes)
                                                 # for docs/heldout_errors.json
 
 Needs the plot extra (matplotlib) for the figures and llm-analysis for the peer table (both skipped if absent).
@@ -175,7 +175,7 @@ def main() -> None:
     ap.add_argument("--heldout", action="store_true")
     args = ap.parse_args()
     if args.heldout:
-        fit = json.loads(sh(*RL, "calibrate", "--folds", "5", "--json"))
+        fit = json.loads(sh(*RL, "calibrate", "--folds", "5", "--jobs", "2", "--json"))
         (ROOT / "docs" / "heldout_errors.json").write_text(json.dumps(fit["heldout_errors"], indent=1) + "\n")
     loo = json.loads((ROOT / "docs" / "heldout_errors.json").read_text())
     refresh_readme(loo)

@@ -51,8 +51,8 @@ def test_no_non_gpu_device_carries_gpu_fitted_costs(device):
     gpu = rl.default_params()
     prof = rl.resolve_profile(rl.load_device(device))
     assert prof.family != "gpu"
-    for name in ("step_overhead_s", "layer_overhead_s", "compute_half_tokens", "low_precision_compute_scale",
-                 "collective_base_s", "dequant_ops_per_element", "memory_bandwidth_fraction"):
+    for name in ("step_overhead_s", "kernel_overhead_s", "compute_half_tokens", "fp4_compute_scale",
+                 "collective_base_s", "memory_bandwidth_fraction"):
         assert getattr(prof, name) != getattr(gpu, name), name
     # even when a caller passes the GPU parameters explicitly
     assert rl.resolve_profile(rl.load_device(device), gpu) == prof

@@ -7,10 +7,13 @@ from conftest import validation_header
 import roofline as rl
 from roofline.evidence.validate import read_rows, shipped_data, validate
 from roofline.physics.comms import allreduce_s, auto_allreduce_s, oneshot_allreduce_s
-from roofline.physics.work import expert_shard_imbalance
-from roofline.serving.serve import Placement, Request, evaluate_serving
+from roofline.physics.timing import attention_class, evaluate_pass
+from roofline.physics.work import count_work, expert_shard_imbalance, kernels_per_pass, with_prompt_chunks
+from roofline.serving.serve import Placement, Request, evaluate_serving, prefill_queue_s
 from roofline.specs.execution import resolve_profile
+from roofline.specs.formats import Formats
 from roofline.specs.params import STACK_COLLECTIVES, shipped_profile
+from roofline.specs.resolve import resolve_model
 
 
 def _simulated_imbalance(E, k, tokens, ep, trials, rng):
@@ -177,3 +180,142 @@ def test_dp_attention_stops_replicating_the_latent_cache():
     assert 6 < dp / tp <= 8
     with pytest.raises(rl.WorkloadError, match="dp"):
         rl.DeviceGroup(device=dev, tp=8, dp=3)
+
+
+
+def _continuous(model, group, isl, osl, batch, **kw):
+    return evaluate_serving(model, Placement(name="x", decode=rl.resolve_group(group)),
+                            Request(input_tokens=isl, output_tokens=osl), batch=batch, mode="continuous", **kw)
+
+
+def _step(model, group, batch, new_tokens, context, chunks=0.0, chunk_tokens=0.0, **formats):
+    m, p = resolve_model(model), shipped_profile().default
+    return evaluate_pass(m, rl.resolve_group(group), Formats.for_model(m, **formats), batch=batch,
+                         new_tokens=new_tokens, prefix_tokens=context, logits_per_seq=1.0, mla_absorbed=True,
+                         stage="decode", params=p, chunks=chunks, chunk_tokens=chunk_tokens)
+
+
+def test_prompts_arrive_as_chunks_not_spread_over_every_step():
+    """A MoE step that carried B x isl/osl prompt tokens in every step would route them through ~90 of
+    gpt-oss's 128 experts each step; prefilled as 8k-token chunks, most steps decode only and read the
+    few experts their B tokens pick, so the mean step costs about what a decode step costs."""
+    fmt = dict(weights="bf16", experts="mxfp4")
+    r = _continuous("gpt-oss-120b", "b200:2", 8192, 1024, 4.0, target_formats=fmt,
+                    params=shipped_profile().default)
+    decode = _step("gpt-oss-120b", "b200:2", 4.0, 1.0, 8192 + 512, **fmt)
+    spread = _step("gpt-oss-120b", "b200:2", 4.0, 1.0 + 8192 / 1024, 8192 + 512, **fmt)
+    assert float(spread.bytes_per_device) > 3 * float(decode.bytes_per_device)
+    assert float(r.step_s) < 1.5 * float(decode.time_s) < float(spread.time_s)
+
+
+def test_mixed_steps_match_a_simulated_schedule():
+    """The mean step over chunk shares equals a step-by-step schedule: B sequences, each prefilled as one
+    chunk (isl = the chunk size) then decoded, staggered so a prompt arrives every osl / B steps; each step
+    is timed with the tokens it actually carries (one decode token per sequence, plus the arriving chunk)."""
+    model, isl, osl, B = "llama-3.1-8b", 8192, 64, 4
+    plain = _step(model, "h100-sxm", float(B), 1.0, isl + osl / 2)
+    with_chunk = _step(model, "h100-sxm", float(B), 1.0, isl + osl / 2, chunks=1.0, chunk_tokens=float(isl))
+    steps = [float(with_chunk.time_s)] + [float(plain.time_s)] * (osl // B - 1)
+    r = _continuous(model, "h100-sxm", isl, osl, float(B), params=shipped_profile().default)
+    assert float(r.step_s) == pytest.approx(float(np.mean(steps)), rel=0.02)
+    assert float(with_chunk.compute_s) > 10 * float(plain.time_s)   # a chunk is compute-bound, not hidden
+
+
+def test_a_riding_chunk_costs_what_its_prefill_costs():
+    """A chunk riding along a decode pass adds exactly the FLOP of prefilling it alone (its attention in
+    the prefill form: MLA not absorbed, causal over its own prompt), and MoE reads the experts of the union
+    of tokens once."""
+    m = resolve_model("deepseek-r1")
+    fmt = Formats(weights="fp8", kv="fp8", activations="fp8")
+    decode = count_work(m, fmt, batch=64.0, new_tokens=1.0, prefix_tokens=9000.0)
+    chunk = count_work(m, fmt, batch=1.0, new_tokens=8192.0, prefix_tokens=0.0, logits_per_seq=0.0,
+                       mla_absorbed=False)
+    fused = with_prompt_chunks(m, fmt, decode, chunks=1.0, chunk_tokens=8192.0, chunk_prefix=0.0)
+    for k in decode.flop:
+        assert float(fused.flop[k]) == pytest.approx(float(decode.flop[k] + chunk.flop[k]))
+    absorbed = count_work(m, fmt, batch=1.0, new_tokens=8192.0, prefix_tokens=0.0, logits_per_seq=0.0)
+    assert float(chunk.flop["attention_core"]) < 0.5 * float(absorbed.flop["attention_core"])
+    assert float(fused.weight_bytes["experts"]) < float(decode.weight_bytes["experts"] + chunk.weight_bytes["experts"])
+    assert float(fused.weight_bytes["experts"]) == pytest.approx(float(chunk.weight_bytes["experts"]), rel=0.01)
+
+
+@pytest.mark.parametrize("rho", [0.2, 0.5, 0.8])
+def test_prefill_queue_matches_a_simulated_m_d_1_queue(rho):
+    """Pollaczek-Khinchine's mean wait against Lindley's recursion over Poisson arrivals, fixed service."""
+    rng = np.random.default_rng(3)
+    s = 0.05
+    gaps = rng.exponential(s / rho, 400_000)
+    wait, total = 0.0, 0.0
+    for g in gaps:                       # W_{n+1} = max(0, W_n + s - gap)
+        wait = max(0.0, wait + s - g)
+        total += wait
+    assert float(prefill_queue_s(rho / s, s)) == pytest.approx(total / gaps.size, rel=0.05)
+
+
+def test_ttft_under_load_waits_for_the_prompts_ahead():
+    """At concurrency the prompts queue for the prefill: TTFT grows beyond one prefill plus one step."""
+    r = _continuous("gpt-oss-120b", "h100-sxm:4", 8192, 1024, np.array([4.0, 64.0]),
+                    target_formats=dict(weights="bf16", experts="mxfp4"), params=shipped_profile().default)
+    overhead = shipped_profile().default.request_overhead_s
+    alone = r.ttft_s - r.step_s - overhead
+    assert alone[1] > 1.1 * alone[0]
+
+
+def test_attention_runs_at_sixteen_bits_over_an_fp8_cache():
+    """FP8 weights, activations and KV cache: the projections run at the FP8 rate, attention's score and
+    value matmuls at the BF16 rate (kernels dequantise the cache), so a long-context step's compute is at
+    least its attention FLOP over the BF16 peak."""
+    dev = rl.load_device("h100-sxm")
+    fp8 = Formats(weights="fp8", kv="fp8", activations="fp8")
+    assert attention_class(fp8, dev) == "bf16"
+    assert attention_class(Formats(weights="bf16", kv="bf16", activations="bf16"), dev) == "bf16"
+    m, p = resolve_model("llama-3.1-8b"), rl.EngineParams(compute_fraction=1.0, compute_half_tokens=0.0)
+    r = evaluate_pass(m, rl.resolve_group("h100-sxm"), fp8, batch=64.0, new_tokens=1.0, prefix_tokens=32768.0,
+                      logits_per_seq=1.0, mla_absorbed=True, stage="decode", params=p)
+    attention_flop = 64 * m.num_layers * 4 * m.num_heads * m.head_dim * 32768   # QK^T and PV, 2 FLOP per MAC
+    assert float(r.compute_s) >= attention_flop / dev.get("compute.bf16")
+
+
+def test_tensorrt_llm_reserves_the_final_context_at_admission():
+    """TensorRT-LLM's GUARANTEED_NO_EVICT reserves prompt + maximum output per admitted request, so its
+    largest continuous batch is the one that fits at the final context; vLLM pages (mean context)."""
+    h100 = rl.load_device("h100-sxm")
+    prof = shipped_profile()
+    trt, vllm = prof.for_stack("TensorRT-LLM v1.0"), prof.for_stack("vLLM 0.10")
+    assert resolve_profile(h100, trt).kv_admission == "reserve"
+    assert resolve_profile(h100, vllm).kv_admission == "paged"
+    req, b = Request(input_tokens=1024, output_tokens=4096), np.arange(1.0, 400.0)
+    place = Placement(name="x", decode=rl.resolve_group("h100-sxm"))
+    largest = {name: b[evaluate_serving("llama-3.1-8b", place, req, batch=b, mode="continuous", params=p).fits].max()
+               for name, p in (("trt", trt), ("vllm", vllm))}
+    assert largest["vllm"] > 1.5 * largest["trt"]
+    assert largest["trt"] <= rl.max_batch("llama-3.1-8b", "h100-sxm", context=1024 + 4096)
+
+
+def test_fixed_cost_grows_with_kernels_by_layer_kind():
+    """Per-kernel fixed cost x kernels counted by layer kind: an MLA + routed-expert layer launches about twice
+    the kernels of a dense GQA layer, so DeepSeek-R1's fixed cost per layer is about twice Llama's."""
+    llama, ds, oss = (resolve_model(m) for m in ("llama-3.3-70b", "deepseek-r1", "gpt-oss-120b"))
+    assert kernels_per_pass(llama) == 5 + 80 * (2 + 5 + 3)
+    assert kernels_per_pass(oss) == 5 + 36 * (2 + 5 + 7)
+    assert kernels_per_pass(ds) == 5 + 61 * (2 + 10) + 3 * 3 + 58 * (7 + 3)
+    p = rl.EngineParams(step_overhead_s=0.0, layer_overhead_s=0.0, kernel_overhead_s=4e-6)
+    per_layer = {}
+    for m in (llama, ds):
+        r = evaluate_pass(m, rl.resolve_group("h200-sxm:8"), Formats(weights="fp8", kv="fp8", activations="fp8"),
+                          batch=1.0, new_tokens=1.0, prefix_tokens=1000.0, logits_per_seq=1.0, mla_absorbed=True,
+                          stage="decode", params=p)
+        per_layer[m.id] = float(r.overhead_s) / m.num_layers
+    assert per_layer["deepseek-r1"] > 1.8 * per_layer["llama-3.3-70b"]
+
+
+def test_weight_unpacking_is_pinned_from_a_source_not_fitted():
+    """The calibration cannot identify a weight-only unpacking cost; the GPU family pins it from Marlin's
+    measured near-ideal W4A16 speedups (no serial cost), and calibration leaves it alone."""
+    from roofline.evidence.calibrate import BOUNDS
+    from roofline.specs.execution import family_profile
+    fam = family_profile("gpu")
+    assert "dequant_ops_per_element" not in BOUNDS
+    assert fam.profile.dequant_ops_per_element == 0.0
+    assert "marlin" in fam.provenance["dequant_ops_per_element"].lower()
+    assert shipped_profile().default.dequant_ops_per_element == 0.0

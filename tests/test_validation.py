@@ -164,16 +164,29 @@ def test_profiles_are_accepted_by_commands(run_cli, tmp_path):
 
 def test_calibrate_command_writes_a_profile(run_cli, tmp_path):
     src = shipped_data().read_text().splitlines()
-    subset = tmp_path / "gptfast.csv"
-    subset.write_text("\n".join([src[0]] + [line for line in src[1:] if line.startswith("GF")]) + "\n")
+    subset = tmp_path / "two_stacks.csv"
+    keep = [line for line in src[1:] if line.startswith("GF") or (line.startswith("TL") and ",h200-sxm," in line
+                                                                   and ",llama-3.3-70b," in line)]
+    subset.write_text("\n".join([src[0]] + keep) + "\n")
     out = tmp_path / "fit.toml"
     code, text, err = run_cli("calibrate", "--data", str(subset), "--out", str(out), "--json")
     assert code == 0, err
     data = json.loads(text)
-    assert set(data["families"]) == {"gpt-fast"} and len(data["rows"]) == 12
+    assert set(data["families"]) == {"gpt-fast", "tensorrt-llm"} and len(data["rows"]) == len(keep)
     assert data["median_abs_error"] < 0.3
     prof = load_profile(out)
     assert prof.families["gpt-fast"].memory_bandwidth_fraction == pytest.approx(
         data["families"]["gpt-fast"]["memory_bandwidth_fraction"])
     code, text, _ = run_cli("validate", "--data", str(subset), "--profile", str(out), "--json")
-    assert code == 0 and json.loads(text)["summary"]["overall"]["n"] == 12
+    assert code == 0 and json.loads(text)["summary"]["overall"]["n"] == len(keep)
+
+
+@pytest.mark.slow
+def test_held_out_folds_are_the_same_in_parallel():
+    """Held-out fits by publication give the same errors whether the folds run in one process or two."""
+    rows = [r for r in ROWS if r.id.startswith("GF") or (r.id.startswith("TL") and r.get("hardware") == "h200-sxm"
+                                                          and r.get("model") == "llama-3.3-70b")]
+    one = calibrate(rows, holdout=2, jobs=1)
+    two = calibrate(rows, holdout=2, jobs=2)
+    assert one.holdout == "2-fold by source" and set(one.loo_errors) == {r.id for r in rows}
+    assert one.loo_errors == pytest.approx(two.loo_errors)

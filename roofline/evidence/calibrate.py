@@ -24,31 +24,35 @@ import numpy as np
 
 from ..errors import RooflineError
 from ..specs.execution import family_profile
-from ..specs.params import EngineParams, Profile, profile_toml, stack_family, with_values, write_profile
+from ..specs.params import EngineParams, Profile, profile_toml, with_values, write_profile
 from ..specs.resolve import resolve_device, resolve_model
-from .validate import ENERGY_METRICS, Row, predict_row
+from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_family
 
 #: name -> (lower bound, upper bound, scale used inside the optimiser). The bounds bracket the physical ranges
 #: of docs/theory.md: a pass costs 0.05-0.3 ms of fixed time with CUDA graphs and over 1 ms without (§1.2;
 #: bounds 20 us-2 ms), a layer at most 20 us of kernel boundaries, a collective 5-20 us of NCCL small-message
 #: latency (§5.1; bounds 2-20 us), a request at most 200 ms of serving overhead before its first token
-#: (HTTP, tokenisation, admission), a running sequence at most 200 us of host time per step; they keep the
+#: (HTTP, tokenisation, admission), a running sequence at most 200 us of host time per step, a kernel at most
+#: 10 us of launch gap and tail (1-3 us inside CUDA graphs, 5-10 us launched one by one); they keep the
 #: fit from turning a fixed cost into a catch-all for what the model misses.
 BOUNDS: dict[str, tuple[float, float, float]] = {
     "memory_bandwidth_fraction": (0.3, 1.0, 1.0),
     "compute_fraction": (0.2, 1.0, 1.0),
     "compute_half_tokens": (0.0, 2048.0, 100.0),
     "low_precision_compute_scale": (0.3, 1.0, 1.0),
+    "fp4_compute_scale": (0.3, 1.0, 1.0),
     "step_overhead_s": (20e-6, 2e-3, 1e-4),
-    "layer_overhead_s": (0.0, 20e-6, 1e-5),
+    "kernel_overhead_s": (0.0, 10e-6, 1e-6),
     "collective_base_s": (2e-6, 20e-6, 1e-5),
-    "dequant_ops_per_element": (0.0, 64.0, 10.0),
     "prefill_compute_scale": (0.2, 1.0, 1.0),
     "request_overhead_s": (0.0, 0.2, 0.01),
     "sequence_overhead_s": (0.0, 200e-6, 1e-5),
 }
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
-              "layer_overhead_s", "collective_base_s", "request_overhead_s", "sequence_overhead_s")
+              "kernel_overhead_s", "collective_base_s", "request_overhead_s", "sequence_overhead_s")
+#: A stack's platform build (``sglang-rocm``) is fitted apart from the stack's CUDA build only with at least
+#: this many rows (one per parameter it fits, twice over); fewer rows fit with the stack's family.
+MIN_PLATFORM_ROWS = 2 * len(PER_FAMILY)
 SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
 
 
@@ -68,8 +72,9 @@ class Fit:
 
 
 class _Layout:
-    def __init__(self, families: list[str]) -> None:
+    def __init__(self, families: list[str], merged: frozenset[str] = frozenset()) -> None:
         self.families = families
+        self.merged = merged     # platform families fitted with their stack's family (too few rows)
         self.keys: list[tuple[str, str]] = [("*", k) for k in SHARED] + [(f, k) for f in families for k in PER_FAMILY]
 
     def x0(self, base: EngineParams) -> np.ndarray:
@@ -115,7 +120,19 @@ def _usable(rows: list[Row], base: EngineParams) -> tuple[list[Row], list[dict[s
 
 
 def _family(layout: _Layout, row: Row) -> str:
-    return layout.families[0] if layout.families == ["all"] else stack_family(row.get("stack"))
+    if layout.families == ["all"]:
+        return "all"
+    fam = row_stack_family(row)
+    return fam.removesuffix("-rocm") if fam in layout.merged else fam
+
+
+def _stack_layout(rows: list[Row]) -> _Layout:
+    """One parameter set per stack family present; a platform build with too few rows joins its stack."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[row_stack_family(r)] = counts.get(row_stack_family(r), 0) + 1
+    merged = frozenset(f for f, n in counts.items() if f.endswith("-rocm") and n < MIN_PLATFORM_ROWS)
+    return _Layout(sorted({f.removesuffix("-rocm") if f in merged else f for f in counts}), merged)
 
 
 def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> np.ndarray:
@@ -158,17 +175,19 @@ def _standard_errors(res: Any, layout: _Layout, n_rows: int) -> dict[str, dict[s
 
 
 def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str | int | None = None,
-              progress: Any = None) -> Fit:
+              progress: Any = None, jobs: int = 1) -> Fit:
     """Fit shared and per-stack-family parameters to ``rows`` (log residuals, scipy least squares).
 
     ``holdout``: also predict rows with fits that never saw them: ``"loo"`` (one fit per row) or a number
     of folds grouped by publication (every row of a source lands in the same fold, so no fit sees a sibling
     of the row it predicts). ``progress(done, total, what)`` is called between fits (the CLI shows a bar).
+    ``jobs`` > 1 runs the held-out fits in that many processes.
     """
-    base = base or EngineParams()
+    # GPU kernel boundaries are charged per kernel (kernel_overhead_s), not per layer; weight unpacking is
+    # hidden under the weight stream (hardware_specs/execution/gpu.toml: dequant_ops_per_element, Marlin)
+    base = base or EngineParams(layer_overhead_s=0.0, dequant_ops_per_element=0.0)
     ok, skipped = _usable(rows, base)
-    families = sorted({stack_family(r.get("stack")) for r in ok})
-    layout = _Layout(families)
+    layout = _stack_layout(ok)
     if len(ok) <= len(layout.keys):
         raise RooflineError(f"calibration needs more than {len(layout.keys)} usable rows, got {len(ok)}")
     folds = _folds(ok, holdout)
@@ -185,14 +204,28 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
-    held: dict[str, float] = {}
-    for i, fold in enumerate(folds):
-        tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}")
-        held.update(_predict_fold(ok, fold, base))
+    held = _held_out(ok, folds, base, jobs=jobs, tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
                skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
                loo_median_abs_error=float(np.median(np.abs(list(held.values())))) if held else None,
                loo_errors=held or None, holdout=_holdout_name(holdout))
+
+
+def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, jobs: int, tick: Any) -> dict[str, float]:
+    """Each fold's rows predicted by a fit on the others, in ``jobs`` processes (folds are independent)."""
+    held: dict[str, float] = {}
+    if jobs <= 1 or len(folds) <= 1:
+        for i, fold in enumerate(folds):
+            tick(i)
+            held.update(_predict_fold(rows, fold, base))
+        return held
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=min(jobs, len(folds))) as pool:
+        futures = [pool.submit(_predict_fold, rows, fold, base) for fold in folds]
+        for i, f in enumerate(futures):
+            tick(i)
+            held.update(f.result())
+    return held
 
 
 def _holdout_name(holdout: str | int | None) -> str:
@@ -221,11 +254,13 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
     """Fit on every row outside ``fold`` and predict the fold's rows (a stack family the training rows lack
     gets the training rows' pooled parameters)."""
     train = [r for r in rows if r.id not in fold]
-    layout = _Layout(sorted({stack_family(r.get("stack")) for r in train}))
+    layout = _stack_layout(train)
     per = layout.params(base, _solve(train, base, layout).x)
     out = {}
     for r in (r for r in rows if r.id in fold):
-        fam = stack_family(r.get("stack"))
+        fam = row_stack_family(r)
+        if fam not in per and fam.removesuffix("-rocm") in per:   # a platform the training rows lack
+            per[fam] = per[fam.removesuffix("-rocm")]
         if fam not in per:
             pooled = _Layout(["all"])
             per[fam] = pooled.params(base, _solve(train, base, pooled).x)["all"]
@@ -357,7 +392,7 @@ def _energy_errors(rows: list[Row], profile: Profile, floor: float) -> dict[str,
     out = {}
     for r in rows:
         try:
-            p = predict_row(r, profile.for_stack(r.get("stack")), {"execution.busy_floor_fraction": floor})
+            p = predict_row(r, row_params(profile, r), {"execution.busy_floor_fraction": floor})
         except RooflineError:
             continue
         out[r.id] = p / float(r.get("value")) - 1

@@ -25,13 +25,13 @@ from ..errors import RooflineError, SpecError
 from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
 from ..serving.placements import smallest_group
-from ..serving.serve import Placement, Request, evaluate_serving
+from ..serving.serve import Placement, Request, evaluate_serving, offline_tokens_per_s
 from ..specs.devices import Device, override
 from ..specs.execution import resolve_profile
 from ..specs.files import read_text
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
-from ..specs.params import EngineParams, Profile, shipped_profile, stack_family, with_stack_collective
+from ..specs.params import EngineParams, Profile, shipped_profile, stack_family, with_stack_settings
 from ..specs.resolve import resolve_device, resolve_model
 
 COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model", "weight_dtype", "expert_dtype",
@@ -162,7 +162,8 @@ _MAX_BATCH: dict[Any, int] = {}
 def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[str, str], params: EngineParams,
                      serve: Any) -> int:
     isl, osl = _int(row, "isl"), _int(row, "osl")
-    context = isl + osl // 2 if (row.get("serving") or "static") == "continuous" else isl + osl
+    paged = (row.get("serving") or "static") == "continuous" and params.kv_admission != "reserve"
+    context = isl + osl // 2 if paged else isl + osl
     kv_bound = int(max_batch(model, group, context=context, params=params, **fmt))
     if kv_bound < 1:
         raise RooflineError("the model does not fit at batch 1")
@@ -198,6 +199,27 @@ def _device_memory(device: Device) -> Device:
     return device
 
 
+def row_stack_family(row: Row) -> str:
+    """The serving-stack family of a row on its device's platform (``sglang-rocm`` on AMD, ...)."""
+    return stack_family(row.get("stack"), resolve_device(row.get("hardware")).vendor)
+
+
+def row_params(profile: Profile, row: Row) -> EngineParams:
+    """The parameters a profile gives a row: its stack family on its device's platform."""
+    return profile.for_stack(row.get("stack"), resolve_device(row.get("hardware")).vendor)
+
+
+def _offline_total(row: Row, batch: int, replicas: int, full: Any, serve: Any) -> float:
+    """Output tokens per second of an offline run of the row's ``requests`` spread over its replicas
+    (:func:`roofline.serving.serve.offline_tokens_per_s`)."""
+    per = _int(row, "requests") / replicas
+    if per < 1:
+        raise RooflineError(f"requests {row.get('requests')} do not give every one of {replicas} replicas one")
+    rest = per - math.floor(per / batch) * batch
+    tpot_rest = serve(float(max(1.0, rest))).tpot_s if rest > 0 else 0.0
+    return float(offline_tokens_per_s(per, float(batch), full.tpot_s, tpot_rest)) * replicas
+
+
 def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None = None) -> float:
     """The model's value for a row's metric; raises RooflineError when the row cannot be expressed.
     ``what_if`` overrides fields of the row's device (``{"execution.busy_floor_fraction": 0.3}``)."""
@@ -206,7 +228,7 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
         raise RooflineError(f"{metric}: {UNMODELLED[metric]}")
     if metric not in METRICS:
         raise RooflineError(f"unknown metric {metric!r}")
-    params = with_stack_collective(params, row.get("stack"))
+    params = with_stack_settings(params, row.get("stack"))
     if IN_PROCESS.search(row.get("stack")):   # timed inside the engine: no API server before the first token
         params = attrs.evolve(params, request_overhead_s=0.0)
     model = resolve_model(row.get("model"))
@@ -230,7 +252,7 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     if metric in ENERGY_METRICS and r.energy_note:
         raise RooflineError(r.energy_note)
     n = group.count * replicas
-    total = r.tokens_per_s * replicas
+    total = _offline_total(row, b, replicas, r, serve) if row.get("requests") else r.tokens_per_s * replicas
     value = {"decode_tokens_per_s_per_user": r.tokens_per_s_per_user, "itl_ms": r.tpot_s * 1e3,
              "ttft_ms": r.ttft_s * 1e3, "output_tokens_per_s_per_device": total / n,
              "output_tokens_per_s_total": total, "total_tokens_per_s_per_device": total * (isl + osl) / osl / n,
@@ -270,14 +292,14 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> 
             measured = float(row.get("value"))
             if not math.isfinite(measured) or measured <= 0:
                 raise RooflineError(f"measured value {row.get('value')!r} is not a positive number")
-            predicted = predict_row(row, prof.for_stack(row.get("stack")))
+            predicted = predict_row(row, row_params(prof, row))
         except (RooflineError, ValueError) as e:
             skipped.append({"id": row.id, "reason": str(e)})
             continue
         done.append({"id": row.id, "metric": row.get("metric"), "hardware": row.get("hardware"),
                      "kind": "energy" if row.get("metric") in ENERGY_METRICS else "time",
                      "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
-                     "stack_family": stack_family(row.get("stack")),
+                     "stack_family": row_stack_family(row),
                      "model": row.get("model"), "predicted": predicted, "measured": measured,
                      "error": (predicted - measured) / measured})
     return Validation(rows=done, skipped=skipped)

@@ -49,7 +49,7 @@ from .memory import (
     stored_weight_bytes,
     workspace_per_sequence_bytes,
 )
-from .work import Work, add, count_work, expert_shard_imbalance
+from .work import Work, add, count_work, expert_shard_imbalance, kernels_per_pass, with_prompt_chunks
 
 Array = NDArray[np.float64]
 LOW_PRECISION = frozenset({"fp8", "fp6", "fp4", "int8", "int4"})
@@ -99,6 +99,34 @@ class StagesFootprint:
 
     def bytes_moved(self, zero: Array) -> Array:
         return self._total("bytes_per_device", zero)
+
+    def kv_held(self) -> Array:
+        return self._peak("kv_per_device_bytes")
+
+    def memory_held(self) -> Array:
+        return self._peak("memory_per_device_bytes")
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class MixedFootprint:
+    """The footprint of the mean pass of a stream of different passes (``weights``: the share of passes of
+    each kind, summing to 1): work is the weighted mean, memory held the peak over the kinds that run."""
+
+    parts: tuple[StageResult, ...]
+    weights: tuple[Any, ...]
+
+    def _mean(self, name: str, zero: Array) -> Array:
+        return sum((w * np.nan_to_num(getattr(r, name)) for r, w in zip(self.parts, self.weights)), zero)
+
+    def _peak(self, name: str) -> Array:
+        return np.maximum.reduce([np.where(np.asarray(w) > 0, getattr(r, name), 0.0)
+                                  for r, w in zip(self.parts, self.weights)])
+
+    def flop(self, zero: Array) -> Array:
+        return self._mean("flop_per_device", zero)
+
+    def bytes_moved(self, zero: Array) -> Array:
+        return self._mean("bytes_per_device", zero)
 
     def kv_held(self) -> Array:
         return self._peak("kv_per_device_bytes")
@@ -175,7 +203,7 @@ class StageResult(ArrayRecord):
     usable_per_device_bytes: float
     fits: NDArray[np.bool_]
     passes: int = 1
-    footprint: PassFootprint | StagesFootprint | PrefixFootprint = attrs.field(eq=False, repr=False)
+    footprint: PassFootprint | StagesFootprint | PrefixFootprint | MixedFootprint = attrs.field(eq=False, repr=False)
     #: the execution family whose profile timed this stage, and its busy power floor (fraction of TDP)
     family: str = "gpu"
     busy_floor_fraction: float = 0.0
@@ -261,6 +289,20 @@ def compute_class(fmt: Format, activation: Format, device: Device) -> tuple[str,
     return activation.compute, fmt.name != activation.name
 
 
+def attention_class(formats: Formats, device: Device) -> str:
+    """The compute class of attention's score and value matmuls: 16-bit even when weights, activations and
+    the KV cache are 8- or 4-bit. Serving kernels read an FP8 cache and dequantise it to BF16/FP16 inside
+    the attention kernel ("dequantize to BF16/FP16 at the reading time for attention calculation",
+    https://github.com/sgl-project/sglang/issues/10083; TensorRT-LLM's XQA takes BF16 queries over an FP8
+    cache); vLLM computes attention in FP8 only with the FlashAttention-3 backend
+    (https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/). A device whose 16-bit rate
+    is unpublished keeps the activations' class."""
+    cls = formats.activation.compute
+    if cls not in LOW_PRECISION:
+        return cls
+    return next((c for c in ("bf16", "fp16") if device.supports(c) and device.peak_flop_per_s.get(c)), cls)
+
+
 def _rate(device: Device, cls: str) -> float:
     if not device.supports(cls):
         suggest = next((fmt for c, fmt in NATIVE_DEFAULTS if c in device.native), "?")
@@ -283,6 +325,14 @@ def _row_efficiency(tokens: Any, params: EngineParams) -> Any:
     if params.m_tile > 1:   # padded rows: a matmul over T tokens costs ceil(T / m) m rows of work
         eff = eff * tokens / (np.ceil(tokens / params.m_tile) * params.m_tile)
     return eff
+
+
+def _class_scale(cls: str, params: EngineParams) -> float:
+    """Efficiency of a compute class relative to BF16: 8-bit and narrower keep ``low_precision_compute_scale``,
+    4-bit floats ``fp4_compute_scale`` of that again."""
+    if cls not in LOW_PRECISION:
+        return 1.0
+    return params.low_precision_compute_scale * (params.fp4_compute_scale if cls == "fp4" else 1.0)
 
 
 def _expert_slowdown(work: Work, params: EngineParams) -> Any:
@@ -311,7 +361,7 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     mfu = params.compute_fraction * _row_efficiency(work.tokens, params)
     w_cls, w_deq = compute_class(formats.weight, act, dev)
     e_cls, e_deq = compute_class(formats.expert, act, dev)
-    classes = {"attention_proj": w_cls, "attention_core": act.compute, "mlp": w_cls, "experts": e_cls,
+    classes = {"attention_proj": w_cls, "attention_core": attention_class(formats, dev), "mlp": w_cls, "experts": e_cls,
                "shared_experts": w_cls, "router": w_cls, "lm_head": w_cls}
     by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
@@ -319,8 +369,7 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
             by_class.setdefault(classes[comp], []).append(flop * _expert_slowdown(work, params) if comp == "experts"
                                                           else flop)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product
-    compute = add(*(add(*flops) * (inv_mfu / (group.tp * _rate(dev, cls)
-                                            * (params.low_precision_compute_scale if cls in LOW_PRECISION else 1.0)))
+    compute = add(*(add(*flops) * (inv_mfu / (group.tp * _rate(dev, cls) * _class_scale(cls, params)))
                     for cls, flops in by_class.items()))
     elements: Any = 0.0
     for fmt, dequantised, comps in zip((formats.weight, formats.expert), (w_deq, e_deq), _COMPONENT_WEIGHTS):
@@ -364,9 +413,12 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
 
 def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any, new_tokens: Any,
                   prefix_tokens: Any, logits_per_seq: Any, mla_absorbed: bool, stage: str,
-                  params: EngineParams) -> StageResult:
+                  params: EngineParams, chunks: Any = 0.0, chunk_tokens: Any = 0.0,
+                  chunk_prefix: Any = 0.0) -> StageResult:
     """Time one forward pass on ``group`` (see the module docstring); arguments are already checked
-    (:mod:`roofline.workload`) and may be fractional (a mean-field serving step).
+    (:mod:`roofline.workload`) and may be fractional (a mean-field serving step). ``chunks`` prompt chunks
+    of ``chunk_tokens`` tokens (after ``chunk_prefix`` tokens of their prompts) may ride along a decode or
+    verify pass (:func:`roofline.physics.work.with_prompt_chunks`).
 
     With pipeline stages the batch is split into m = min(batch, pp) microbatches that keep every stage
     busy: a token still crosses all pp stages, so the step takes pp stage-times of one microbatch (weights
@@ -383,6 +435,9 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     micro = np.minimum(B, pp) if pp > 1 else 1.0
     work = count_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
                       logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
+    if np.any(np.asarray(chunks) > 0):
+        work = with_prompt_chunks(model, formats, work, chunks=chunks, chunk_tokens=chunk_tokens,
+                                  chunk_prefix=chunk_prefix)
     compute, dequant_s = compute_time_s(work, group, formats, params)
     if stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency
         compute = compute / params.prefill_compute_scale
@@ -392,9 +447,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     # fixed costs: per pass (launches, host round trip), per layer (kernel boundaries on GPUs, the
     # stage latency of a compiled pipeline on dataflow chips; a pipeline's pp stages hold 1/pp of the
     # layers each, so a token still crosses every layer) and per sequence (the host's scheduling, sampling
-    # and detokenising of each running sequence every step)
+    # and detokenising of each running sequence every step) and per kernel (GPU launch gaps, by layer kind)
     overhead = (params.step_overhead_s + params.layer_overhead_s * model.num_layers
-                + params.moe_layer_overhead_s * model.num_moe_layers + params.sequence_overhead_s * B + dequant_s)
+                + params.moe_layer_overhead_s * model.num_moe_layers + params.kernel_overhead_s * kernels_per_pass(model)
+                + params.sequence_overhead_s * B + dequant_s)
     footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
     return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
                     context=p, compute=compute, by_tier=placed.time_by_tier_s, comm=comm, overhead=overhead,
@@ -463,6 +519,33 @@ def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> Stag
         compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
         memory_by_tier_s=by_tier, communication_s=total("communication_s"), overhead_s=total("overhead_s"),
         fits=fits, passes=len(results), footprint=StagesFootprint(parts=tuple(results), masks=tuple(masks)))
+
+
+def mix(results: list[StageResult], weights: list[Any], *, stage: str) -> StageResult:
+    """The mean pass of a stream in which a share ``weights[i]`` of the passes are ``results[i]`` (shares sum
+    to 1 at every point): every time term is the weighted mean, so the mean of max(compute, memory) over the
+    kinds, not the max of the means (a prefill chunk's compute cannot hide under another step's memory time).
+    Used for continuous batching with chunked prefill: most steps decode only, a share also carry a chunk
+    (Sarathi-Serve, Agrawal et al. OSDI 2024, https://arxiv.org/abs/2403.02310; docs/theory.md §6).
+    """
+    first = results[0]
+    shape = np.broadcast_shapes(*(r.time_s.shape for r in results), *(np.shape(w) for w in weights))
+    zero = np.zeros(shape)
+
+    def mean(name: str) -> Array:
+        return sum((w * np.nan_to_num(getattr(r, name)) for r, w in zip(results, weights)), zero)
+
+    fits = np.all([np.where(np.asarray(w) > 0, r.fits, True) for r, w in zip(results, weights)], axis=0)
+    tiers = sorted({t for r in results for t in r.memory_by_tier_s})
+    by_tier = {t: sum((w * np.nan_to_num(r.memory_by_tier_s.get(t, zero)) for r, w in zip(results, weights)), zero)
+               for t in tiers}
+    return attrs.evolve(
+        first, stage=stage, batch=np.broadcast_to(first.batch, shape), context=np.broadcast_to(first.context, shape),
+        new_tokens=mean("new_tokens"), time_s=np.where(fits, mean("time_s"), np.nan), compute_s=mean("compute_s"),
+        memory_s=mean("memory_s"), memory_serial_s=mean("memory_serial_s"), memory_by_tier_s=by_tier,
+        communication_s=mean("communication_s"), overhead_s=mean("overhead_s"),
+        weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape), fits=np.broadcast_to(fits, shape),
+        footprint=MixedFootprint(parts=tuple(results), weights=tuple(weights)))
 
 
 def check_feasible(r: StageResult, on_infeasible: str, scalar: bool) -> StageResult:

@@ -37,6 +37,31 @@ FLOP_COMPONENTS = ("attention_proj", "attention_core", "mlp", "experts", "shared
 WEIGHT_COMPONENTS = ("attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head", "embedding")
 
 
+#: Kernels a GPU serving stack launches per layer part in one forward pass, counted from vLLM's model code
+#: (collectives are charged apart, :mod:`roofline.physics.comms`): a fused add + RMSNorm per norm; GQA
+#: attention = QKV GEMM, rotary, KV-cache write, attention, output GEMM (+1 with per-head q/k norms),
+#: https://github.com/vllm-project/vllm/blob/v0.10.1/vllm/model_executor/models/llama.py; MLA (absorbed)
+#: = fused q_a/kv_a GEMM, two latent norms, q_b GEMM, W_UK batched GEMM, rotary, cache write, MLA attention,
+#: W_UV batched GEMM, output GEMM,
+#: https://github.com/vllm-project/vllm/blob/v0.10.1/vllm/model_executor/models/deepseek_v2.py; dense MLP =
+#: gate_up GEMM, SiLU-and-mul, down GEMM; routed experts = router GEMM, top-k softmax, align/permute, two
+#: grouped GEMMs, activation, weighted combine,
+#: https://github.com/vllm-project/vllm/blob/v0.10.1/vllm/model_executor/layers/fused_moe/fused_moe.py;
+#: per pass = embedding, final norm, LM head GEMM, sampling (2).
+KERNELS = {"norm": 1, "gqa": 5, "qk_norm": 1, "mla": 10, "mlp": 3, "experts": 7, "shared_experts": 3, "pass": 5}
+
+
+def kernels_per_pass(model: ModelSpec) -> int:
+    """GPU kernels in one forward pass of ``model``, by layer kind (:data:`KERNELS`): what a per-kernel fixed
+    cost multiplies (launch gaps and tail effects between kernels that CUDA graphs shorten but do not
+    remove; docs/theory.md §1.2)."""
+    k = KERNELS
+    attention = k["mla"] if model.is_mla else k["gqa"] + (k["qk_norm"] if model.qk_norm else 0)
+    moe = model.num_moe_layers
+    mlp = (model.num_layers - moe) * k["mlp"] + moe * (k["experts"] + (k["shared_experts"] if model.num_shared_experts else 0))
+    return k["pass"] + model.num_layers * (attention + model.norms_per_layer * k["norm"]) + mlp
+
+
 @attrs.frozen(kw_only=True)
 class Work:
     """FLOP and bytes of one forward pass over the whole model (all devices together).
@@ -235,6 +260,30 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
     return Work(flop=flop, weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
                 activation_bytes=act, tokens=T, experts_touched_per_layer=touched,
                 experts_per_token=m.experts_per_token if m.is_moe else 0)
+
+
+def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks: Any, chunk_tokens: Any,
+                       chunk_prefix: Any) -> Work:
+    """``work`` (a decode or verify pass) with ``chunks`` prompt chunks of ``chunk_tokens`` tokens riding along
+    (continuous batching with chunked prefill, Sarathi-Serve, https://arxiv.org/abs/2403.02310): each chunk
+    belongs to one arriving sequence and attends causally to its own prompt's first ``chunk_prefix`` tokens
+    plus itself, in the prefill form (MLA not absorbed: a prompt's attention runs as MHA over decompressed
+    keys, DeepSeek-V2 §2.1). The pass's matmuls, activations, KV traffic and communication see every token;
+    weights are read once for all of them, and routed experts are those the union of tokens touches."""
+    c = np.asarray(chunks, dtype=float)
+    extra = count_work(model, formats, batch=c, new_tokens=chunk_tokens, prefix_tokens=chunk_prefix,
+                       logits_per_seq=0.0, mla_absorbed=False)
+    T = work.tokens + extra.tokens
+    touched = (expected_experts_touched(model.num_experts, model.experts_per_token, T) if model.is_moe
+               else work.experts_touched_per_layer)
+    weights = dict(work.weight_bytes)
+    weights["experts"] = model.num_moe_layers * touched * model.expert_params() * formats.expert.bytes_per_element
+    weights["embedding"] = work.weight_bytes["embedding"] + extra.weight_bytes["embedding"]
+    return attrs.evolve(work, flop={k: work.flop[k] + extra.flop[k] for k in work.flop}, weight_bytes=weights,
+                        kv_read_bytes=work.kv_read_bytes + extra.kv_read_bytes,
+                        kv_write_bytes=work.kv_write_bytes + extra.kv_write_bytes,
+                        activation_bytes=work.activation_bytes + extra.activation_bytes, tokens=T,
+                        experts_touched_per_layer=touched)
 
 
 def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: bool) -> Any:

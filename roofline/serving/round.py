@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 from ..errors import UnknownSpecError, WorkloadError
 from ..physics.energy import PowerModel, group_busy_w, group_idle_w
 from ..physics.stages import Setup, draft_steps, head_model
-from ..physics.timing import StageResult, evaluate_pass, native_default_format
+from ..physics.timing import StageResult, evaluate_pass, mix, native_default_format
 from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink
@@ -168,24 +168,52 @@ class RoundPlan:
             group, self.draft_formats)), params=params)
 
 
+def mixed_verify(verify_at: Any, context: Any, *, batch: Any, extra_tokens: Any, chunk_tokens: Any,
+                 stage: str) -> StageResult:
+    """The mean verify/decode step when the prompts of arriving requests are prefilled in chunks inside it.
+
+    Each step needs ``batch x extra_tokens`` prompt tokens on average: q = B x extra / C chunks of C tokens.
+    A step carries floor(q) chunks, and a share q - floor(q) of the steps one more; ``verify_at(context,
+    chunks)`` times a step with that many chunks riding along. The mean step mixes these passes
+    (:func:`roofline.physics.timing.mix`): a chunk's tokens route through MoE experts together, touching
+    E(1-(1-k/E)^C) experts once per chunk rather than in every step, a chunk attends to its own prompt in
+    the prefill form, and its compute is paid in full instead of hiding under a memory-bound step's time
+    (Sarathi-Serve, Agrawal et al. OSDI 2024, https://arxiv.org/abs/2403.02310; docs/theory.md §6).
+    """
+    B, C = np.asarray(batch, dtype=float), np.asarray(chunk_tokens, dtype=float)
+    q = B * np.asarray(extra_tokens, dtype=float) / C
+    k = np.floor(q)
+    lo, hi = verify_at(context, k), verify_at(context, k + 1)
+    return mix([lo, hi], [1.0 - (q - k), q - k], stage=stage)
+
+
 def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: EngineParams,
-              extra_tokens: Any = 0.0, fit_context: Any = None) -> Round:
+              extra_tokens: Any = 0.0, chunk_tokens: Any = None, chunk_prefix: Any = 0.0,
+              fit_context: Any = None) -> Round:
     """Evaluate one round of ``plan`` (checked arrays; ``gamma`` 0 everywhere without a drafter).
 
     ``extra_tokens`` per sequence ride along the verify pass (the prompt tokens of a mixed continuous-
-    batching step, a mean-field count). ``fit_context``, if given, is where memory is checked (the
-    final context of a request), while time is taken at ``context`` (its mean).
+    batching step, a mean count). Without ``chunk_tokens`` they are spread over every step; with it they
+    arrive as prefill chunks of that many tokens (``chunk_prefix``: the mean prompt position a chunk starts
+    at), so a share of the steps carry a chunk and the rest decode only (:func:`mixed_verify`).
+    ``fit_context``, if given, is where memory is checked (the final context of a request), while time is
+    taken at ``context`` (its mean).
     """
     G = np.asarray(gamma, dtype=float)
     tg, fmt = plan.target_group, plan.target_formats
     stage = "verify" if plan.drafter is not None else "decode"
 
-    def verify_at(ctx: Any, extra: Any) -> StageResult:
+    def verify_at(ctx: Any, chunks: Any = 0.0, extra: Any = 0.0) -> StageResult:
         return evaluate_pass(plan.target, tg, fmt, batch=batch, new_tokens=G + 1 + extra, prefix_tokens=ctx,
-                             logits_per_seq=G + 1, mla_absorbed=True, stage=stage, params=params)
+                             logits_per_seq=G + 1, mla_absorbed=True, stage=stage, params=params, chunks=chunks,
+                             chunk_tokens=0.0 if chunk_tokens is None else chunk_tokens, chunk_prefix=chunk_prefix)
 
-    v = verify_at(context, extra_tokens)
-    v_end = v if fit_context is None else verify_at(fit_context, 0.0)
+    if chunk_tokens is None or not np.any(np.asarray(extra_tokens) > 0):
+        v = verify_at(context, extra=extra_tokens)
+    else:
+        v = mixed_verify(verify_at, context, batch=batch, extra_tokens=extra_tokens, chunk_tokens=chunk_tokens,
+                         stage=stage)
+    v_end = v if fit_context is None else verify_at(fit_context)
     shape = np.broadcast_shapes(v.time_s.shape, G.shape)
     fits = v.fits & v_end.fits
     d = None

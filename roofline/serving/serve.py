@@ -7,11 +7,13 @@ speculative decoding, the draft. A :class:`Request` is (input, output) tokens.
 Serving modes (docs/theory.md §6):
 
 * ``continuous`` (steady state): the decode group runs ``batch`` sequences;
-  requests finish at batch * tokens_per_step / osl per step. Aggregated, each
-  step also carries batch * tokens_per_step * isl / osl prefill tokens (one
-  mean-field pass), and a new prompt is prefilled in chunks of ``chunk``
-  tokens (TensorRT-LLM's default token budget, 8192) as it arrives, plus one
-  step of the running batch. Disaggregated, a prefill group
+  requests finish at batch * tokens_per_step / osl per step. Aggregated, the
+  steps also carry batch * tokens_per_step * isl / osl prefill tokens on
+  average, as prompt chunks of up to ``chunk`` tokens (TensorRT-LLM's default
+  token budget, 8192) in a share of the steps (the mean step mixes the two
+  kinds); a new prompt's TTFT is its own chunked prefill, the wait for the
+  prompts queued before it (M/D/1) and one step of the running batch.
+  Disaggregated, a prefill group
   (batch ``prefill_batch``) serves prompts and the KV cache moves over
   ``kv_link``; prefill groups are provisioned exactly to the request rate, so
   the fleet holds a fractional number of them.
@@ -28,6 +30,7 @@ the cache, so in steady state the batch holds B x (isl + osl/2) tokens (docs/the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -219,18 +222,43 @@ class _Prefill:
     batch: Any
 
 
+def offline_tokens_per_s(requests: float, batch: float, tpot_full_s: Any, tpot_rest_s: Any) -> Any:
+    """Output tokens per second of an offline run on one replica: ``requests`` requests of one length, all
+    queued at once, served ``batch`` at a time (trtllm-bench's throughput scenario, whose requests are all
+    the same length: https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/developer-guide/perf-overview.md).
+    Equal lengths finish together, so the run is a sequence of waves: floor(N / B) of B sequences and one of
+    the N mod B left over, each taking osl x TPOT of its own batch. Throughput = N / (floor(N/B) TPOT(B) +
+    TPOT(N mod B)): below the steady state B / TPOT(B) when the last wave is small (a half-full wave costs
+    nearly a full one's memory-bound steps)."""
+    full = math.floor(requests / batch)
+    rest = requests - full * batch
+    return requests / (full * np.asarray(tpot_full_s) + (np.asarray(tpot_rest_s) if rest > 0 else 0.0))
+
+
+def prefill_queue_s(arrivals_per_s: Any, service_s: Any) -> Array:
+    """Mean wait of a prompt for the prompts ahead of it: M/D/1 (Poisson arrivals, fixed prefill time s),
+    Pollaczek-Khinchine W_q = rho s / (2 (1 - rho)) with rho = lambda s (Kleinrock, Queueing Systems I, 1975,
+    §5.7; https://en.wikipedia.org/wiki/M/D/1_queue). In steady-state continuous batching lambda is the
+    completion rate B E / (osl T_step); rho is then the share of time the engine spends on prompt chunks,
+    below 1 by construction (capped at 0.99)."""
+    rho = np.minimum(np.asarray(arrivals_per_s, dtype=float) * service_s, 0.99)
+    return rho * service_s / (2.0 * (1.0 - rho))
+
+
 def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt: Formats, *, mode: str,
-                   batch: Array, step_s: Array, prefill_batch: int, chunk: int, params: EngineParams) -> _Prefill:
+                   batch: Array, step_s: Array, arrivals_per_s: Array, prefill_batch: int, chunk: int,
+                   params: EngineParams) -> _Prefill:
     isl = request.input_tokens
     kw = dict(params=params, on_infeasible="nan", **fmt.names())
     aggregated = placement.prefill is None
     if aggregated and mode == "continuous":
-        # the new prompt is prefilled in chunks of up to `chunk` tokens as soon as it arrives; while other
-        # sequences are running it also waits for one of their steps (docs/theory.md §6)
+        # the new prompt is prefilled in chunks of up to `chunk` tokens as soon as it arrives, after the prompts
+        # queued before it; while other sequences are running it also waits for one of their steps (§6)
         alone = prefill(model, placement.decode, prompt=isl, batch=1, chunk=chunk if isl > chunk else None, **kw)
         zero = np.zeros(batch.shape)
+        queue = np.where(batch > 1, prefill_queue_s(arrivals_per_s, alone.time_s), 0.0)
         return _Prefill(result=alone, mixed=True, time_s=zero, kv_transfer_s=zero,
-                        ttft_s=alone.time_s + np.where(batch > 1, step_s, 0.0),
+                        ttft_s=alone.time_s + queue + np.where(batch > 1, step_s, 0.0),
                         fits=np.broadcast_to(alone.fits, batch.shape), batch=zero)
     p_batch = batch if mode == "static" else np.full(batch.shape, float(prefill_batch))
     r = prefill(model, placement.prefill or placement.decode, prompt=isl, batch=p_batch, **kw)
@@ -330,11 +358,13 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None)
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
-                    extra_tokens=E * isl / osl if mixed else 0.0,
-                    fit_context=float(isl + osl // 2 if mode == "continuous" else isl + osl - 1))
+                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=min(isl, chunk),
+                    chunk_prefix=min(isl, chunk) * (math.ceil(isl / chunk) - 1) / 2,
+                    fit_context=float(isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve"
+                                      else isl + osl - 1))
     step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
-    pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, prefill_batch=prefill_batch,
-                         chunk=chunk, params=p)
+    pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, arrivals_per_s=B * E / (osl * step),
+                         prefill_batch=prefill_batch, chunk=chunk, params=p)
     overhead = resolve_profile((placement.prefill or placement.decode).device, p).request_overhead_s
     pre = attrs.evolve(pre, ttft_s=pre.ttft_s + overhead)   # the serving stack's per-request overhead
     e2e = pre.ttft_s + (osl - 1) * step / E

@@ -25,7 +25,16 @@ import attrs
 from ..errors import NotFoundError, SpecError, did_you_mean
 from .devices import Device, specs_dir
 from .files import read_text
-from .params import FAMILIES, NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams, default_params, profile_value, with_values
+from .params import (
+    FAMILIES,
+    NOT_IN_PROFILE_FILES,
+    PROFILE_FIELDS,
+    STACK_SET,
+    EngineParams,
+    default_params,
+    profile_value,
+    with_values,
+)
 
 PROVENANCE = ("source", "estimate", "fitted")
 
@@ -101,7 +110,7 @@ def resolve_profile(device: Device, params: EngineParams | None = None) -> Engin
     overrides (what-ifs of any field)."""
     if params is not None and params.family == device.family:
         fam = family_profile(device.family).profile
-        keep = {"family"} | ({"collective"} if params.collective is not None else set())
+        keep = {"family"} | {f for f in STACK_SET if getattr(params, f) is not None}
         base = attrs.evolve(params, **{f: getattr(fam, f) for f in NOT_IN_PROFILE_FILES if f not in keep})
     else:
         base = family_profile(device.family).profile

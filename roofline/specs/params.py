@@ -46,6 +46,7 @@ def _p(default: float, validators: list[Any]) -> Any:
 
 FAMILIES = ("gpu", "groq", "cerebras", "sambanova", "d-matrix", "tpu", "trainium", "gaudi", "cpu", "generic")
 COLLECTIVES = ("ring", "scheduled", "auto", "none")
+ADMISSIONS = ("paged", "reserve")
 
 
 def _tier_fractions(_inst: object, _a: attrs.Attribute, value: Mapping[str, float]) -> None:
@@ -79,7 +80,9 @@ class EngineParams:
     * ``request_overhead_s``: per-request time before the first token that is not model execution (HTTP,
       tokenisation, admission by the scheduler, detokenising and streaming the first token); added to TTFT.
     * ``low_precision_compute_scale``: FP8/FP6/FP4/INT8/INT4 tensor-core matmuls
-      reach this fraction of the efficiency BF16 ones reach; 1 = same.
+      reach this fraction of the efficiency BF16 ones reach; 1 = same. ``fp4_compute_scale``: 4-bit float
+      matmuls (NVFP4, MXFP4 on Blackwell) reach this fraction again (their block scales and smaller
+      tiles keep them further from a peak twice FP8's).
     * ``compute_half_tokens``: a pass over T tokens reaches
       compute_fraction * T / (T + compute_half_tokens) of peak: small matmuls
       (short prompts, decode) run below peak (tile quantisation, occupancy). 0 disables it.
@@ -90,6 +93,9 @@ class EngineParams:
     * ``layer_overhead_s``: fixed cost per layer per pass (kernel boundaries on GPUs, the stage latency of
       a compiled pipeline on dataflow chips); ``moe_layer_overhead_s``: the extra fixed cost of a layer with
       routed experts (routing, dispatch and combine: more kernels on GPUs, more pipeline stages elsewhere).
+    * ``kernel_overhead_s``: fixed cost per kernel on GPUs (launch gap and tail between kernels), times the
+      kernels of a pass counted by layer kind (:func:`roofline.physics.work.kernels_per_pass`: GQA or MLA
+      attention, dense MLP or routed experts); GPU families use it in place of ``layer_overhead_s``.
     * ``collective_base_s`` / ``link_hop_latency_s``: all-reduce cost
       t0 + 2(p-1) t_hop + 2(p-1)/p M/W; GenZ's collective model uses a 5 us
       constant and ~1 us per hop (https://github.com/abhibambhaniya/GenZ-LLM-Analyzer);
@@ -110,6 +116,11 @@ class EngineParams:
       ``scheduled`` (compiler-scheduled direct exchange: t0 + 2 hops + bytes/W), ``auto`` (the faster of a
       one-shot all-reduce and the ring at each message size, as GPU serving stacks choose), ``none`` (no
       collectives); None = the family's (a serving stack's own choice comes from :data:`STACK_COLLECTIVES`).
+    * ``kv_admission``: how continuous batching admits a request against KV memory: ``paged`` (vLLM, SGLang:
+      blocks as they fill, preempting when they run out, so the batch holds its mean context isl + osl/2)
+      or ``reserve`` (TensorRT-LLM's default GUARANTEED_NO_EVICT: the blocks of prompt + maximum output are
+      reserved at admission, so the batch holds the final context isl + osl); None = paged, or the serving
+      stack's own choice (:data:`STACK_ADMISSION`).
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
       or a launch-bound GPU is not at idle power).
@@ -123,10 +134,12 @@ class EngineParams:
     sequence_overhead_s: float = _p(0.0, _nonneg)
     link_bandwidth_fraction: float = _p(0.80, _frac)
     low_precision_compute_scale: float = _p(1.0, _frac)
+    fp4_compute_scale: float = _p(1.0, _frac)
     compute_half_tokens: float = _p(0.0, _nonneg)
     step_overhead_s: float = _p(100e-6, _nonneg)
     layer_overhead_s: float = _p(2e-6, _nonneg)
     moe_layer_overhead_s: float = _p(0.0, _nonneg)
+    kernel_overhead_s: float = _p(0.0, _nonneg)
     collective_base_s: float = _p(5e-6, _nonneg)
     link_hop_latency_s: float = _p(1e-6, _nonneg)
     dequant_ops_per_element: float = _p(4.0, _nonneg)
@@ -138,6 +151,7 @@ class EngineParams:
         factory=dict, converter=lambda m: MappingProxyType({k: _float(v) for k, v in dict(m).items()}),
         validator=_tier_fractions)
     collective: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(COLLECTIVES)))
+    kv_admission: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(ADMISSIONS)))
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
@@ -157,11 +171,13 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "sequence_overhead": ("sequence_overhead_s", "s"),
     "link_bandwidth_fraction": ("link_bandwidth_fraction", "fraction"),
     "low_precision_compute_scale": ("low_precision_compute_scale", "fraction"),
+    "fp4_compute_scale": ("fp4_compute_scale", "fraction"),
     "compute_half_tokens": ("compute_half_tokens", "number"),
     "m_tile": ("m_tile", "number"),
     "step_overhead": ("step_overhead_s", "s"),
     "layer_overhead": ("layer_overhead_s", "s"),
     "moe_layer_overhead": ("moe_layer_overhead_s", "s"),
+    "kernel_overhead": ("kernel_overhead_s", "s"),
     "collective_base": ("collective_base_s", "s"),
     "link_hop_latency": ("link_hop_latency_s", "s"),
     "pipeline_hop": ("pipeline_hop_s", "s"),
@@ -215,27 +231,32 @@ def with_values(base: EngineParams, values: Mapping[str, Any], *, what: str) -> 
         raise SpecError(f"{what}: {e}") from None
 
 
-def stack_family(stack: str) -> str:
+def stack_family(stack: str, vendor: str = "") -> str:
     """The serving-stack family of a measurement's ``stack`` column: gpt-fast, tensorrt-llm (with NIM and
-    MLPerf submissions built on it), vllm, sglang, or other."""
+    MLPerf submissions built on it), vllm, sglang, or other. On an AMD device vLLM and SGLang are their ROCm
+    builds (``vllm-rocm``, ``sglang-rocm``): other attention, GEMM and MoE kernels (AITER, hipBLASLt, RCCL;
+    https://rocm.docs.amd.com/en/latest/how-to/rocm-for-ai/inference-optimization/workload.html), so they
+    carry their own efficiencies and fixed costs."""
     s = stack.lower()
     if "gpt-fast" in s:
         return "gpt-fast"
     if re.search(r"tensorrt|trt-llm|nim", s):
         return "tensorrt-llm"
-    if "sglang" in s:
-        return "sglang"
-    if "vllm" in s:
-        return "vllm"
+    for name in ("sglang", "vllm"):
+        if name in s:
+            return f"{name}-rocm" if vendor.strip().lower() == "amd" else name
     return "other"
 
 
-def with_stack_collective(params: EngineParams, stack: str) -> EngineParams:
-    """``params`` with the all-reduce algorithm of the serving stack that ran a measurement, unless set."""
+def with_stack_settings(params: EngineParams, stack: str) -> EngineParams:
+    """``params`` with the all-reduce algorithm and the KV admission of the serving stack that ran a
+    measurement, each unless already set."""
     family = stack_family(stack)
-    if params.collective is not None or family not in STACK_COLLECTIVES:
-        return params
-    return attrs.evolve(params, collective=STACK_COLLECTIVES[family])
+    if params.collective is None and family in STACK_COLLECTIVES:
+        params = attrs.evolve(params, collective=STACK_COLLECTIVES[family])
+    if params.kv_admission is None and family in STACK_ADMISSION:
+        params = attrs.evolve(params, kv_admission=STACK_ADMISSION[family])
+    return params
 
 
 #: The all-reduce each serving-stack family runs inside a GPU group: gpt-fast calls torch.distributed's
@@ -246,6 +267,13 @@ def with_stack_collective(params: EngineParams, stack: str) -> EngineParams:
 #: (https://github.com/vllm-project/vllm/blob/main/csrc/custom_all_reduce.cuh).
 STACK_COLLECTIVES = {"gpt-fast": "ring", "tensorrt-llm": "auto", "vllm": "auto", "sglang": "auto"}
 
+#: How each serving-stack family admits requests against KV memory: TensorRT-LLM's default capacity
+#: scheduler policy GUARANTEED_NO_EVICT guarantees "that a started request is never paused", reserving its
+#: prompt plus maximum output (https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/useful-runtime-flags.html);
+#: vLLM and SGLang allocate paged blocks as sequences grow and preempt when they run out
+#: (https://docs.vllm.ai/en/latest/configuration/optimization.html#preemption).
+STACK_ADMISSION = {"tensorrt-llm": "reserve", "vllm": "paged", "sglang": "paged", "gpt-fast": "paged"}
+
 
 @attrs.frozen(kw_only=True)
 class Profile:
@@ -255,14 +283,19 @@ class Profile:
     families: dict[str, EngineParams] = attrs.field(factory=dict)
     path: str = ""
 
-    def for_stack(self, stack: str) -> EngineParams:
-        """The parameters of a stack's family (else the default set), with the stack's all-reduce algorithm."""
-        return with_stack_collective(self.families.get(stack_family(stack), self.default), stack)
+    def for_stack(self, stack: str, vendor: str = "") -> EngineParams:
+        """The parameters of a stack's family on a device vendor's platform (else the stack's family on any
+        platform, else the default set), with the stack's all-reduce algorithm."""
+        fam = stack_family(stack, vendor)
+        base = self.families.get(fam, self.families.get(fam.removesuffix("-rocm"), self.default))
+        return with_stack_settings(base, stack)
 
 
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
-NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", "collective", "pipeline_hop_s",
-                        "busy_floor_fraction", "max_tp")
+NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", "collective", "kv_admission",
+                        "pipeline_hop_s", "busy_floor_fraction", "max_tp")
+#: Of those, the ones a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
+STACK_SET = ("collective", "kv_admission")
 
 
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:

@@ -92,7 +92,9 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
 
         if args.loo and args.folds:
             raise UsageError("give --loo or --folds, not both")
-        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick)
+        if args.jobs < 1:
+            raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
+        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs)
     if args.out:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
     data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
@@ -132,6 +134,8 @@ def register(add: Adder) -> None:
     sp.add_argument("--loo", action="store_true", help="also compute the leave-one-out error (slow: one fit per row)")
     sp.add_argument("--folds", type=int, default=None, metavar="K",
                     help="also compute the held-out error with K folds of whole publications (K fits)")
+    sp.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="run the held-out fits in N processes (default 1)")
     sp.add_argument("--energy", action="store_true",
                     help="fit the GPU busy-power floor to the measured power rows (J-per-token rows check it)")
     sp.add_argument("--family", default=None, metavar="FAMILY",
