@@ -88,7 +88,10 @@ def test_stage_command_matches_python_api(run_cli):
         assert (row["time_s"] is None and not fits) or row["time_s"] == pytest.approx(float(t))
     assert decode["formats"]["experts"] == "mxfp4"
     code, out, _ = run_cli("stage", "gpt-oss-120b", "h200-sxm", "--batch", "1,64,256", "--context", "8192")
-    assert code == 0 and "mem:hbm" in out and "decode" in out and "prefill" in out
+    assert code == 0 and "decode" in out and "prefill" in out
+    from roofline.ui.render import short_bound
+    for bound in {str(b) for b in api.bound}:   # the table shows each bound, abbreviated
+        assert short_bound(bound) in out
 
 
 def test_stage_what_if_set(run_cli):

@@ -319,3 +319,18 @@ def test_weight_unpacking_is_pinned_from_a_source_not_fitted():
     assert fam.profile.dequant_ops_per_element == 0.0
     assert "marlin" in fam.provenance["dequant_ops_per_element"].lower()
     assert shipped_profile().default.dequant_ops_per_element == 0.0
+
+
+def test_a_device_count_alone_takes_the_submitters_best_layout(tmp_path):
+    """An MLPerf Offline row that gives only its device count is predicted on the split into replicas x TP
+    with the highest throughput (what a submitter tuning for throughput runs), not on the family's TP8."""
+    header = validation_header()
+    base = ("{id},https://x,vLLM 0.10,h100-sxm,8,{tp},,1,llama-3.1-8b,bf16,,bf16,max,continuous,1000,200,none,0,,"
+            "output_tokens_per_s_total,100,A,")
+    rows = [base.format(id=f"T{t or 0}", tp=t) for t in ("", 1, 2, 4, 8)]
+    p = tmp_path / "r.csv"
+    p.write_text(header + "\n".join(rows) + "\n")
+    got = {r["id"]: r["predicted"] for r in validate(read_rows(p)).rows}
+    explicit = [got[f"T{t}"] for t in (1, 2, 4, 8)]
+    assert got["T0"] == pytest.approx(max(explicit))
+    assert got["T0"] > got["T8"]

@@ -51,8 +51,8 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
               "kernel_overhead_s", "collective_base_s", "request_overhead_s", "sequence_overhead_s")
 #: A stack's platform build (``sglang-rocm``) is fitted apart from the stack's CUDA build only with at least
-#: this many rows (one per parameter it fits, twice over); fewer rows fit with the stack's family.
-MIN_PLATFORM_ROWS = 2 * len(PER_FAMILY)
+#: this many rows (one per parameter it fits); fewer rows fit with the stack's family.
+MIN_PLATFORM_ROWS = len(PER_FAMILY)
 SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
 
 

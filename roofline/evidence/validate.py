@@ -228,6 +228,9 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
         raise RooflineError(f"{metric}: {UNMODELLED[metric]}")
     if metric not in METRICS:
         raise RooflineError(f"unknown metric {metric!r}")
+    if row.get("batch") == "slo":
+        raise RooflineError("the load is the largest that meets the publication's latency limits (MLPerf Server and "
+                            "Interactive), which the format does not carry")
     params = with_stack_settings(params, row.get("stack"))
     if IN_PROCESS.search(row.get("stack")):   # timed inside the engine: no API server before the first token
         params = attrs.evolve(params, request_overhead_s=0.0)
@@ -235,10 +238,38 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     dev = _device_memory(resolve_device(row.get("hardware")))
     for path, value in (what_if or {}).items():
         dev = override(dev, path, value)
-    isl, osl = _int(row, "isl"), _int(row, "osl")
     fmt = _formats(row, dev)
-    group, replicas = _layout(row, model, dev, fmt, None if row.get("batch") == "max" else _int(row, "batch"),
-                              isl + osl, params)
+    layouts = _submitter_layouts(row, model, dev, params)
+    if not layouts:
+        layouts = [_layout(row, model, dev, fmt, None if row.get("batch") == "max" else _int(row, "batch"),
+                           _int(row, "isl") + _int(row, "osl"), params)]
+    results, last = [], None
+    for group, replicas in layouts:
+        try:
+            results.append(_predict_on(row, model, fmt, params, group, replicas))
+        except RooflineError as e:   # a layout that does not hold the model
+            last = e
+    if not results:
+        raise last or RooflineError("no layout holds the model")
+    return max(results)[1]
+
+
+def _submitter_layouts(row: Row, model: ModelSpec, device: Device, params: EngineParams) -> list[tuple[DeviceGroup, int]]:
+    """For a max-throughput row that gives only its device count (MLPerf Offline submissions whose per-replica
+    tensor parallelism is not stated): every split into data-parallel replicas of TP 1..max_tp; the prediction
+    is the layout with the highest throughput, the one a submitter tuning for throughput would choose."""
+    if row.get("batch") != "max" or not row.get("n_devices") or row.get("tp") or row.get("pp") or device.family != "gpu":
+        return []
+    n, max_tp = _int(row, "n_devices"), int(resolve_profile(device, params).max_tp)
+    ep, dp = _int(row, "ep", 1), _int(row, "dp", 1)
+    return [(DeviceGroup(device=device, tp=t, ep=ep, dp=dp), n // t) for t in (1, 2, 4, 8, 16)
+            if t <= max_tp and n % t == 0 and model.num_heads % t == 0 and t % ep == 0 and t % dp == 0]
+
+
+def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineParams, group: DeviceGroup,
+                replicas: int) -> tuple[float, float]:
+    """(total output tokens/s, the row's metric) on ``replicas`` copies of ``group``."""
+    metric, isl, osl = row.get("metric"), _int(row, "isl"), _int(row, "osl")
     placement, gamma, acceptance = _placement(row, group)
 
     def serve(batch: Any) -> Any:
@@ -252,12 +283,12 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     if metric in ENERGY_METRICS and r.energy_note:
         raise RooflineError(r.energy_note)
     n = group.count * replicas
-    total = _offline_total(row, b, replicas, r, serve) if row.get("requests") else r.tokens_per_s * replicas
+    total = _offline_total(row, b, replicas, r, serve) if row.get("requests") else float(r.tokens_per_s) * replicas
     value = {"decode_tokens_per_s_per_user": r.tokens_per_s_per_user, "itl_ms": r.tpot_s * 1e3,
              "ttft_ms": r.ttft_s * 1e3, "output_tokens_per_s_per_device": total / n,
              "output_tokens_per_s_total": total, "total_tokens_per_s_per_device": total * (isl + osl) / osl / n,
              "energy_per_token_j": r.energy_per_token_j, "power_w": r.power_w * replicas}[metric]
-    return float(value)
+    return total, float(value)
 
 
 @attrs.frozen(kw_only=True)

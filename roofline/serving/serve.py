@@ -222,6 +222,13 @@ class _Prefill:
     batch: Any
 
 
+def _chunk_tokens(placement: Placement, isl: int, chunk: int) -> int | None:
+    """Tokens per prompt chunk riding along the decode steps: min(isl, chunk) on a group without pipeline
+    stages; None (prompt tokens spread over every step) on a pipeline, whose pp stages take prompt tokens
+    as extra microbatches into the slots decode microbatches leave idle (min(B, pp) of pp are busy)."""
+    return min(isl, chunk) if placement.decode.pp == 1 else None
+
+
 def offline_tokens_per_s(requests: float, batch: float, tpot_full_s: Any, tpot_rest_s: Any) -> Any:
     """Output tokens per second of an offline run on one replica: ``requests`` requests of one length, all
     queued at once, served ``batch`` at a time (trtllm-bench's throughput scenario, whose requests are all
@@ -358,7 +365,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None)
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
-                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=min(isl, chunk),
+                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=_chunk_tokens(placement, isl, chunk),
                     chunk_prefix=min(isl, chunk) * (math.ceil(isl / chunk) - 1) / 2,
                     fit_context=float(isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve"
                                       else isl + osl - 1))

@@ -33,14 +33,22 @@ from ..options import (
 from ..output import emit
 
 
+def _fixed_costs(params: EngineParams) -> str:
+    """The profile's fixed costs that are not zero, e.g. ``30 us/pass + 3.5 us/kernel``."""
+    parts = [(params.step_overhead_s, "pass"), (params.layer_overhead_s, "layer"),
+             (params.moe_layer_overhead_s, "MoE layer"), (params.kernel_overhead_s, "kernel")]
+    shown = [f"{v * 1e6:.3g} us/{what}" for v, what in parts if v > 0]
+    return " + ".join(shown) or "no fixed costs"
+
+
 def _caption(results: list[StageResult], params: EngineParams, device_path: str, what_if: bool) -> str:
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
             f"time = max(compute, memory) + comm + fixed (the serial upper bound, time_serial_s, is in --json and "
-            f"--csv); fixed = per-pass and per-layer costs + weight-only dequantisation. {family} profile: "
-            f"{params.memory_bandwidth_fraction:.0%} of peak bandwidth, {params.compute_fraction:.0%} of peak "
-            f"FLOP/s, {params.step_overhead_s * 1e6:.0f} us/pass + {params.layer_overhead_s * 1e6:.3g} us/layer; "
+            f"--csv); fixed = per-pass, per-layer and per-kernel costs + weight-only dequantisation. {family} "
+            f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth, {params.compute_fraction:.0%} of peak "
+            f"FLOP/s, {_fixed_costs(params)}; "
             f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
             f"{params.usable_memory_fraction:.0%} of memory usable. Spec: {device_path}")
 
