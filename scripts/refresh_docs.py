@@ -2,7 +2,7 @@
 
 Run after anything that changes numbers (a refit of roofline/profiles/default.toml, engine or profile changes):
 
-    python scripts/refresh_docs.py [--heldout]  # --heldout also refits on 5 folds of publications (about 15 minutes, 2 processes)
+    python scripts/refresh_docs.py [--heldout]  # --heldout also refits on 5 folds of publications (about 14 minutes, 2 processes)
                                                 # for docs/heldout_errors.json
 
 Needs the plot extra (matplotlib) for the figures and llm-analysis for the peer table (both skipped if absent).

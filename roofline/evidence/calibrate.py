@@ -30,7 +30,7 @@ from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_fa
 
 #: name -> (lower bound, upper bound, scale used inside the optimiser). The bounds bracket the physical ranges
 #: of docs/theory.md: a pass costs 0.05-0.3 ms of fixed time with CUDA graphs and over 1 ms without (§1.2;
-#: bounds 20 us-2 ms), a layer at most 20 us of kernel boundaries, a collective 5-20 us of NCCL small-message
+#: bounds 20 us-2 ms), a collective 5-20 us of NCCL small-message
 #: latency (§5.1; bounds 2-20 us), a request at most 200 ms of serving overhead before its first token
 #: (HTTP, tokenisation, admission), a running sequence at most 200 us of host time per step, a kernel at most
 #: 10 us of launch gap and tail (1-3 us inside CUDA graphs, 5-10 us launched one by one); they keep the
@@ -49,10 +49,12 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "sequence_overhead_s": (0.0, 200e-6, 1e-5),
 }
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
-              "kernel_overhead_s", "collective_base_s", "request_overhead_s", "sequence_overhead_s")
+              "request_overhead_s", "sequence_overhead_s")
 #: A stack's platform build (``sglang-rocm``) is fitted apart from the stack's CUDA build only with at least
-#: this many rows (one per parameter it fits); fewer rows fit with the stack's family.
-MIN_PLATFORM_ROWS = len(PER_FAMILY)
+#: this many rows; fewer rows fit with the stack's family (:func:`_stack_layout`).
+MIN_PLATFORM_ROWS = 4
+#: What a platform build with few rows fits of its own: the efficiencies its kernels reach.
+PLATFORM_OWN = ("memory_bandwidth_fraction", "compute_fraction")
 SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
 
 
@@ -72,10 +74,16 @@ class Fit:
 
 
 class _Layout:
-    def __init__(self, families: list[str], merged: frozenset[str] = frozenset()) -> None:
+    """The fitted parameters: shared ones (``*``), each stack family's own, and for a platform build with few
+    rows (``partial``) only its efficiencies, its fixed costs tied to its stack's CUDA build."""
+
+    def __init__(self, families: list[str], merged: frozenset[str] = frozenset(),
+                 partial: frozenset[str] = frozenset()) -> None:
         self.families = families
         self.merged = merged     # platform families fitted with their stack's family (too few rows)
-        self.keys: list[tuple[str, str]] = [("*", k) for k in SHARED] + [(f, k) for f in families for k in PER_FAMILY]
+        self.partial = partial   # platform families that fit only PLATFORM_OWN
+        self.keys: list[tuple[str, str]] = [("*", k) for k in SHARED] + [
+            (f, k) for f in families for k in (PLATFORM_OWN if f in partial else PER_FAMILY)]
 
     def x0(self, base: EngineParams) -> np.ndarray:
         return np.array([getattr(base, k) / BOUNDS[k][2] for _f, k in self.keys])
@@ -85,14 +93,18 @@ class _Layout:
                 np.array([BOUNDS[k][1] / BOUNDS[k][2] for _f, k in self.keys]))
 
     def params(self, base: EngineParams, x: np.ndarray) -> dict[str, EngineParams]:
-        shared = {k: float(np.clip(v * BOUNDS[k][2], BOUNDS[k][0], BOUNDS[k][1]))
-                  for (f, k), v in zip(self.keys, x) if f == "*"}
+        values: dict[str, dict[str, float]] = {}
+        for (f, k), v in zip(self.keys, x):
+            values.setdefault(f, {})[k] = float(np.clip(v * BOUNDS[k][2], BOUNDS[k][0], BOUNDS[k][1]))
         out = {}
         for fam in self.families:
-            own = {k: float(np.clip(v * BOUNDS[k][2], BOUNDS[k][0], BOUNDS[k][1]))
-                   for (f, k), v in zip(self.keys, x) if f == fam}
-            out[fam] = attrs.evolve(base, **shared, **own)
+            tied = values.get(fam.removesuffix("-rocm"), {}) if fam in self.partial else {}
+            out[fam] = attrs.evolve(base, **values.get("*", {}), **{**tied, **values.get(fam, {})})
         return out
+
+    def moved_by(self, key: str, family: str) -> bool:
+        """Whether parameter set ``key`` moves a row of ``family`` (shared ones move all)."""
+        return key in ("*", family) or (family in self.partial and key == family.removesuffix("-rocm"))
 
 
 def row_family(row: Row) -> str:
@@ -127,12 +139,17 @@ def _family(layout: _Layout, row: Row) -> str:
 
 
 def _stack_layout(rows: list[Row]) -> _Layout:
-    """One parameter set per stack family present; a platform build with too few rows joins its stack."""
+    """One parameter set per stack family present. A platform build (``sglang-rocm``) with rows for every
+    parameter twice over is a family of its own; with fewer it fits only its efficiencies (PLATFORM_OWN) and
+    shares its stack's fixed costs; with fewer than MIN_PLATFORM_ROWS, or without its stack's CUDA build to
+    tie to, it joins (or is) the stack's family."""
     counts: dict[str, int] = {}
     for r in rows:
         counts[row_stack_family(r)] = counts.get(row_stack_family(r), 0) + 1
-    merged = frozenset(f for f, n in counts.items() if f.endswith("-rocm") and n < MIN_PLATFORM_ROWS)
-    return _Layout(sorted({f.removesuffix("-rocm") if f in merged else f for f in counts}), merged)
+    rocm = {f for f in counts if f.endswith("-rocm")}
+    merged = frozenset(f for f in rocm if counts[f] < MIN_PLATFORM_ROWS)
+    partial = frozenset(f for f in rocm - merged if counts[f] < 2 * len(PER_FAMILY) and f.removesuffix("-rocm") in counts)
+    return _Layout(sorted({f.removesuffix("-rocm") if f in merged else f for f in counts}), merged, partial)
 
 
 def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> np.ndarray:
@@ -149,8 +166,8 @@ def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layo
 def _sparsity(rows: list[Row], layout: _Layout) -> np.ndarray:
     """Which parameters move which rows: shared ones all rows, a stack family's only its own rows (so the
     finite-difference Jacobian perturbs the families' parameters together: a few evaluations, not dozens)."""
-    fams = np.array([_family(layout, r) for r in rows])
-    return np.stack([np.ones(len(rows), bool) if f == "*" else fams == f for f, _k in layout.keys], axis=1)
+    fams = [_family(layout, r) for r in rows]
+    return np.array([[layout.moved_by(f, fam) for f, _k in layout.keys] for fam in fams], dtype=bool)
 
 
 def _solve(rows: list[Row], base: EngineParams, layout: _Layout) -> Any:
@@ -168,9 +185,10 @@ def _standard_errors(res: Any, layout: _Layout, n_rows: int) -> dict[str, dict[s
     s2 = float(np.sum(res.fun**2)) / max(1, n_rows - len(layout.keys))
     jac = res.jac.toarray() if hasattr(res.jac, "toarray") else res.jac
     cov = np.linalg.pinv(jac.T @ jac) * s2
+    moves = np.abs(jac).sum(axis=0) > 0   # a parameter no row responds to is not identified (pinv gives it 0)
     se: dict[str, dict[str, float]] = {}
     for i, (fam, k) in enumerate(layout.keys):
-        se.setdefault(fam, {})[k] = float(math.sqrt(max(cov[i, i], 0.0)) * BOUNDS[k][2])
+        se.setdefault(fam, {})[k] = float(math.sqrt(max(cov[i, i], 0.0)) * BOUNDS[k][2]) if moves[i] else math.inf
     return se
 
 
@@ -183,9 +201,7 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     of the row it predicts). ``progress(done, total, what)`` is called between fits (the CLI shows a bar).
     ``jobs`` > 1 runs the held-out fits in that many processes.
     """
-    # GPU kernel boundaries are charged per kernel (kernel_overhead_s), not per layer; weight unpacking is
-    # hidden under the weight stream (hardware_specs/execution/gpu.toml: dequant_ops_per_element, Marlin)
-    base = base or EngineParams(layer_overhead_s=0.0, dequant_ops_per_element=0.0)
+    base = base or _gpu_base()
     ok, skipped = _usable(rows, base)
     layout = _stack_layout(ok)
     if len(ok) <= len(layout.keys):
@@ -211,9 +227,19 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
                loo_errors=held or None, holdout=_holdout_name(holdout))
 
 
+def _gpu_base() -> EngineParams:
+    """Where a GPU calibration starts: the generic parameters with the GPU family file's set values for what it
+    does not fit (per-layer costs 0: kernel gaps are counted per kernel; weight unpacking 0, from Marlin)."""
+    fam = family_profile("gpu").profile
+    return EngineParams(**{k: getattr(fam, k) for k in ("layer_overhead_s", "moe_layer_overhead_s",
+                                                        "dequant_ops_per_element")})
+
+
 def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, jobs: int, tick: Any) -> dict[str, float]:
     """Each fold's rows predicted by a fit on the others, in ``jobs`` processes (folds are independent)."""
     held: dict[str, float] = {}
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise RooflineError(f"jobs must be a whole number >= 1, got {jobs!r}")
     if jobs <= 1 or len(folds) <= 1:
         for i, fold in enumerate(folds):
             tick(i)
@@ -222,7 +248,7 @@ def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, job
     from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(max_workers=min(jobs, len(folds))) as pool:
         futures = [pool.submit(_predict_fold, rows, fold, base) for fold in folds]
-        for i, f in enumerate(futures):
+        for i, f in enumerate(futures):   # as in one process: the tick names the fold being waited on
             tick(i)
             held.update(f.result())
     return held
@@ -283,8 +309,11 @@ def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
     for k, se in fit.standard_errors.get("default", {}).items():
         out["default"][k] = _notes(getattr(fit.profile.default, k), se)
     for fam, p in fit.profile.families.items():
+        base = fam.removesuffix("-rocm")
+        tied = ({k: f"as {base} (too few rows to fit it apart)" for k in PER_FAMILY if k not in PLATFORM_OWN}
+                if fam != base and not set(PER_FAMILY) <= set(fit.standard_errors.get(fam, {})) else {})
         ses = {**fit.standard_errors.get("*", {}), **fit.standard_errors.get(fam, {})}
-        out[fam] = {k: _notes(getattr(p, k), se) for k, se in ses.items()}
+        out[fam] = {**{k: _notes(getattr(p, k), se) for k, se in ses.items()}, **tied}
     return out
 
 

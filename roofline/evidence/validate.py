@@ -39,6 +39,8 @@ COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "
            "value", "grade", "notes")
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
            "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w")
+#: Tensor-parallel degrees a layout is chosen from.
+TP_CHOICES = (1, 2, 4, 8, 16, 32)
 #: Metrics of energy (reported apart from time: a different model with different errors).
 ENERGY_METRICS = ("energy_per_token_j", "power_w")
 #: Stacks timed in-process (an offline benchmark or harness, no HTTP server): their TTFT has no request overhead.
@@ -130,7 +132,7 @@ def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, str], bat
         return DeviceGroup(device=device, tp=tp, ep=ep, pp=pp, dp=dp), n // (tp * pp)
     if n_text:
         n = _int(row, "n_devices")
-        tp = max(t for t in (1, 2, 4, 8, 16, 32) if t <= max_tp and n % t == 0)
+        tp = max(t for t in TP_CHOICES if t <= max_tp and n % t == 0)
         return DeviceGroup(device=device, tp=tp, ep=ep, pp=n // tp, dp=dp), 1
     if batch is None:
         raise RooflineError("batch = max needs the device count (n_devices or tp/pp)")
@@ -163,7 +165,7 @@ def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[s
                      serve: Any) -> int:
     isl, osl = _int(row, "isl"), _int(row, "osl")
     paged = (row.get("serving") or "static") == "continuous" and params.kv_admission != "reserve"
-    context = isl + osl // 2 if paged else isl + osl
+    context = isl + osl // 2 if paged else isl + osl - 1   # as evaluate_serving checks memory
     kv_bound = int(max_batch(model, group, context=context, params=params, **fmt))
     if kv_bound < 1:
         raise RooflineError("the model does not fit at batch 1")
@@ -179,8 +181,8 @@ def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: d
     steady-state mean context isl + osl/2 of a paged KV cache, with the step's prefill workspace; static: at
     the final context), else the row's batch (the concurrency of the whole deployment) over the replicas."""
     if row.get("batch") == "max":
-        key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction, group.tp, group.pp, group.ep,
-               group.dp, tuple(t.capacity_bytes for t in group.device.memory))
+        key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction, params.kv_admission, group.tp,
+               group.pp, group.ep, group.dp, tuple(t.capacity_bytes for t in group.device.memory))
         if key not in _MAX_BATCH:    # memory only: the same for every efficiency a calibration tries
             _MAX_BATCH[key] = _largest_fitting(row, model, group, fmt, params, serve)
         return _MAX_BATCH[key]
@@ -262,7 +264,7 @@ def _submitter_layouts(row: Row, model: ModelSpec, device: Device, params: Engin
         return []
     n, max_tp = _int(row, "n_devices"), int(resolve_profile(device, params).max_tp)
     ep, dp = _int(row, "ep", 1), _int(row, "dp", 1)
-    return [(DeviceGroup(device=device, tp=t, ep=ep, dp=dp), n // t) for t in (1, 2, 4, 8, 16)
+    return [(DeviceGroup(device=device, tp=t, ep=ep, dp=dp), n // t) for t in TP_CHOICES
             if t <= max_tp and n % t == 0 and model.num_heads % t == 0 and t % ep == 0 and t % dp == 0]
 
 

@@ -82,51 +82,26 @@ class PassFootprint:
 
 @attrs.frozen(kw_only=True, eq=False)
 class StagesFootprint:
-    """The footprint of a stage made of several passes (chunked prefill, gamma draft steps): work adds up
-    over the passes where their masks are set; memory held is the peak."""
+    """The footprint of a stage made of several passes (chunked prefill, gamma draft steps: boolean masks say
+    where each runs) or of the mean pass of a stream (shares: the fraction of passes of each kind): work is
+    the mask- or share-weighted sum over the passes; memory held is the peak over those that run."""
 
     parts: tuple[StageResult, ...]
     masks: tuple[Any, ...]
 
     def _total(self, name: str, zero: Array) -> Array:
-        return sum((np.where(m, np.nan_to_num(getattr(r, name)), 0.0) for r, m in zip(self.parts, self.masks)), zero)
+        return sum((np.asarray(m, dtype=float) * np.nan_to_num(getattr(r, name))
+                    for r, m in zip(self.parts, self.masks)), zero)
 
     def _peak(self, name: str) -> Array:
-        return np.maximum.reduce([np.where(m, getattr(r, name), 0.0) for r, m in zip(self.parts, self.masks)])
+        return np.maximum.reduce([np.where(np.asarray(m) > 0, getattr(r, name), 0.0)
+                                  for r, m in zip(self.parts, self.masks)])
 
     def flop(self, zero: Array) -> Array:
         return self._total("flop_per_device", zero)
 
     def bytes_moved(self, zero: Array) -> Array:
         return self._total("bytes_per_device", zero)
-
-    def kv_held(self) -> Array:
-        return self._peak("kv_per_device_bytes")
-
-    def memory_held(self) -> Array:
-        return self._peak("memory_per_device_bytes")
-
-
-@attrs.frozen(kw_only=True, eq=False)
-class MixedFootprint:
-    """The footprint of the mean pass of a stream of different passes (``weights``: the share of passes of
-    each kind, summing to 1): work is the weighted mean, memory held the peak over the kinds that run."""
-
-    parts: tuple[StageResult, ...]
-    weights: tuple[Any, ...]
-
-    def _mean(self, name: str, zero: Array) -> Array:
-        return sum((w * np.nan_to_num(getattr(r, name)) for r, w in zip(self.parts, self.weights)), zero)
-
-    def _peak(self, name: str) -> Array:
-        return np.maximum.reduce([np.where(np.asarray(w) > 0, getattr(r, name), 0.0)
-                                  for r, w in zip(self.parts, self.weights)])
-
-    def flop(self, zero: Array) -> Array:
-        return self._mean("flop_per_device", zero)
-
-    def bytes_moved(self, zero: Array) -> Array:
-        return self._mean("bytes_per_device", zero)
 
     def kv_held(self) -> Array:
         return self._peak("kv_per_device_bytes")
@@ -203,7 +178,7 @@ class StageResult(ArrayRecord):
     usable_per_device_bytes: float
     fits: NDArray[np.bool_]
     passes: int = 1
-    footprint: PassFootprint | StagesFootprint | PrefixFootprint | MixedFootprint = attrs.field(eq=False, repr=False)
+    footprint: PassFootprint | StagesFootprint | PrefixFootprint = attrs.field(eq=False, repr=False)
     #: the execution family whose profile timed this stage, and its busy power floor (fraction of TDP)
     family: str = "gpu"
     busy_floor_fraction: float = 0.0
@@ -293,10 +268,11 @@ def attention_class(formats: Formats, device: Device) -> str:
     """The compute class of attention's score and value matmuls: 16-bit even when weights, activations and
     the KV cache are 8- or 4-bit. Serving kernels read an FP8 cache and dequantise it to BF16/FP16 inside
     the attention kernel ("dequantize to BF16/FP16 at the reading time for attention calculation",
-    https://github.com/sgl-project/sglang/issues/10083; TensorRT-LLM's XQA takes BF16 queries over an FP8
-    cache); vLLM computes attention in FP8 only with the FlashAttention-3 backend
-    (https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/). A device whose 16-bit rate
-    is unpublished keeps the activations' class."""
+    https://github.com/sgl-project/sglang/issues/10083). Not distinguished: vLLM's FlashAttention-3 backend
+    computes attention in FP8 over an FP8 cache
+    (https://docs.vllm.ai/en/latest/features/quantization/quantized_kvcache/), so vLLM on Hopper with an FP8
+    cache is charged up to 2x too much attention compute here. A device whose 16-bit rate is unpublished
+    keeps the activations' class."""
     cls = formats.activation.compute
     if cls not in LOW_PRECISION:
         return cls
@@ -387,8 +363,10 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
 
 
 def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, *, batch: Any, new_tokens: Any,
-            prefix_tokens: Any, logits_per_seq: Any, params: EngineParams) -> tuple[Any, Residency, PassFootprint, Any]:
-    """(placement over tiers, residency, footprint factors) of one pass on one device of ``group``."""
+            prefix_tokens: Any, logits_per_seq: Any, params: EngineParams,
+            rider: tuple[Any, Any] = (0.0, 0.0)) -> tuple[Any, Residency, PassFootprint, Any]:
+    """(placement over tiers, residency, footprint factors) of one pass on one device of ``group``; ``rider``
+    = (chunks, tokens each) of prompt chunks riding along, whose activations need workspace too."""
     tp, pp = group.tp, group.pp
     imbalance = params.expert_imbalance * expert_shard_imbalance(
         model.num_experts, model.experts_per_token, work.tokens, group.ep) if group.ep > 1 and model.is_moe else 1.0
@@ -398,7 +376,8 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
     res = Residency(weights_bytes=stored_weight_bytes(model, formats) / (tp * pp)
                     + attention_replica_bytes(model, formats, group),
                     workspace_bytes=batch * workspace_per_sequence_bytes(model, formats, tp, new_tokens,
-                                                                         np.asarray(logits_per_seq, dtype=float)),
+                                                                         np.asarray(logits_per_seq, dtype=float))
+                    + np.asarray(rider[0], dtype=float) * workspace_per_sequence_bytes(model, formats, tp, rider[1], 0.0),
                     kv_sequences=batch / shards, kv_sequence_bytes=model.kv_cache_bytes(prefix_tokens + new_tokens,
                                                                                       formats.kv))
     act_bytes = work.activation_bytes / (tp * pp)
@@ -442,7 +421,8 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     if stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency
         compute = compute / params.prefill_compute_scale
     placed, res, footprint, _ = _memory(model, group, formats, work, batch=B, new_tokens=n, prefix_tokens=p,
-                                        logits_per_seq=logits_per_seq, params=params)
+                                        logits_per_seq=logits_per_seq, params=params,
+                                        rider=(chunks, chunk_tokens))
     comm = group_communication_s(model, group, formats.activation, work.tokens, params)
     # fixed costs: per pass (launches, host round trip), per layer (kernel boundaries on GPUs, the
     # stage latency of a compiled pipeline on dataflow chips; a pipeline's pp stages hold 1/pp of the
@@ -500,52 +480,41 @@ def _owned(x: Any, shape: tuple[int, ...]) -> Array:
 
 
 def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> StageResult:
-    """Sum sequential passes (chunked prefill, gamma draft steps); ``masks`` say where each pass happens.
+    """Sum sequential passes (chunked prefill, gamma draft steps); ``masks`` say where each pass happens
+    (booleans) or how many times (numbers: :func:`mix` passes shares).
 
     The overlapped time is the sum of each pass's max(compute, memory): kernels do not overlap across passes.
     """
     first = results[0]
-    zero = np.zeros_like(first.time_s)
+    shape = np.broadcast_shapes(*(r.time_s.shape for r in results), *(np.shape(m) for m in masks))
+    zero = np.zeros(shape)
+    weights = [np.asarray(m, dtype=float) for m in masks]
 
     def total(name: str) -> Array:
-        return sum((np.where(m, np.nan_to_num(getattr(r, name)), 0.0) for r, m in zip(results, masks)), zero)
-
-    fits = np.all([np.where(m, r.fits, True) for r, m in zip(results, masks)], axis=0)
-    tiers = sorted({t for r in results for t in r.memory_by_tier_s})   # sorted: key order never depends on hashing
-    by_tier = {t: sum((np.where(m, np.nan_to_num(r.memory_by_tier_s.get(t, zero)), 0.0)
-                       for r, m in zip(results, masks)), zero) for t in tiers}
-    return attrs.evolve(
-        first, stage=stage, new_tokens=total("new_tokens"), time_s=np.where(fits, total("time_s"), np.nan),
-        compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
-        memory_by_tier_s=by_tier, communication_s=total("communication_s"), overhead_s=total("overhead_s"),
-        fits=fits, passes=len(results), footprint=StagesFootprint(parts=tuple(results), masks=tuple(masks)))
-
-
-def mix(results: list[StageResult], weights: list[Any], *, stage: str) -> StageResult:
-    """The mean pass of a stream in which a share ``weights[i]`` of the passes are ``results[i]`` (shares sum
-    to 1 at every point): every time term is the weighted mean, so the mean of max(compute, memory) over the
-    kinds, not the max of the means (a prefill chunk's compute cannot hide under another step's memory time).
-    Used for continuous batching with chunked prefill: most steps decode only, a share also carry a chunk
-    (Sarathi-Serve, Agrawal et al. OSDI 2024, https://arxiv.org/abs/2403.02310; docs/theory.md §6).
-    """
-    first = results[0]
-    shape = np.broadcast_shapes(*(r.time_s.shape for r in results), *(np.shape(w) for w in weights))
-    zero = np.zeros(shape)
-
-    def mean(name: str) -> Array:
         return sum((w * np.nan_to_num(getattr(r, name)) for r, w in zip(results, weights)), zero)
 
-    fits = np.all([np.where(np.asarray(w) > 0, r.fits, True) for r, w in zip(results, weights)], axis=0)
-    tiers = sorted({t for r in results for t in r.memory_by_tier_s})
+    fits = np.all([np.where(w > 0, r.fits, True) for r, w in zip(results, weights)], axis=0)
+    tiers = sorted({t for r in results for t in r.memory_by_tier_s})   # sorted: key order never depends on hashing
     by_tier = {t: sum((w * np.nan_to_num(r.memory_by_tier_s.get(t, zero)) for r, w in zip(results, weights)), zero)
                for t in tiers}
     return attrs.evolve(
         first, stage=stage, batch=np.broadcast_to(first.batch, shape), context=np.broadcast_to(first.context, shape),
-        new_tokens=mean("new_tokens"), time_s=np.where(fits, mean("time_s"), np.nan), compute_s=mean("compute_s"),
-        memory_s=mean("memory_s"), memory_serial_s=mean("memory_serial_s"), memory_by_tier_s=by_tier,
-        communication_s=mean("communication_s"), overhead_s=mean("overhead_s"),
-        weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape), fits=np.broadcast_to(fits, shape),
-        footprint=MixedFootprint(parts=tuple(results), weights=tuple(weights)))
+        new_tokens=total("new_tokens"), time_s=np.where(fits, total("time_s"), np.nan),
+        compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
+        memory_by_tier_s=by_tier, communication_s=total("communication_s"), overhead_s=total("overhead_s"),
+        weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape),
+        fits=np.broadcast_to(fits, shape), passes=len(results),
+        footprint=StagesFootprint(parts=tuple(results), masks=tuple(masks)))
+
+
+def mix(results: list[StageResult], shares: list[Any], *, stage: str) -> StageResult:
+    """The mean pass of a stream in which a share ``shares[i]`` of the passes are ``results[i]`` (shares sum
+    to 1 at every point): every time term is the share-weighted mean, so the mean of max(compute, memory) over
+    the kinds, not the max of the means (a prefill chunk's compute cannot hide under another step's memory
+    time). Used for continuous batching with chunked prefill: most steps decode only, a share also carry a
+    chunk (Sarathi-Serve, Agrawal et al. OSDI 2024, https://arxiv.org/abs/2403.02310; docs/theory.md §6).
+    """
+    return attrs.evolve(combine(results, shares, stage=stage), passes=1)
 
 
 def check_feasible(r: StageResult, on_infeasible: str, scalar: bool) -> StageResult:

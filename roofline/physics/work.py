@@ -215,7 +215,7 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
     T = B * n
     m = model
     d, nh, nL = m.hidden_size, m.num_heads, m.num_layers
-    bw, be = formats.weight.bytes_per_element, formats.expert.bytes_per_element
+    bw = formats.weight.bytes_per_element
     bkv, ba = formats.kv_format.bytes_per_element, formats.activation.bytes_per_element
     n_moe = m.num_moe_layers
     n_dense = nL - n_moe
@@ -236,7 +236,7 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
     weight_bytes = {
         "attention": np.float64(nL * m.attention_params_per_layer() * bw),
         "mlp": np.float64(n_dense * m.dense_mlp_params() * bw),
-        "experts": n_moe * touched * m.expert_params() * be,
+        "experts": _expert_weight_bytes(m, formats, touched),
         "shared_experts": np.float64(n_moe * m.shared_expert_params() * bw),
         "router": np.float64(n_moe * m.router_params() * bw),
         "norms": np.float64((nL * m.norm_params_per_layer() + d) * bw),
@@ -262,6 +262,11 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
                 experts_per_token=m.experts_per_token if m.is_moe else 0)
 
 
+def _expert_weight_bytes(model: ModelSpec, formats: Formats, touched: Any) -> Any:
+    """Bytes of the routed experts a pass reads: ``touched`` experts per MoE layer."""
+    return model.num_moe_layers * touched * model.expert_params() * formats.expert.bytes_per_element
+
+
 def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks: Any, chunk_tokens: Any,
                        chunk_prefix: Any) -> Work:
     """``work`` (a decode or verify pass) with ``chunks`` prompt chunks of ``chunk_tokens`` tokens riding along
@@ -277,7 +282,7 @@ def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks
     touched = (expected_experts_touched(model.num_experts, model.experts_per_token, T) if model.is_moe
                else work.experts_touched_per_layer)
     weights = dict(work.weight_bytes)
-    weights["experts"] = model.num_moe_layers * touched * model.expert_params() * formats.expert.bytes_per_element
+    weights["experts"] = _expert_weight_bytes(model, formats, touched)
     weights["embedding"] = work.weight_bytes["embedding"] + extra.weight_bytes["embedding"]
     return attrs.evolve(work, flop={k: work.flop[k] + extra.flop[k] for k in work.flop}, weight_bytes=weights,
                         kv_read_bytes=work.kv_read_bytes + extra.kv_read_bytes,

@@ -114,6 +114,7 @@ class Round:
     draft: StageResult | None
     transfer_s: Array
     fits: NDArray[np.bool_]
+    chunk_s: Array              # the time one prompt chunk adds to the steps on average (0 without chunks)
     shared: bool
     target_group: DeviceGroup
     draft_group: DeviceGroup
@@ -169,22 +170,28 @@ class RoundPlan:
 
 
 def mixed_verify(verify_at: Any, context: Any, *, batch: Any, extra_tokens: Any, chunk_tokens: Any,
-                 stage: str) -> StageResult:
-    """The mean verify/decode step when the prompts of arriving requests are prefilled in chunks inside it.
+                 stage: str) -> tuple[StageResult, Array]:
+    """The mean verify/decode step when the prompts of arriving requests are prefilled in chunks inside it,
+    and the time one chunk adds to the steps on average ((mean step - a step without chunks) / q).
 
     Each step needs ``batch x extra_tokens`` prompt tokens on average: q = B x extra / C chunks of C tokens.
     A step carries floor(q) chunks, and a share q - floor(q) of the steps one more; ``verify_at(context,
     chunks)`` times a step with that many chunks riding along. The mean step mixes these passes
     (:func:`roofline.physics.timing.mix`): a chunk's tokens route through MoE experts together, touching
-    E(1-(1-k/E)^C) experts once per chunk rather than in every step, a chunk attends to its own prompt in
-    the prefill form, and its compute is paid in full instead of hiding under a memory-bound step's time
-    (Sarathi-Serve, Agrawal et al. OSDI 2024, https://arxiv.org/abs/2403.02310; docs/theory.md §6).
+    E(1-(1-k/E)^C) of the E experts (k per token) once per chunk rather than in every step, a chunk attends
+    to its own prompt in the prefill form, and its compute is paid in full instead of hiding under a
+    memory-bound step's time (Sarathi-Serve, Agrawal et al. OSDI 2024, https://arxiv.org/abs/2403.02310;
+    docs/theory.md §6).
     """
     B, C = np.asarray(batch, dtype=float), np.asarray(chunk_tokens, dtype=float)
     q = B * np.asarray(extra_tokens, dtype=float) / C
-    k = np.floor(q)
-    lo, hi = verify_at(context, k), verify_at(context, k + 1)
-    return mix([lo, hi], [1.0 - (q - k), q - k], stage=stage)
+    whole = np.floor(q)
+    lo, hi = verify_at(context, whole), verify_at(context, whole + 1)
+    mean = mix([lo, hi], [1.0 - (q - whole), q - whole], stage=stage)
+    plain = verify_at(context, 0.0) if np.any(whole > 0) else lo   # a step without prompt chunks
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_chunk = np.where(q > 0, (mean.time_s - plain.time_s) / q, 0.0)
+    return mean, np.nan_to_num(per_chunk)
 
 
 def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: EngineParams,
@@ -208,12 +215,15 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
                              logits_per_seq=G + 1, mla_absorbed=True, stage=stage, params=params, chunks=chunks,
                              chunk_tokens=0.0 if chunk_tokens is None else chunk_tokens, chunk_prefix=chunk_prefix)
 
+    chunk_s: Any = 0.0
     if chunk_tokens is None or not np.any(np.asarray(extra_tokens) > 0):
         v = verify_at(context, extra=extra_tokens)
-    else:
-        v = mixed_verify(verify_at, context, batch=batch, extra_tokens=extra_tokens, chunk_tokens=chunk_tokens,
-                         stage=stage)
-    v_end = v if fit_context is None else verify_at(fit_context)
+        v_end = v if fit_context is None else verify_at(fit_context)
+    else:   # memory must also hold the workspace of the chunks a step can carry, at the final context
+        v, chunk_s = mixed_verify(verify_at, context, batch=batch, extra_tokens=extra_tokens,
+                                  chunk_tokens=chunk_tokens, stage=stage)
+        most = np.ceil(np.asarray(batch, dtype=float) * np.asarray(extra_tokens, dtype=float) / chunk_tokens)
+        v_end = verify_at(context if fit_context is None else fit_context, most)
     shape = np.broadcast_shapes(v.time_s.shape, G.shape)
     fits = v.fits & v_end.fits
     d = None
@@ -231,7 +241,8 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
         transfer = np.broadcast_to(round_transfer_s(plan.link, batch, G, vocab_size=plan.target.vocab_size,
                                                     probability_rows=plan.sampling == "lossless"), shape)
     dg = tg if plan.shared or plan.draft_group is None else plan.draft_group
-    return Round(verify=v, verify_end=v_end, draft=d, transfer_s=transfer, fits=np.broadcast_to(fits, shape), shared=plan.shared,
+    return Round(verify=v, verify_end=v_end, draft=d, transfer_s=transfer, fits=np.broadcast_to(fits, shape),
+                 chunk_s=np.broadcast_to(chunk_s, shape), shared=plan.shared,
                  target_group=tg, draft_group=dg)
 
 

@@ -222,11 +222,23 @@ class _Prefill:
     batch: Any
 
 
-def _chunk_tokens(placement: Placement, isl: int, chunk: int) -> int | None:
-    """Tokens per prompt chunk riding along the decode steps: min(isl, chunk) on a group without pipeline
-    stages; None (prompt tokens spread over every step) on a pipeline, whose pp stages take prompt tokens
-    as extra microbatches into the slots decode microbatches leave idle (min(B, pp) of pp are busy)."""
-    return min(isl, chunk) if placement.decode.pp == 1 else None
+def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Array, G: Array,
+                   E: Array) -> tuple[Array, Array, NDArray[np.bool_]] | None:
+    """How aggregated continuous batching prefills arriving prompts: (tokens per chunk, the mean prompt position
+    a chunk starts at, whether the step's token budget sustains the batch), or None on a pipeline.
+
+    A step holds at most ``budget`` tokens (TensorRT-LLM's max_num_tokens, vLLM's max_num_batched_tokens,
+    SGLang's chunked_prefill_size: 8192 by default); the B (gamma + 1) decode tokens go first and a prompt
+    chunk takes what is left, up to the whole prompt. In steady state the steps need B E isl / osl prompt
+    tokens on average: a batch whose prompts need more than the budget leaves them cannot be sustained.
+    On a pipeline (pp > 1) prompt tokens are spread over every step instead: its stages take them as extra
+    microbatches, and no separate chunk steps are modelled (None)."""
+    if placement.decode.pp > 1:
+        return None
+    isl, osl = request.input_tokens, request.output_tokens
+    room = budget - B * (G + 1)
+    tokens = np.maximum(np.minimum(float(isl), room), 1.0)
+    return tokens, tokens * (np.ceil(isl / tokens) - 1) / 2, room >= B * E * isl / osl
 
 
 def offline_tokens_per_s(requests: float, batch: float, tpot_full_s: Any, tpot_rest_s: Any) -> Any:
@@ -237,23 +249,26 @@ def offline_tokens_per_s(requests: float, batch: float, tpot_full_s: Any, tpot_r
     the N mod B left over, each taking osl x TPOT of its own batch. Throughput = N / (floor(N/B) TPOT(B) +
     TPOT(N mod B)): below the steady state B / TPOT(B) when the last wave is small (a half-full wave costs
     nearly a full one's memory-bound steps)."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 1
+               for v in (requests, batch)):
+        raise WorkloadError(f"offline runs need requests and batch numbers >= 1, got {requests!r} and {batch!r}")
     full = math.floor(requests / batch)
     rest = requests - full * batch
     return requests / (full * np.asarray(tpot_full_s) + (np.asarray(tpot_rest_s) if rest > 0 else 0.0))
 
 
 def prefill_queue_s(arrivals_per_s: Any, service_s: Any) -> Array:
-    """Mean wait of a prompt for the prompts ahead of it: M/D/1 (Poisson arrivals, fixed prefill time s),
+    """Mean wait of a prompt for the prompts ahead of it: M/D/1 (Poisson arrivals, fixed service time s),
     Pollaczek-Khinchine W_q = rho s / (2 (1 - rho)) with rho = lambda s (Kleinrock, Queueing Systems I, 1975,
     §5.7; https://en.wikipedia.org/wiki/M/D/1_queue). In steady-state continuous batching lambda is the
-    completion rate B E / (osl T_step); rho is then the share of time the engine spends on prompt chunks,
-    below 1 by construction (capped at 0.99)."""
+    completion rate B E / (osl T_step) and s the engine time one prompt's chunks add to the steps, so rho is
+    the share of step time spent on prompts, below 1 by construction (capped at 0.99 as a guard)."""
     rho = np.minimum(np.asarray(arrivals_per_s, dtype=float) * service_s, 0.99)
     return rho * service_s / (2.0 * (1.0 - rho))
 
 
 def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt: Formats, *, mode: str,
-                   batch: Array, step_s: Array, arrivals_per_s: Array, prefill_batch: int, chunk: int,
+                   batch: Array, step_s: Array, queue_s: Array, prefill_batch: int, chunk: int,
                    params: EngineParams) -> _Prefill:
     isl = request.input_tokens
     kw = dict(params=params, on_infeasible="nan", **fmt.names())
@@ -263,9 +278,8 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
         # queued before it; while other sequences are running it also waits for one of their steps (§6)
         alone = prefill(model, placement.decode, prompt=isl, batch=1, chunk=chunk if isl > chunk else None, **kw)
         zero = np.zeros(batch.shape)
-        queue = np.where(batch > 1, prefill_queue_s(arrivals_per_s, alone.time_s), 0.0)
         return _Prefill(result=alone, mixed=True, time_s=zero, kv_transfer_s=zero,
-                        ttft_s=alone.time_s + queue + np.where(batch > 1, step_s, 0.0),
+                        ttft_s=alone.time_s + np.where(batch > 1, queue_s + step_s, 0.0),
                         fits=np.broadcast_to(alone.fits, batch.shape), batch=zero)
     p_batch = batch if mode == "static" else np.full(batch.shape, float(prefill_batch))
     r = prefill(model, placement.prefill or placement.decode, prompt=isl, batch=p_batch, **kw)
@@ -357,6 +371,8 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     B, G, acc = _checked(placement, batch=batch, gamma=gamma, acceptance=acceptance, mode=mode,
                          prefill_batch=prefill_batch)
     p = params if params is not None else default_params()
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise WorkloadError(f"chunk (tokens per step) must be a whole number >= 1, got {chunk!r}")
     isl, osl = request.input_tokens, request.output_tokens
     fmt = Formats.for_model(m, **dict(target_formats or {}))
     E = acc.expected_tokens(G) if acc is not None else np.ones_like(G)
@@ -364,13 +380,16 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None)
+    chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, E=E) if mixed else None
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
-                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=_chunk_tokens(placement, isl, chunk),
-                    chunk_prefix=min(isl, chunk) * (math.ceil(isl / chunk) - 1) / 2,
+                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks and chunks[0],
+                    chunk_prefix=chunks[1] if chunks else 0.0,
                     fit_context=float(isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve"
                                       else isl + osl - 1))
     step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
-    pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, arrivals_per_s=B * E / (osl * step),
+    service = np.ceil(isl / chunks[0]) * rnd.chunk_s if chunks else None   # engine time per prompt
+    queue = prefill_queue_s(B * E / (osl * step), service) if service is not None else np.zeros(B.shape)
+    pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, queue_s=queue,
                          prefill_batch=prefill_batch, chunk=chunk, params=p)
     overhead = resolve_profile((placement.prefill or placement.decode).device, p).request_overhead_s
     pre = attrs.evolve(pre, ttft_s=pre.ttft_s + overhead)   # the serving stack's per-request overhead
@@ -381,7 +400,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         tokens_per_s = B * osl / e2e
     else:
         tokens_per_s = B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step / E)
-    fits = rnd.fits & pre.fits
+    fits = rnd.fits & pre.fits & (chunks[2] if chunks else True)
     note = ""
     devices = _devices_by_group(placement, pre, mode=mode, tokens_per_s=tokens_per_s, osl=osl, shape=B.shape)
     try:

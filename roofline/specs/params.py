@@ -95,7 +95,9 @@ class EngineParams:
       routed experts (routing, dispatch and combine: more kernels on GPUs, more pipeline stages elsewhere).
     * ``kernel_overhead_s``: fixed cost per kernel on GPUs (launch gap and tail between kernels), times the
       kernels of a pass counted by layer kind (:func:`roofline.physics.work.kernels_per_pass`: GQA or MLA
-      attention, dense MLP or routed experts); GPU families use it in place of ``layer_overhead_s``.
+      attention, dense MLP or routed experts). The GPU family file and its calibration set the per-layer
+      costs to 0 and fit this instead; a bare ``EngineParams()`` keeps generic defaults (2 us per layer, no
+      per-kernel cost, 4 unpacking ops per element) for devices without a profile.
     * ``collective_base_s`` / ``link_hop_latency_s``: all-reduce cost
       t0 + 2(p-1) t_hop + 2(p-1)/p M/W; GenZ's collective model uses a 5 us
       constant and ~1 us per hop (https://github.com/abhibambhaniya/GenZ-LLM-Analyzer);
@@ -285,7 +287,7 @@ class Profile:
 
     def for_stack(self, stack: str, vendor: str = "") -> EngineParams:
         """The parameters of a stack's family on a device vendor's platform (else the stack's family on any
-        platform, else the default set), with the stack's all-reduce algorithm."""
+        platform, else the default set), with the stack's all-reduce algorithm and KV admission."""
         fam = stack_family(stack, vendor)
         base = self.families.get(fam, self.families.get(fam.removesuffix("-rocm"), self.default))
         return with_stack_settings(base, stack)
