@@ -190,3 +190,10 @@ def test_held_out_folds_are_the_same_in_parallel():
     two = calibrate(rows, holdout=2, jobs=2)
     assert one.holdout == "2-fold by source" and set(one.loo_errors) == {r.id for r in rows}
     assert one.loo_errors == pytest.approx(two.loo_errors)
+
+
+def test_calibrate_rejects_a_bad_process_count(run_cli):
+    with pytest.raises(rl.RooflineError, match="jobs"):
+        calibrate(ROWS[:5], jobs=0)
+    code, _, err = run_cli("calibrate", "--folds", "2", "--jobs", "0")
+    assert code != 0 and "--jobs" in err and len(err.strip().splitlines()) == 1

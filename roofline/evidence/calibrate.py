@@ -1,17 +1,18 @@
 """Fit the engine's global parameters to published measurements (scipy least squares).
 
 Few, physical parameters (:class:`roofline.specs.params.EngineParams`): achieved
-fractions of peak bandwidth and FLOP/s, the token count at which matmuls reach
-half their peak efficiency, fixed costs per pass and per layer, the fixed cost
-of a collective, and the dequantisation work per weight element of weight-only
-formats. The efficiency and fixed-cost parameters are fitted per serving-stack
-family (gpt-fast against TensorRT-LLM/NIM: their kernels and schedulers
-differ); the rest are shared. Residuals are log(predicted / measured), so a row
-2x too fast weighs as much as one 2x too slow. The fit reports each parameter
-with its standard error (Jacobian at the optimum) and, on request, the
-held-out error: each row predicted by a fit that never saw it (leave-one-out, or folds of whole
-publications). The loss is soft-L1 on the log residuals, so a few rows the model cannot express do not pull
-every parameter.
+fractions of peak bandwidth and FLOP/s and the share prefill keeps, fixed costs
+per pass, per request and per running sequence (fitted per serving-stack family:
+their kernels and schedulers differ; a ROCm build with few rows fits only its
+efficiencies), and shared by all stacks the fixed cost per kernel and per
+collective, the token count at which matmuls reach half their peak efficiency
+and what FP8 and FP4 matmuls keep of it. Weight-only unpacking is not fitted
+(the GPU family file pins it from a measurement). Residuals are log(predicted /
+measured), so a row 2x too fast weighs as much as one 2x too slow. The fit
+reports each parameter with its standard error (Jacobian at the optimum) and, on
+request, the held-out error: each row predicted by a fit that never saw it
+(leave-one-out, or folds of whole publications). The loss is soft-L1 on the log
+residuals, so a few rows the model cannot express do not pull every parameter.
 """
 
 from __future__ import annotations
@@ -201,6 +202,8 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     of the row it predicts). ``progress(done, total, what)`` is called between fits (the CLI shows a bar).
     ``jobs`` > 1 runs the held-out fits in that many processes.
     """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise RooflineError(f"jobs must be a whole number >= 1, got {jobs!r}")
     base = base or _gpu_base()
     ok, skipped = _usable(rows, base)
     layout = _stack_layout(ok)
@@ -238,8 +241,6 @@ def _gpu_base() -> EngineParams:
 def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, jobs: int, tick: Any) -> dict[str, float]:
     """Each fold's rows predicted by a fit on the others, in ``jobs`` processes (folds are independent)."""
     held: dict[str, float] = {}
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise RooflineError(f"jobs must be a whole number >= 1, got {jobs!r}")
     if jobs <= 1 or len(folds) <= 1:
         for i, fold in enumerate(folds):
             tick(i)

@@ -218,7 +218,7 @@ def _offline_total(row: Row, batch: int, replicas: int, full: Any, serve: Any) -
     if per < 1:
         raise RooflineError(f"requests {row.get('requests')} do not give every one of {replicas} replicas one")
     rest = per - math.floor(per / batch) * batch
-    tpot_rest = serve(float(max(1.0, rest))).tpot_s if rest > 0 else 0.0
+    tpot_rest = serve(float(math.ceil(rest))).tpot_s if rest > 0 else 0.0
     return float(offline_tokens_per_s(per, float(batch), full.tpot_s, tpot_rest)) * replicas
 
 

@@ -382,12 +382,12 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                      shared=placement.draft is None)
     chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, E=E) if mixed else None
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
-                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks and chunks[0],
+                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks[0] if chunks else None,
                     chunk_prefix=chunks[1] if chunks else 0.0,
                     fit_context=float(isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve"
                                       else isl + osl - 1))
     step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
-    service = np.ceil(isl / chunks[0]) * rnd.chunk_s if chunks else None   # engine time per prompt
+    service = isl / chunks[0] * rnd.chunk_s if chunks else None   # step time one prompt adds
     queue = prefill_queue_s(B * E / (osl * step), service) if service is not None else np.zeros(B.shape)
     pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, queue_s=queue,
                          prefill_batch=prefill_batch, chunk=chunk, params=p)
