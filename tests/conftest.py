@@ -37,3 +37,15 @@ def validation_header() -> str:
     format, which must keep working)."""
     from roofline.evidence.validate import shipped_data
     return open(shipped_data()).readline().replace(",dp,", ",").replace(",requests,", ",")
+
+
+def write_rows(path, *rows: str):
+    """A measurements CSV at ``path``: the header of :func:`validation_header` and ``rows``."""
+    path.write_text(validation_header() + "\n".join(rows) + "\n")
+    return path
+
+
+def validate_rows(tmp_path, *rows: str):
+    """``roofline validate`` on ``rows`` written as a measurements CSV."""
+    from roofline.evidence.validate import read_rows, validate
+    return validate(read_rows(write_rows(tmp_path / "rows.csv", *rows)))

@@ -5,7 +5,7 @@ import tomllib
 
 import numpy as np
 import pytest
-from conftest import validation_header
+from conftest import validate_rows
 
 import roofline as rl
 from roofline.errors import SpecError
@@ -151,10 +151,7 @@ def test_stage_runs_for_any_family_group(run_cli):
 
 
 def test_validation_rows_take_the_family_layout(tmp_path):
-    header = validation_header()
     row = ("T1,https://x,x,groq-lpu,,,,1,llama-3.1-8b,int8,,fp16,1,static,1000,1000,none,0,,"
            "decode_tokens_per_s_per_user,750,C,")
-    p = tmp_path / "t.csv"
-    p.write_text(header + row + "\n" + row.replace("T1,", "T2,").replace(",,,,1,", ",16,2,,1,") + "\n")
-    v = validate(read_rows(p))
+    v = validate_rows(tmp_path, row, row.replace("T1,", "T2,").replace(",,,,1,", ",16,2,,1,"))
     assert len(v.rows) == 1 and "does not spread evenly over 8 replicas" in v.skipped[0]["reason"]

@@ -3,10 +3,10 @@
 import attrs
 import numpy as np
 import pytest
-from conftest import validation_header
+from conftest import validate_rows
 
 import roofline as rl
-from roofline.evidence.validate import read_rows, shipped_data, validate
+from roofline.evidence.validate import read_rows, shipped_data
 from roofline.physics.comms import allreduce_s, auto_allreduce_s, oneshot_allreduce_s
 from roofline.physics.timing import attention_class, evaluate_pass, mix
 from roofline.physics.work import count_work, expert_shard_imbalance, kernels_per_pass, with_prompt_chunks
@@ -95,7 +95,6 @@ def test_continuous_batching_holds_the_mean_context():
 
 
 def test_energy_rows_are_validated_apart(tmp_path):
-    header = validation_header()
     rows = ["E1,https://x,vLLM,h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,64,continuous,500,300,none,0,,"
             "energy_per_token_j,0.2,A,",
             "E2,https://x,vLLM,h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,64,continuous,500,300,none,0,,power_w,500,A,",
@@ -103,9 +102,7 @@ def test_energy_rows_are_validated_apart(tmp_path):
             "system_power_w,5000,A,",
             "E4,https://x,vLLM,h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,64,continuous,500,300,none,0,,"
             "output_tokens_per_s_total,3000,A,"]
-    p = tmp_path / "e.csv"
-    p.write_text(header + "\n".join(rows) + "\n")
-    v = validate(read_rows(p))
+    v = validate_rows(tmp_path, *rows)
     got = {r["id"]: r for r in v.rows}
     r = evaluate_serving("llama-3.1-8b", Placement(name="x", decode=rl.resolve_group("h100-sxm")),
                          Request(input_tokens=500, output_tokens=300), batch=64,
@@ -130,15 +127,12 @@ def test_gpu_busy_floor_is_the_energy_fit():
 def test_request_overhead_only_where_a_server_answers(tmp_path):
     """A stack timed in-process (trtllm-bench, gptSessionBenchmark, MLPerf, gpt-fast) has no API server before
     its first token; a served stack pays its family's per-request overhead on TTFT and nowhere else."""
-    header = validation_header()
     base = ("{id},https://x,{stack},h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,8,continuous,1000,200,none,0,,"
             "{metric},100,A,")
     rows = [base.format(id=i, stack=s, metric=m) for i, s, m in [
         ("A", "TensorRT-LLM v0.5 (gptSessionBenchmark)", "ttft_ms"), ("B", "TensorRT-LLM 1.2 (trtllm-serve)", "ttft_ms"),
         ("C", "TensorRT-LLM v0.5 (gptSessionBenchmark)", "itl_ms"), ("D", "TensorRT-LLM 1.2 (trtllm-serve)", "itl_ms")]]
-    p = tmp_path / "r.csv"
-    p.write_text(header + "\n".join(rows) + "\n")
-    got = {r["id"]: r["predicted"] for r in validate(read_rows(p)).rows}
+    got = {r["id"]: r["predicted"] for r in validate_rows(tmp_path, *rows).rows}
     overhead_ms = shipped_profile().for_stack("TensorRT-LLM").request_overhead_s * 1e3
     assert overhead_ms > 0
     assert got["B"] - got["A"] == pytest.approx(overhead_ms) and got["C"] == pytest.approx(got["D"])
@@ -323,13 +317,10 @@ def test_weight_unpacking_is_pinned_from_a_source_not_fitted():
 def test_a_device_count_alone_takes_the_submitters_best_layout(tmp_path):
     """An MLPerf Offline row that gives only its device count is predicted on the split into replicas x TP
     with the highest throughput (what a submitter tuning for throughput runs), not on the family's TP8."""
-    header = validation_header()
     base = ("{id},https://x,vLLM 0.10,h100-sxm,8,{tp},,1,llama-3.1-8b,bf16,,bf16,max,continuous,1000,200,none,0,,"
             "output_tokens_per_s_total,100,A,")
     rows = [base.format(id=f"T{t or 0}", tp=t) for t in ("", 1, 2, 4, 8)]
-    p = tmp_path / "r.csv"
-    p.write_text(header + "\n".join(rows) + "\n")
-    got = {r["id"]: r["predicted"] for r in validate(read_rows(p)).rows}
+    got = {r["id"]: r["predicted"] for r in validate_rows(tmp_path, *rows).rows}
     explicit = [got[f"T{t}"] for t in (1, 2, 4, 8)]
     assert got["T0"] == pytest.approx(max(explicit))
     assert got["T0"] > got["T8"]
@@ -401,12 +392,9 @@ def test_fp4_matmuls_keep_their_own_share_of_fp8_efficiency():
 
 
 def test_rows_at_a_latency_limited_load_are_recorded_not_predicted(tmp_path):
-    header = validation_header()
     row = ("S1,https://x,MLPerf v5.1 NVIDIA TensorRT-LLM,h100-sxm,8,2,,1,llama-2-70b,fp8,,fp8,slo,continuous,222,294,"
            "none,0,,output_tokens_per_s_total,20000,B,")
-    p = tmp_path / "r.csv"
-    p.write_text(header + row + "\n")
-    v = validate(read_rows(p))
+    v = validate_rows(tmp_path, row)
     assert not v.rows and "latency limits" in v.skipped[0]["reason"]
 
 

@@ -3,7 +3,7 @@
 
 import numpy as np
 import pytest
-from conftest import validation_header
+from conftest import validate_rows, write_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -220,15 +220,11 @@ def test_non_regular_and_absurd_inputs_are_one_line_errors(run_cli, tmp_path):
 
 
 def test_validation_skips_bad_rows_and_fails_when_nothing_is_left(run_cli, tmp_path):
-    from roofline.evidence.validate import read_rows, validate
-    header = validation_header()
     good = ("A1,https://x,gpt-fast,h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,1,static,5,200,none,0,,"
             "decode_tokens_per_s_per_user,150,A,")
-    p = tmp_path / "m.csv"
-    p.write_text(header + good + "\n" + good.replace("A1,", "A2,").replace(",static,5,", ",static,inf,") + "\n")
-    v = validate(read_rows(p))
+    v = validate_rows(tmp_path, good, good.replace("A1,", "A2,").replace(",static,5,", ",static,inf,"))
     assert [r["id"] for r in v.rows] == ["A1"] and "whole finite number" in v.skipped[0]["reason"]
-    p.write_text(header + good.replace(",static,5,", ",static,inf,") + "\n")
+    p = write_rows(tmp_path / "m.csv", good.replace(",static,5,", ",static,inf,"))
     code, _, err = run_cli("validate", "--data", str(p))
     assert code == 1 and "no row could be predicted" in err
 

@@ -5,7 +5,7 @@ import json
 import attrs
 import numpy as np
 import pytest
-from conftest import validation_header
+from conftest import validate_rows
 
 import roofline as rl
 from roofline.errors import SpecError
@@ -92,7 +92,6 @@ def test_stack_families():
 
 def test_data_parallel_replicas_multiply_throughput(tmp_path):
     """n_devices = replicas x tp x pp: the deployment's concurrency spreads over the replicas, totals add up."""
-    header = validation_header()
     base = ("{id},https://x,vLLM,h100-sxm,{n},{tp},,1,llama-3.1-8b,bf16,,bf16,{b},continuous,1000,500,none,0,,"
             "{metric},1000,A,")
     rows = [base.format(id="A", n=2, tp=2, b=16, metric="output_tokens_per_s_total"),
@@ -100,9 +99,7 @@ def test_data_parallel_replicas_multiply_throughput(tmp_path):
             base.format(id="C", n=8, tp=2, b=64, metric="output_tokens_per_s_per_device"),
             base.format(id="D", n=8, tp=2, b=64, metric="decode_tokens_per_s_per_user"),
             base.format(id="E", n=2, tp=2, b=16, metric="decode_tokens_per_s_per_user")]
-    p = tmp_path / "dp.csv"
-    p.write_text(header + "\n".join(rows) + "\n")
-    got = {r["id"]: r["predicted"] for r in validate(read_rows(p)).rows}
+    got = {r["id"]: r["predicted"] for r in validate_rows(tmp_path, *rows).rows}
     assert got["B"] == pytest.approx(4 * got["A"]) and got["C"] == pytest.approx(got["B"] / 8)
     assert got["D"] == pytest.approx(got["E"])
 

@@ -222,10 +222,19 @@ class _Prefill:
     batch: Any
 
 
+@attrs.frozen(kw_only=True)
+class _Chunks:
+    """Prompt chunks riding the decode steps: tokens per chunk, the mean prompt position a chunk starts at,
+    and where the step's token budget sustains the batch."""
+
+    tokens: Array
+    prefix: Array
+    sustains: NDArray[np.bool_]
+
+
 def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Array, G: Array,
-                   E: Array) -> tuple[Array, Array, NDArray[np.bool_]] | None:
-    """How aggregated continuous batching prefills arriving prompts: (tokens per chunk, the mean prompt position
-    a chunk starts at, whether the step's token budget sustains the batch), or None on a pipeline.
+                   E: Array) -> _Chunks | None:
+    """How aggregated continuous batching prefills arriving prompts (:class:`_Chunks`), or None on a pipeline.
 
     A step holds at most ``budget`` tokens (TensorRT-LLM's max_num_tokens, vLLM's max_num_batched_tokens,
     SGLang's chunked_prefill_size: 8192 by default); the B (gamma + 1) decode tokens go first and a prompt
@@ -238,7 +247,7 @@ def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Ar
     isl, osl = request.input_tokens, request.output_tokens
     room = budget - B * (G + 1)
     tokens = np.maximum(np.minimum(float(isl), room), 1.0)
-    return tokens, tokens * (np.ceil(isl / tokens) - 1) / 2, room >= B * E * isl / osl
+    return _Chunks(tokens=tokens, prefix=tokens * (np.ceil(isl / tokens) - 1) / 2, sustains=room >= B * E * isl / osl)
 
 
 def offline_tokens_per_s(requests: float, batch: float, tpot_full_s: Any, tpot_rest_s: Any) -> Any:
@@ -382,12 +391,12 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                      shared=placement.draft is None)
     chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, E=E) if mixed else None
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
-                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks[0] if chunks else None,
-                    chunk_prefix=chunks[1] if chunks else 0.0,
+                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks.tokens if chunks else None,
+                    chunk_prefix=chunks.prefix if chunks else 0.0,
                     fit_context=float(isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve"
                                       else isl + osl - 1))
     step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
-    service = isl / chunks[0] * rnd.chunk_s if chunks else None   # step time one prompt adds
+    service = isl / chunks.tokens * rnd.chunk_s if chunks else None   # step time one prompt adds
     queue = prefill_queue_s(B * E / (osl * step), service) if service is not None else np.zeros(B.shape)
     pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, queue_s=queue,
                          prefill_batch=prefill_batch, chunk=chunk, params=p)
@@ -400,7 +409,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         tokens_per_s = B * osl / e2e
     else:
         tokens_per_s = B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step / E)
-    fits = rnd.fits & pre.fits & (chunks[2] if chunks else True)
+    fits = rnd.fits & pre.fits & (chunks.sustains if chunks else True)
     note = ""
     devices = _devices_by_group(placement, pre, mode=mode, tokens_per_s=tokens_per_s, osl=osl, shape=B.shape)
     try:
