@@ -8,11 +8,11 @@ from conftest import validate_rows
 import roofline as rl
 from roofline.evidence.validate import read_rows, shipped_data
 from roofline.physics.comms import allreduce_s, auto_allreduce_s, oneshot_allreduce_s
-from roofline.physics.timing import attention_class, evaluate_pass, mix
+from roofline.physics.timing import attention_class, compute_class, evaluate_pass, mix
 from roofline.physics.work import count_work, expert_shard_imbalance, kernels_per_pass, with_prompt_chunks
 from roofline.serving.serve import Placement, Request, evaluate_serving, offline_tokens_per_s, prefill_queue_s
 from roofline.specs.execution import resolve_profile
-from roofline.specs.formats import Formats
+from roofline.specs.formats import Formats, get_format
 from roofline.specs.params import STACK_COLLECTIVES, shipped_profile, stack_family
 from roofline.specs.resolve import resolve_model
 
@@ -348,6 +348,29 @@ def test_token_budget_bounds_the_steady_batch():
     assert wide.fits.all()
 
 
+def test_an_engine_that_does_not_chunk_admits_whole_prompts():
+    """TensorRT-LLM does not chunk prompts by default; trtllm-bench then raises max_num_tokens to hold a whole
+    prompt beside the batch. At 32k in / 1k out a chunking engine's 8,192-token steps sustain at most
+    8192 / 33 = 248 sequences, one admitting whole prompts up to osl x (one prompt per step) = 1,024."""
+    from roofline.serving.serve import _prompt_chunks
+    b = np.array([240.0, 300.0, 1000.0, 1100.0])
+    chunking = attrs.evolve(shipped_profile().default, chunked_prefill=True)
+    r = _continuous("llama-3.1-8b", "b200:8", 32768, 1024, b[:2], params=chunking)
+    assert list(r.fits) == [True, False]
+    whole = _continuous("llama-3.1-8b", "b200:8", 32768, 1024, b[:2], params=attrs.evolve(chunking, chunked_prefill=False))
+    assert list(whole.fits) == [True, True]
+    one = np.ones(4)
+    plan = _prompt_chunks(Placement(name="x", decode=rl.resolve_group("b200:8")), Request(input_tokens=32768,
+                          output_tokens=1024), 8192, B=b, G=0 * one, E=one, whole=True)
+    assert list(plan.sustains) == [True, True, True, False] and (plan.tokens == 32768).all()
+    assert shipped_profile().for_stack("TensorRT-LLM 1.0").chunked_prefill is False
+    assert shipped_profile().for_stack("vLLM 0.11").chunked_prefill is True
+    # a lone 20k-token prompt: one pass where the stack does not chunk, three (weights read thrice) where it does
+    ttft = {c: float(_continuous("llama-3.1-8b", "h100-sxm", 20000, 200, np.array([1.0]), params=attrs.evolve(
+        chunking, chunked_prefill=c)).ttft_s[0]) for c in (True, False)}
+    assert ttft[False] < ttft[True]
+
+
 def test_offline_waves_against_a_simulated_run():
     """N equal requests queued at once, B at a time: a step-by-step run (every step decodes the running
     batch, a finished batch is replaced by the next requests) gives the closed form's throughput."""
@@ -375,7 +398,7 @@ def test_rocm_builds_are_their_own_stack_families():
     assert stack_family("TensorRT-LLM 1.2", "AMD") == "tensorrt-llm"
     prof = shipped_profile()
     assert prof.for_stack("SGLang 0.5.5", "AMD") == attrs.evolve(prof.families["sglang-rocm"], collective="auto",
-                                                                   kv_admission="paged")
+                                                                   kv_admission="paged", chunked_prefill=True)
     bare = attrs.evolve(prof, families={"sglang": prof.families["sglang"]})
     assert bare.for_stack("SGLang", "AMD").memory_bandwidth_fraction == prof.families["sglang"].memory_bandwidth_fraction
 
@@ -389,6 +412,53 @@ def test_fp4_matmuls_keep_their_own_share_of_fp8_efficiency():
         return float(evaluate_pass(m, g, fp4, batch=1.0, new_tokens=4096.0, prefix_tokens=0.0, logits_per_seq=1.0,
                                    mla_absorbed=False, stage="prefill", params=params).compute_s)
     assert compute(attrs.evolve(p, fp4_compute_scale=0.5)) > 1.8 * compute(p)
+
+
+@pytest.mark.parametrize("experts,activations,cls,dequantised", [
+    ("mxfp4", "bf16", "bf16", True),          # W4A16: no MMA takes a 4-bit and a 16-bit operand
+    ("mxfp4", "mxfp8", "fp8", False),         # W4A8: Blackwell's mixed f8f6f4 MMA at the FP8 rate
+    ("mxfp4", "mxfp4", "fp4", False),         # both operands 4-bit: kind::mxf4, the FP4 rate
+    ("w4a8-mxfp4", "bf16", "fp8", False),     # gpt-oss in TensorRT-LLM on Blackwell
+    ("w4a4-mxfp4", "fp8", "fp4", False),      # AMD Quark w_mxfp4_a_mxfp4
+    ("nvfp4", "fp8", "fp4", False),           # NVFP4 recipes quantise activations to NVFP4 (W4A4)
+    ("fp8", "bf16", "fp8", False),            # FP8 recipes quantise activations to FP8 (W8A8)
+])
+def test_a_matmul_runs_at_its_wider_operands_rate(experts, activations, cls, dequantised):
+    """CUTLASS's SM100 table: kind::f8f6f4 / mxf8f6f4 (any mix of 4-, 6- and 8-bit operands) run at the FP8
+    rate, only kind::mxf4 / mxf4nvf4 (both 4-bit) at the FP4 rate; MXFP4 checkpoints differ in what they pair
+    the weights with, NVFP4 and FP8 recipes quantise the activations to match."""
+    assert compute_class(get_format(experts), get_format(activations), rl.load_device("b200")) == (cls, dequantised)
+    # Hopper has no 4-bit units: MXFP4 weights are unpacked, to the activations' format or to FP8 (W4A8)
+    h100 = rl.load_device("h100-sxm")
+    assert compute_class(get_format("mxfp4"), get_format("bf16"), h100) == ("bf16", True)
+    assert compute_class(get_format("w4a8-mxfp4"), get_format("bf16"), h100) == ("fp8", True)
+    # no mixed MMA takes a 4-bit float and an integer operand
+    assert compute_class(get_format("mxfp4"), get_format("w8a8-int8"), rl.load_device("b200")) == ("int8", True)
+
+
+@pytest.mark.parametrize("device,fmt,activations", [("corsair", "mxint4", "bf16"), ("corsair", "mxint8", "bf16"),
+                                                    ("groq-lpu", "int8", "fp16"), ("b200", "fp8", "fp8")])
+def test_formats_that_quantise_their_activations_keep_their_own_rate(device, fmt, activations):
+    """Only plain MXFP4 takes the wider operand's rate; the other native formats multiply at their own class
+    (d-Matrix's MX integers, FP8 W8A8) and weight-only int8 at the activations'."""
+    f, dev = get_format(fmt), rl.load_device(device)
+    expect = (activations, True) if f.weight_only else (f.compute, False)
+    assert compute_class(f, get_format(activations), dev) == expect
+
+
+def test_gpt_oss_prefill_on_blackwell_is_charged_its_recipes_rate():
+    """gpt-oss's MoE prefill on a B200: W4A8 (MXFP8 x MXFP4, TensorRT-LLM's Blackwell recipe) takes about
+    twice the expert matmul time of an all-FP4 pass, and W4A16 about twice that again."""
+    m, g = resolve_model("gpt-oss-120b"), rl.resolve_group("b200")
+    p = rl.EngineParams(compute_half_tokens=0.0, step_overhead_s=0.0, layer_overhead_s=0.0, kernel_overhead_s=0.0,
+                        low_precision_compute_scale=1.0, fp4_compute_scale=1.0)
+
+    def compute(experts):
+        f = Formats(weights="bf16", experts=experts, kv="fp8", activations="bf16")
+        return float(evaluate_pass(m, g, f, batch=1.0, new_tokens=8192.0, prefix_tokens=0.0, logits_per_seq=1.0,
+                                   mla_absorbed=False, stage="prefill", params=p).compute_s)
+    w4a4, w4a8, w4a16 = compute("w4a4-mxfp4"), compute("w4a8-mxfp4"), compute("mxfp4")
+    assert w4a4 < w4a8 < w4a16 and w4a16 - w4a4 > 2.5 * (w4a8 - w4a4)
 
 
 def test_rows_at_a_latency_limited_load_are_recorded_not_predicted(tmp_path):

@@ -109,8 +109,8 @@ def _formats(row: Row, device: Device) -> dict[str, str]:
     # FP8 / FP4 checkpoints in these stacks quantise activations too (FP8 GEMMs); weight-only int4/int8 keep
     # 16-bit activations: bf16, or fp16 where the device has no bf16 units (Groq). A checkpoint whose experts
     # alone are low precision (gpt-oss: MXFP4 experts, BF16 attention) keeps 16-bit activations: its expert
-    # matmuls run at the FP4 rate where the device has FP4 units, else dequantised to BF16 (W4A16 on Hopper)
-    low = {w} & {"fp8", "nvfp4", "mxfp4", "mxfp8"}
+    # matmuls are dequantised to BF16 (W4A16) unless the row names the recipe (w4a8-mxfp4: MXFP8 x MXFP4)
+    low = {w} & {"fp8", "nvfp4", "mxfp4", "mxfp8", "w4a4-mxfp4", "w4a8-mxfp4"}
     sixteen = "fp16" if w == "fp16" or (not device.supports("bf16") and device.supports("fp16")) else "bf16"
     return {"weights": w, "experts": e, "kv": kv, "activations": "fp8" if low and device.supports("fp8") else sixteen}
 
@@ -181,7 +181,8 @@ def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: d
     steady-state mean context isl + osl/2 of a paged KV cache, with the step's prefill workspace; static: at
     the final context), else the row's batch (the concurrency of the whole deployment) over the replicas."""
     if row.get("batch") == "max":
-        key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction, params.kv_admission, group.tp,
+        key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction, params.kv_admission,
+               params.chunked_prefill, group.tp,
                group.pp, group.ep, group.dp, tuple(t.capacity_bytes for t in group.device.memory))
         if key not in _MAX_BATCH:    # memory only: the same for every efficiency a calibration tries
             _MAX_BATCH[key] = _largest_fitting(row, model, group, fmt, params, serve)

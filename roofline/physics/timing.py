@@ -11,8 +11,9 @@ on a group of ``tp x pp`` identical devices:
 bound, ``sum`` upper bound, never more than 2x apart before the additive terms).
 T_mem,i is the traffic from memory tier i at the achieved bandwidth
 (:mod:`roofline.physics.memory`). T_compute runs each component at the rate of
-its compute class (weight-only and non-native formats are dequantised and
-multiplied at the activation rate, docs/theory.md §0, §8). T_comm is the
+its compute class, the wider operand's (weight-only and non-native formats, and
+4-bit weights beside 16-bit activations, are unpacked and multiplied at the
+activation rate, docs/theory.md §0, §8; :func:`compute_class`). T_comm is the
 exposed communication (:mod:`roofline.physics.comms`). T_fixed is the per-pass
 and per-layer overhead plus the dequantisation work of weight-only formats,
 which kernels do not hide behind the weight stream.
@@ -251,17 +252,34 @@ def native_default_format(device: Device) -> str:
     raise UnknownSpecError(f"{device.id} lists no native compute format; supply one with --set {device.id}.compute.bf16=...")
 
 
-def compute_class(fmt: Format, activation: Format, device: Device) -> tuple[str, bool]:
-    """The compute class a matmul with weights in ``fmt`` runs at, and whether it dequantises.
+_CLASS_BITS = {"fp4": 4, "int4": 4, "fp6": 6, "fp8": 8, "int8": 8, "bf16": 16, "fp16": 16, "tf32": 32, "fp32": 32}
+_MIXED_FLOAT = frozenset({"fp4", "fp6", "fp8"})   # the operand classes a mixed-input MMA takes
 
-    A native, non-weight-only format computes at its own rate (FP8 on Hopper,
-    NVFP4/MXFP4 on Blackwell: activations quantised to match). Otherwise the
-    weights are dequantised to the activation format (int4 weight-only, MXFP4
-    on Hopper: BF16 rate; docs/theory.md §0).
+
+def compute_class(fmt: Format, activation: Format, device: Device) -> tuple[str, bool]:
+    """The compute class a matmul with weights in ``fmt`` and inputs in ``activation`` runs at, and whether
+    the weights are dequantised first.
+
+    A weight-only format, or one the device has no units for, is dequantised to the activations' format
+    (int4 weight-only, MXFP4 on Hopper: BF16 rate; docs/theory.md §0). A format whose recipes quantise the
+    activations to match computes at its own rate (FP8 on Hopper, NVFP4 on Blackwell). Otherwise (MXFP4) a
+    tensor-core MMA runs at its wider operand's rate: Blackwell's mixed FP4/FP6/FP8 MMA (kind::f8f6f4,
+    kind::mxf8f6f4) runs at the FP8 rate and only kind::mxf4 / mxf4nvf4, both operands 4-bit, at the FP4
+    rate (CUTLASS, https://docs.nvidia.com/cutlass/media/docs/cpp/blackwell_functionality.html); no MMA takes
+    a 4-bit and a 16-bit (or integer) operand, so then the weights are unpacked to the activations (W4A16).
+    A recipe that multiplies at another class than it stores (``w4a8-mxfp4``) unpacks on a device without
+    units for its stored elements.
     """
-    if not fmt.weight_only and device.supports(fmt.compute):
+    if fmt.weight_only or not device.supports(fmt.compute):
+        return activation.compute, fmt.name != activation.name
+    if fmt.stored_as is not None and not device.supports(fmt.stored_as):   # W4A8 on Hopper: unpacked to FP8
+        return fmt.compute, True
+    w_bits, a_bits = (_CLASS_BITS.get(c, 16) for c in (fmt.compute, activation.compute))
+    if fmt.quantises_activations or a_bits <= w_bits:
         return fmt.compute, False
-    return activation.compute, fmt.name != activation.name
+    if {fmt.compute, activation.compute} <= _MIXED_FLOAT and device.supports(activation.compute):
+        return activation.compute, False   # a mixed-input float MMA (f8f6f4) at the wider operand's rate
+    return activation.compute, True
 
 
 def attention_class(formats: Formats, device: Device) -> str:
@@ -356,9 +374,9 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     if dev.peak_flop_per_s.get("fp32") is None:
         name = formats.expert.name if e_deq else formats.weight.name
         raise UnknownSpecError(
-            f"{dev.id}: dequantising {name} weights (no native units for them) runs on the vector units, whose "
-            f"rate compute.fp32 is not published; supply --set {dev.id}.compute.fp32=VALUE or choose a format "
-            f"{dev.id} computes natively")
+            f"{dev.id}: unpacking {name} weights to {act.name} (no native units for them, or no matmul that "
+            f"pairs them with {act.name} activations) runs on the vector units, whose rate compute.fp32 is not "
+            f"published; supply --set {dev.id}.compute.fp32=VALUE or choose formats {dev.id} multiplies natively")
     return compute, elements / group.tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction)
 
 
@@ -426,8 +444,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     comm = group_communication_s(model, group, formats.activation, work.tokens, params)
     # fixed costs: per pass (launches, host round trip), per layer (kernel boundaries on GPUs, the
     # stage latency of a compiled pipeline on dataflow chips; a pipeline's pp stages hold 1/pp of the
-    # layers each, so a token still crosses every layer) and per sequence (the host's scheduling, sampling
-    # and detokenising of each running sequence every step) and per kernel (GPU launch gaps, by layer kind)
+    # layers each, so a token still crosses every layer), per sequence (the host's scheduling, sampling
+    # and detokenising of each running sequence every step: the whole batch's, even with attention
+    # data-parallel, whose ranks hand requests and responses through one front end; splitting it over the dp
+    # ranks made 5-fold held-out errors worse, 22.7% -> 23.2%) and per kernel (GPU launch gaps, by layer kind)
     overhead = (params.step_overhead_s + params.layer_overhead_s * model.num_layers
                 + params.moe_layer_overhead_s * model.num_moe_layers + params.kernel_overhead_s * kernels_per_pass(model)
                 + params.sequence_overhead_s * B + dequant_s)

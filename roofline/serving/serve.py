@@ -232,20 +232,25 @@ class _Chunks:
     sustains: NDArray[np.bool_]
 
 
-def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Array, G: Array,
-                   E: Array) -> _Chunks | None:
+def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Array, G: Array, E: Array,
+                   whole: bool = False) -> _Chunks | None:
     """How aggregated continuous batching prefills arriving prompts (:class:`_Chunks`), or None on a pipeline.
 
     A step holds at most ``budget`` tokens (TensorRT-LLM's max_num_tokens, vLLM's max_num_batched_tokens,
     SGLang's chunked_prefill_size: 8192 by default); the B (gamma + 1) decode tokens go first and a prompt
-    chunk takes what is left, up to the whole prompt. In steady state the steps need B E isl / osl prompt
-    tokens on average: a batch whose prompts need more than the budget leaves them cannot be sustained.
-    On a pipeline (pp > 1) prompt tokens are spread over every step instead: its stages take them as extra
-    microbatches, and no separate chunk steps are modelled (None)."""
+    chunk takes what is left, up to the whole prompt. An engine that does not chunk prompts (``whole``:
+    TensorRT-LLM's default) raises the budget to hold a whole prompt beside the batch (trtllm-bench sets
+    max_num_tokens >= max_isl + max_batch_size), so at least one whole prompt fits every step. The budget is
+    the group's (SGLang divides chunked_prefill_size among attention data-parallel ranks). In steady state
+    the steps need B E isl / osl prompt tokens on average: a batch whose prompts need more than the budget
+    leaves them cannot be sustained. On a pipeline (pp > 1) prompt tokens are spread over every step
+    instead: its stages take them as extra microbatches, and no separate chunk steps are modelled (None)."""
     if placement.decode.pp > 1:
         return None
     isl, osl = request.input_tokens, request.output_tokens
     room = budget - B * (G + 1)
+    if whole:
+        room = np.maximum(room, float(isl))
     tokens = np.maximum(np.minimum(float(isl), room), 1.0)
     return _Chunks(tokens=tokens, prefix=tokens * (np.ceil(isl / tokens) - 1) / 2, sustains=room >= B * E * isl / osl)
 
@@ -283,9 +288,11 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
     kw = dict(params=params, on_infeasible="nan", **fmt.names())
     aggregated = placement.prefill is None
     if aggregated and mode == "continuous":
-        # the new prompt is prefilled in chunks of up to `chunk` tokens as soon as it arrives, after the prompts
-        # queued before it; while other sequences are running it also waits for one of their steps (§6)
-        alone = prefill(model, placement.decode, prompt=isl, batch=1, chunk=chunk if isl > chunk else None, **kw)
+        # the new prompt is prefilled in chunks of up to `chunk` tokens (whole where the stack does not chunk) as
+        # soon as it arrives, after the prompts queued before it; while other sequences are running it also
+        # waits for one of their steps (§6)
+        chunked = isl > chunk and params.chunked_prefill is not False
+        alone = prefill(model, placement.decode, prompt=isl, batch=1, chunk=chunk if chunked else None, **kw)
         zero = np.zeros(batch.shape)
         return _Prefill(result=alone, mixed=True, time_s=zero, kv_transfer_s=zero,
                         ttft_s=alone.time_s + np.where(batch > 1, queue_s + step_s, 0.0),
@@ -389,7 +396,8 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None)
-    chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, E=E) if mixed else None
+    chunks = (_prompt_chunks(placement, request, chunk, B=B, G=G, E=E, whole=p.chunked_prefill is False)
+              if mixed else None)
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
                     extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks.tokens if chunks else None,
                     chunk_prefix=chunks.prefix if chunks else 0.0,

@@ -15,9 +15,25 @@ derivations in ``docs/theory.md`` §formats):
 * ``fp8``, ``int8`` per-tensor / per-channel: 8 bit (the scale is negligible).
 
 ``compute`` names the class of tensor-core rate a format runs at when the device
-supports it natively (the keys of a device's ``[compute.peak]`` table).
+supports it natively (the keys of a device's ``[compute.peak]`` table); for plain
+MXFP4 only with activations of 4 bits (below). ``stored_as``: the class whose
+units read the stored elements, where it differs (``w4a8-mxfp4``: FP4 elements
+into an FP8-rate MMA; a device without FP4 units unpacks them).
 ``weight_only`` formats are dequantised and multiplied at the activation
 format's rate (int4/int8 weight-only kernels such as gpt-fast's).
+``quantises_activations``: the format's recipes quantise the activations to
+match at every matmul (FP8 W8A8, NVFP4 W4A4), so the matmul runs at ``compute``
+whatever the activations are stored in. Plain MXFP4 is stored by checkpoints that
+pair it with different activations, so its matmuls run at the wider operand's rate
+(:func:`roofline.physics.timing.compute_class`); two recipes are named apart:
+
+* ``w4a8-mxfp4``: MXFP4 weights x activations quantised to MXFP8 at the matmul
+  (gpt-oss's MoE in TensorRT-LLM on Blackwell, whose deployment guide lists MXFP8
+  activations x MXFP4 weights for B200/GB200,
+  https://nvidia.github.io/TensorRT-LLM/deployment-guide/deployment-guide-for-gpt-oss-on-trtllm.html):
+  FP8 rate.
+* ``w4a4-mxfp4``: MXFP4 weights and activations (AMD Quark's ``w_mxfp4_a_mxfp4``,
+  e.g. https://huggingface.co/amd/DeepSeek-R1-0528-MXFP4): FP4 rate.
 """
 
 from __future__ import annotations
@@ -42,6 +58,8 @@ class Format:
     bits_per_element: float = attrs.field(validator=attrs.validators.gt(0))
     compute: str
     weight_only: bool = False
+    quantises_activations: bool = True
+    stored_as: str | None = None
     description: str = ""
 
     @property
@@ -62,7 +80,12 @@ _FORMATS: dict[str, Format] = {
                description="int8 weight-only (per-channel scale), bf16 compute"),
         Format(name="w8a8-int8", bits_per_element=8, compute="int8", description="int8 weights and activations"),
         Format(name="mxfp6", bits_per_element=6.25, compute="fp6", description="OCP MXFP6: E8M0 scale per 32"),
-        Format(name="mxfp4", bits_per_element=4.25, compute="fp4", description="OCP MXFP4: E8M0 scale per 32"),
+        Format(name="mxfp4", bits_per_element=4.25, compute="fp4", quantises_activations=False,
+               description="OCP MXFP4: E8M0 scale per 32"),
+        Format(name="w4a8-mxfp4", bits_per_element=4.25, compute="fp8", stored_as="fp4",
+               description="MXFP4 weights, activations quantised to MXFP8 at the matmul (FP8 rate)"),
+        Format(name="w4a4-mxfp4", bits_per_element=4.25, compute="fp4",
+               description="MXFP4 weights and activations (AMD Quark w_mxfp4_a_mxfp4)"),
         Format(name="nvfp4", bits_per_element=4.5, compute="fp4", description="NVFP4: E4M3 scale per 16"),
         Format(name="mxint8", bits_per_element=8.25, compute="int8", description="d-Matrix MXINT8: scale per 32"),
         Format(name="mxint4", bits_per_element=4.25, compute="int4", description="d-Matrix MXINT4: scale per 32"),

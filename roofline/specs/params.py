@@ -80,9 +80,9 @@ class EngineParams:
     * ``request_overhead_s``: per-request time before the first token that is not model execution (HTTP,
       tokenisation, admission by the scheduler, detokenising and streaming the first token); added to TTFT.
     * ``low_precision_compute_scale``: FP8/FP6/FP4/INT8/INT4 tensor-core matmuls
-      reach this fraction of the efficiency BF16 ones reach; 1 = same. ``fp4_compute_scale``: 4-bit float
-      matmuls (NVFP4, MXFP4 on Blackwell) reach this fraction again (their block scales and smaller
-      tiles keep them further from a peak twice FP8's).
+      reach this fraction of the efficiency BF16 ones reach; 1 = same. ``fp4_compute_scale``: matmuls with
+      both operands 4-bit floats (NVFP4 W4A4, MXFP4 x MXFP4) reach this fraction again (their block scales
+      and smaller tiles keep them further from a peak twice FP8's).
     * ``compute_half_tokens``: a pass over T tokens reaches
       compute_fraction * T / (T + compute_half_tokens) of peak: small matmuls
       (short prompts, decode) run below peak (tile quantisation, occupancy). 0 disables it.
@@ -123,6 +123,9 @@ class EngineParams:
       or ``reserve`` (TensorRT-LLM's default GUARANTEED_NO_EVICT: the blocks of prompt + maximum output are
       reserved at admission, so the batch holds the final context isl + osl); None = paged, or the serving
       stack's own choice (:data:`STACK_ADMISSION`).
+    * ``chunked_prefill``: whether continuous batching splits prompts into chunks that fit the step's token
+      budget (vLLM, SGLang) or admits each prompt whole, the budget raised to hold it beside the batch
+      (TensorRT-LLM's default); None = chunked, or the serving stack's own choice (:data:`STACK_CHUNKED_PREFILL`).
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
       or a launch-bound GPU is not at idle power).
@@ -154,6 +157,8 @@ class EngineParams:
         validator=_tier_fractions)
     collective: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(COLLECTIVES)))
     kv_admission: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(ADMISSIONS)))
+    chunked_prefill: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
+        attrs.validators.instance_of(bool)))
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
@@ -251,13 +256,13 @@ def stack_family(stack: str, vendor: str = "") -> str:
 
 
 def with_stack_settings(params: EngineParams, stack: str) -> EngineParams:
-    """``params`` with the all-reduce algorithm and the KV admission of the serving stack that ran a
-    measurement, each unless already set."""
+    """``params`` with the all-reduce algorithm, the KV admission and the prompt chunking of the serving stack
+    that ran a measurement, each unless already set."""
     family = stack_family(stack)
-    if params.collective is None and family in STACK_COLLECTIVES:
-        params = attrs.evolve(params, collective=STACK_COLLECTIVES[family])
-    if params.kv_admission is None and family in STACK_ADMISSION:
-        params = attrs.evolve(params, kv_admission=STACK_ADMISSION[family])
+    for name, table in (("collective", STACK_COLLECTIVES), ("kv_admission", STACK_ADMISSION),
+                        ("chunked_prefill", STACK_CHUNKED_PREFILL)):
+        if getattr(params, name) is None and family in table:
+            params = attrs.evolve(params, **{name: table[family]})
     return params
 
 
@@ -275,6 +280,13 @@ STACK_COLLECTIVES = {"gpt-fast": "ring", "tensorrt-llm": "auto", "vllm": "auto",
 #: vLLM and SGLang allocate paged blocks as sequences grow and preempt when they run out
 #: (https://docs.vllm.ai/en/latest/configuration/optimization.html#preemption).
 STACK_ADMISSION = {"tensorrt-llm": "reserve", "vllm": "paged", "sglang": "paged", "gpt-fast": "paged"}
+
+#: Whether each serving-stack family chunks prompts by default: TensorRT-LLM's LLM API has
+#: ``enable_chunked_prefill`` False (https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/llmapi/llm_args.py)
+#: and trtllm-bench, without it, raises max_num_tokens to max_isl + max_batch_size so a whole prompt fits a step
+#: (``get_settings``, https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/bench/benchmark/utils/general.py);
+#: vLLM's V1 engine and SGLang always chunk (max_num_batched_tokens, chunked_prefill_size).
+STACK_CHUNKED_PREFILL = {"tensorrt-llm": False, "vllm": True, "sglang": True}
 
 
 @attrs.frozen(kw_only=True)
@@ -295,9 +307,9 @@ class Profile:
 
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
 NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", "collective", "kv_admission",
-                        "pipeline_hop_s", "busy_floor_fraction", "max_tp")
+                        "chunked_prefill", "pipeline_hop_s", "busy_floor_fraction", "max_tp")
 #: Of those, the ones a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
-STACK_SET = ("collective", "kv_admission")
+STACK_SET = ("collective", "kv_admission", "chunked_prefill")
 
 
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:

@@ -546,15 +546,19 @@ def model_view(m: ModelSpec) -> View:
 
 def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
     t = _table(title="Number formats", caption="bits per element include block scales; weight-only formats are "
-                                              "dequantised and multiplied at the activation format's rate; "
+                                              "dequantised and multiplied at the activation format's rate; a format "
+                                              "with activations 'as given' multiplies at the wider operand's rate "
+                                              "(mxfp4 with bf16 activations: unpacked, bf16 rate; with mxfp8: fp8); "
                                               "int4-g<G> exists for any group size G.")
-    for c in ("format", "bits", "compute class", "weight-only", "description"):
+    for c in ("format", "bits", "compute class", "weight-only", "activations", "description"):
         t.add_column(c, justify="right" if c == "bits" else "left")
     rows = []
     for f in formats:
-        t.add_row(f.name, f"{f.bits_per_element:g}", f.compute, "yes" if f.weight_only else "", f.description)
+        acts = "" if f.weight_only else ("quantised to match" if f.quantises_activations else "as given")
+        t.add_row(f.name, f"{f.bits_per_element:g}", f.compute, "yes" if f.weight_only else "", acts, f.description)
         rows.append({"format": f.name, "bits_per_element": f.bits_per_element, "compute": f.compute,
-                     "weight_only": f.weight_only, "description": f.description})
+                     "weight_only": f.weight_only, "quantises_activations": f.quantises_activations,
+                     "description": f.description})
     lt = _table(title="Named links between device groups", caption="Any link can also be given as BANDWIDTH,LATENCY "
                                                                   "(e.g. 50GB/s,3us). Latencies are estimates.")
     for c in ("link", "bandwidth per direction", "latency"):
