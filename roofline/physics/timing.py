@@ -445,9 +445,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     # fixed costs: per pass (launches, host round trip), per layer (kernel boundaries on GPUs, the
     # stage latency of a compiled pipeline on dataflow chips; a pipeline's pp stages hold 1/pp of the
     # layers each, so a token still crosses every layer), per sequence (the host's scheduling, sampling
-    # and detokenising of each running sequence every step: the whole batch's, even with attention
-    # data-parallel, whose ranks hand requests and responses through one front end; splitting it over the dp
-    # ranks made 5-fold held-out errors worse, 22.7% -> 23.2%) and per kernel (GPU launch gaps, by layer kind)
+    # and detokenising of each running sequence every step, charged for the whole batch even with attention
+    # data-parallel: splitting it over the dp ranks made the 5-fold held-out error worse, 22.7% -> 23.2%, so a
+    # cost growing with the whole batch under DP is missing and this stands in for it, docs/validation.md)
+    # and per kernel (GPU launch gaps, by layer kind)
     overhead = (params.step_overhead_s + params.layer_overhead_s * model.num_layers
                 + params.moe_layer_overhead_s * model.num_moe_layers + params.kernel_overhead_s * kernels_per_pass(model)
                 + params.sequence_overhead_s * B + dequant_s)

@@ -285,7 +285,10 @@ STACK_ADMISSION = {"tensorrt-llm": "reserve", "vllm": "paged", "sglang": "paged"
 #: ``enable_chunked_prefill`` False (https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/llmapi/llm_args.py)
 #: and trtllm-bench, without it, raises max_num_tokens to max_isl + max_batch_size so a whole prompt fits a step
 #: (``get_settings``, https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/bench/benchmark/utils/general.py);
-#: vLLM's V1 engine and SGLang always chunk (max_num_batched_tokens, chunked_prefill_size).
+#: vLLM's V1 engine and SGLang always chunk (max_num_batched_tokens, chunked_prefill_size). Every TensorRT-LLM
+#: row is taken as not chunking (trtllm-bench, trtllm-serve, NIM, MLPerf's harness); where a run sets its own
+#: max_num_tokens (InferenceMAX's gpt-oss trtllm-serve script: 20,000, https://github.com/InferenceMAX/InferenceMAX/
+#: blob/f987a94fa670302e7adbd695f43d1dc27a9f888a/benchmarks/gptoss_fp4_b200_trt_docker.sh) that holds them too.
 STACK_CHUNKED_PREFILL = {"tensorrt-llm": False, "vllm": True, "sglang": True}
 
 
