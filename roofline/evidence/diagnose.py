@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from ..errors import SpecError, WorkloadError
-from ..physics.timing import compute_class, evaluate_pass
+from ..physics.timing import evaluate_pass, main_compute_class
 from ..specs.files import read_text
 from ..specs.formats import Formats
 from ..specs.params import EngineParams, default_params
@@ -183,7 +183,7 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
                       mla_absorbed=True, stage="decode", params=params if params is not None else default_params())
     if not bool(r.fits):
         raise WorkloadError(f"{m.id} does not fit on {g.describe()} at batch {batch:g} and context {float(context):g}")
-    cls, _ = compute_class(f.expert if m.is_moe else f.weight, f.activation, g.device)
+    cls = main_compute_class(m, g.device, f)
     peak_flop = g.device.get(f"compute.{cls}")
     peak_bw = g.device.get(f"{g.device.memory[0].name}.bandwidth")
     bytes_step, flop_step = float(r.bytes_per_device), float(r.flop_per_device)

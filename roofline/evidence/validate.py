@@ -29,6 +29,7 @@ from ..serving.serve import Placement, Request, evaluate_serving, offline_tokens
 from ..specs.devices import Device, override
 from ..specs.execution import resolve_profile
 from ..specs.files import read_text
+from ..specs.formats import get_format
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, Profile, shipped_profile, stack_family, with_stack_settings
@@ -110,7 +111,8 @@ def _formats(row: Row, device: Device) -> dict[str, str]:
     # 16-bit activations: bf16, or fp16 where the device has no bf16 units (Groq). A checkpoint whose experts
     # alone are low precision (gpt-oss: MXFP4 experts, BF16 attention) keeps 16-bit activations: its expert
     # matmuls are dequantised to BF16 (W4A16) unless the row names the recipe (w4a8-mxfp4: MXFP8 x MXFP4)
-    low = {w} & {"fp8", "nvfp4", "mxfp4", "mxfp8", "w4a4-mxfp4", "w4a8-mxfp4"}
+    wf = get_format(w)
+    low = not wf.weight_only and wf.compute in ("fp8", "fp6", "fp4")
     sixteen = "fp16" if w == "fp16" or (not device.supports("bf16") and device.supports("fp16")) else "bf16"
     return {"weights": w, "experts": e, "kv": kv, "activations": "fp8" if low and device.supports("fp8") else sixteen}
 

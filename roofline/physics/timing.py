@@ -459,10 +459,14 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                     profile=params)
 
 
+def main_compute_class(model: ModelSpec, device: Device, formats: Formats) -> str:
+    """The compute class of the model's main matmuls: its routed experts' on a MoE, its weights' otherwise."""
+    return compute_class(formats.expert if model.is_moe else formats.weight, formats.activation, device)[0]
+
+
 def _ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
     """Datasheet ridge point (FLOP per byte of the first tier) of the model's main weight class."""
-    fmt = formats.expert if model.is_moe else formats.weight
-    cls, _ = compute_class(fmt, formats.activation, group.device)
+    cls = main_compute_class(model, group.device, formats)
     peak, bw = group.device.peak_flop_per_s.get(cls), group.device.memory[0].bandwidth_bytes_per_s
     return peak / bw if peak and bw else math.nan
 

@@ -8,7 +8,7 @@ import numpy as np
 from rich.console import Console
 
 from ...physics import stages
-from ...physics.timing import StageResult, compute_class, require_feasible
+from ...physics.timing import StageResult, main_compute_class, require_feasible
 from ...serving.compare import compare
 from ...serving.whatif import WhatIf
 from ...specs.execution import resolve_profile
@@ -73,8 +73,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     if args.plot:
         from ..plot import check_plot_path, plot_roofline
         check_plot_path(args.plot)
-        f = results[0].formats
-        w, _ = compute_class(f.expert if model.is_moe else f.weight, f.activation, group.device)
+        w = main_compute_class(model, group.device, results[0].formats)
         plot_roofline(group.device, results, args.plot, compute_class=w if w in group.device.peak_flop_per_s else "bf16",
                       title=f"{model.id} on {group.describe()}")
     caption = _caption(results, resolve_profile(group.device, params), group.device.path, bool(wi))
