@@ -479,3 +479,39 @@ def test_mixed_pass_where_one_kind_does_not_fit():
     assert bool(ok.fits) and not bool(big.fits)
     assert bool(mix([ok, big], [1.0, 0.0], stage="decode").fits)
     assert not bool(mix([ok, big], [0.9, 0.1], stage="decode").fits)
+
+
+def test_tensorrt_llm_keeps_the_whole_context_on_sliding_window_layers():
+    """gpt-oss alternates 128-token sliding-window and full layers. vLLM's hybrid KV cache manager keeps only the
+    window on sliding layers; TensorRT-LLM (no kv_cache_config.max_attention_window) keeps the whole context
+    on every layer and masks the window in its kernel, so at 9k tokens its cache is ~2x larger per sequence
+    and its largest batch ~half, while the bytes the kernel reads stay the window's."""
+    m = resolve_model("gpt-oss-20b")
+    L = np.array([100.0, 9000.0])
+    per_layer_token = m.kv_elements_per_token_per_layer() * 1.0        # fp8 cache: one byte per element
+    assert np.allclose(m.kv_cache_bytes(L, "fp8", windowed=False), m.num_layers * per_layer_token * L)
+    assert np.allclose(m.kv_cache_bytes(L, "fp8"), per_layer_token * (12 * L + 12 * np.minimum(L, 128)))
+    prof = shipped_profile()
+    trt, vllm = prof.for_stack("TensorRT-LLM 1.0"), prof.for_stack("vLLM 0.11")
+    assert (trt.windowed_kv, vllm.windowed_kv) == (False, True)
+    kw = dict(context=9000, weights="bf16", experts="mxfp4", kv="fp8")
+    b_trt, b_vllm = (int(rl.max_batch(m, "b200", params=p, **kw)) for p in (trt, vllm))
+    assert b_trt / b_vllm == pytest.approx((12 * 9001 + 12 * 128) / (24 * 9001), rel=0.05)
+    reads = [float(rl.decode_step(m, "b200", batch=64, context=9000, params=p, experts="mxfp4", kv="fp8")
+                   .bytes_per_device) for p in (trt, vllm)]
+    assert reads[0] == pytest.approx(reads[1])
+
+
+def test_long_output_gpt_oss_rows_need_the_unwindowed_cache():
+    """The published trtllm-bench gpt-oss rows at 1k in / 8k and 32k out on B200 and GB200 (max throughput,
+    capacity-bound): within 10% (median) with every layer holding the whole context; sliding layers holding
+    only their window would make them >10 points faster (about 15: a larger batch)."""
+    from roofline.evidence.validate import predict_row
+    prof = shipped_profile()
+    rows = [r for r in read_rows(shipped_data()) if (r.get("model") or "").startswith("gpt-oss")
+            and "trtllm-bench" in (r.get("stack") or "") and r.get("hardware") in ("b200", "gb200")
+            and r.get("isl") == "1024" and r.get("osl") in ("8192", "32768")]
+    assert len(rows) == 8
+    err = {w: np.median([predict_row(r, attrs.evolve(prof.for_stack(r.get("stack")), windowed_kv=w))
+                         / float(r.get("value")) - 1 for r in rows]) for w in (False, True)}
+    assert abs(err[False]) < 0.10 and err[True] - err[False] > 0.10, err

@@ -32,7 +32,7 @@ from ..specs.files import read_text
 from ..specs.formats import get_format
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
-from ..specs.params import EngineParams, Profile, shipped_profile, stack_family, with_stack_settings
+from ..specs.params import STACK_SET, EngineParams, Profile, shipped_profile, stack_family, with_stack_settings
 from ..specs.resolve import resolve_device, resolve_model
 
 COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model", "weight_dtype", "expert_dtype",
@@ -183,9 +183,9 @@ def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: d
     steady-state mean context isl + osl/2 of a paged KV cache, with the step's prefill workspace; static: at
     the final context), else the row's batch (the concurrency of the whole deployment) over the replicas."""
     if row.get("batch") == "max":
-        key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction, params.kv_admission,
-               params.chunked_prefill, group.tp,
-               group.pp, group.ep, group.dp, tuple(t.capacity_bytes for t in group.device.memory))
+        key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction,
+               tuple(getattr(params, f) for f in STACK_SET), group.tp, group.pp, group.ep, group.dp,
+               tuple(t.capacity_bytes for t in group.device.memory))
         if key not in _MAX_BATCH:    # memory only: the same for every efficiency a calibration tries
             _MAX_BATCH[key] = _largest_fitting(row, model, group, fmt, params, serve)
         return _MAX_BATCH[key]

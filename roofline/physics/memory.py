@@ -143,14 +143,15 @@ def _share(part: Any, whole: Any) -> Array:
 
 
 def max_batch(model: ModelSpec, group: DeviceGroup, formats: Formats, *, context: Array, new_tokens: Array,
-              usable_fraction: float) -> np.ndarray:
+              usable_fraction: float, windowed_kv: bool = True) -> np.ndarray:
     """Largest batch whose weights, KV at ``context`` + ``new_tokens`` and workspace fit (0 if none).
 
     B_max = floor((N C u - W) / (KV_seq(L) + A_seq)) per device (docs/theory.md §3.3 "Capacity limit"),
-    over all memory tiers of the device.
+    over all memory tiers of the device; ``windowed_kv`` False: sliding-window layers hold the whole context.
     """
     usable = sum(group.device.get(f"{t.name}.capacity") for t in group.device.memory) * usable_fraction
-    per_seq = (model.kv_cache_bytes(context + new_tokens, formats.kv) / (group_kv_shards(model, group) * group.pp)
+    per_seq = (model.kv_cache_bytes(context + new_tokens, formats.kv, windowed=windowed_kv)
+               / (group_kv_shards(model, group) * group.pp)
                + workspace_per_sequence_bytes(model, formats, group.tp, new_tokens, 1))
     free = usable - stored_weight_bytes(model, formats) / group.count - attention_replica_bytes(model, formats, group)
     return np.maximum(np.floor(free / per_seq), 0).astype(int)

@@ -396,8 +396,8 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
                     workspace_bytes=batch * workspace_per_sequence_bytes(model, formats, tp, new_tokens,
                                                                          np.asarray(logits_per_seq, dtype=float))
                     + np.asarray(rider[0], dtype=float) * workspace_per_sequence_bytes(model, formats, tp, rider[1], 0.0),
-                    kv_sequences=batch / shards, kv_sequence_bytes=model.kv_cache_bytes(prefix_tokens + new_tokens,
-                                                                                      formats.kv))
+                    kv_sequences=batch / shards, kv_sequence_bytes=model.kv_cache_bytes(
+                        prefix_tokens + new_tokens, formats.kv, windowed=params.windowed_kv is not False))
     act_bytes = work.activation_bytes / (tp * pp)
     kv_write = work.kv_write_bytes / shards
     placed = place(group.device, res, weight_read=w_read, kv_read=work.kv_read_bytes, kv_share=1 / shards,

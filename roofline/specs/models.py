@@ -246,14 +246,19 @@ class ModelSpec:
         full = self.num_layers - self.num_sliding_layers
         return full * self.kv_elements_per_token_per_layer() * get_format(dtype).bytes_per_element
 
-    def kv_cache_bytes(self, context_tokens: ArrayLike, dtype: str = "bf16") -> NDArray[np.float64]:
+    def kv_cache_bytes(self, context_tokens: ArrayLike, dtype: str = "bf16", *,
+                       windowed: bool = True) -> NDArray[np.float64]:
         """KV bytes of one sequence holding ``context_tokens`` (broadcasts).
 
         Sum over layers of elements_per_token * L_eff, L_eff = L on full layers
-        and min(L, W) on sliding layers (ring buffer; docs/theory.md §2.4).
+        and min(L, W) on sliding layers (ring buffer; docs/theory.md §2.4). ``windowed=False``: an engine
+        that keeps the whole context on sliding layers too and masks the window in the attention kernel
+        (L_eff = L on every layer).
         """
         L = np.asarray(context_tokens, dtype=float)
         per = self.kv_elements_per_token_per_layer() * get_format(dtype).bytes_per_element
+        if not windowed:
+            return per * self.num_layers * L
         full = self.num_layers - self.num_sliding_layers
         window = float(self.sliding_window or 0)
         return per * (full * L + self.num_sliding_layers * np.minimum(L, window))

@@ -126,6 +126,11 @@ class EngineParams:
     * ``chunked_prefill``: whether continuous batching splits prompts into chunks that fit the step's token
       budget (vLLM, SGLang) or admits each prompt whole, the budget raised to hold it beside the batch
       (TensorRT-LLM's default); None = chunked, or the serving stack's own choice (:data:`STACK_CHUNKED_PREFILL`).
+    * ``windowed_kv``: whether a sliding-window layer's KV cache holds only its window (vLLM's hybrid KV cache
+      manager) or the whole context like a full-attention layer, the window applied only as the attention
+      kernel's mask (TensorRT-LLM unless ``kv_cache_config.max_attention_window`` is set): capacity only, the
+      kernel reads the window either way; None = windowed, or the serving stack's own choice
+      (:data:`STACK_WINDOWED_KV`).
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
       or a launch-bound GPU is not at idle power).
@@ -158,6 +163,8 @@ class EngineParams:
     collective: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(COLLECTIVES)))
     kv_admission: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(ADMISSIONS)))
     chunked_prefill: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
+        attrs.validators.instance_of(bool)))
+    windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
@@ -256,11 +263,10 @@ def stack_family(stack: str, vendor: str = "") -> str:
 
 
 def with_stack_settings(params: EngineParams, stack: str) -> EngineParams:
-    """``params`` with the all-reduce algorithm, the KV admission and the prompt chunking of the serving stack
-    that ran a measurement, each unless already set."""
+    """``params`` with the settings of the serving stack that ran a measurement (:data:`STACK_SETTINGS`: its
+    all-reduce algorithm, KV admission, prompt chunking and sliding-window KV), each unless already set."""
     family = stack_family(stack)
-    for name, table in (("collective", STACK_COLLECTIVES), ("kv_admission", STACK_ADMISSION),
-                        ("chunked_prefill", STACK_CHUNKED_PREFILL)):
+    for name, table in STACK_SETTINGS.items():
         if getattr(params, name) is None and family in table:
             params = attrs.evolve(params, **{name: table[family]})
     return params
@@ -291,6 +297,24 @@ STACK_ADMISSION = {"tensorrt-llm": "reserve", "vllm": "paged", "sglang": "paged"
 #: blob/f987a94fa670302e7adbd695f43d1dc27a9f888a/benchmarks/gptoss_fp4_b200_trt_docker.sh) that holds them too.
 STACK_CHUNKED_PREFILL = {"tensorrt-llm": False, "vllm": True, "sglang": True}
 
+#: Whether each serving-stack family keeps only the window of a sliding-window layer in its KV cache. vLLM's
+#: hybrid KV cache manager reserves "slots only for the most recent sliding_window_size tokens" on those
+#: layers (https://docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager/). TensorRT-LLM stores the last
+#: max_attention_window tokens per layer only when ``kv_cache_config.max_attention_window`` is set ("Only the
+#: last tokens will be stored in the KV cache", KvCacheConfig in
+#: https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/llmapi/llm_args.py); its gpt-oss model
+#: passes the window to the attention kernel per layer (modeling_gpt_oss.py), which its own later work calls
+#: "GPT-OSS-style kernel-masked SWA" (https://github.com/NVIDIA/TensorRT-LLM/pull/16957), and the published
+#: gpt-oss configurations set no max_attention_window (perf-overview llm_options), so every layer holds the
+#: whole context. SGLang's sliding-window pool is sized as a ratio of the full pool (--swa-full-tokens-ratio),
+#: not by the window: left at the default here.
+STACK_WINDOWED_KV = {"tensorrt-llm": False, "vllm": True}
+
+#: The engine settings a serving stack fixes, by field: what :func:`with_stack_settings` applies.
+STACK_SETTINGS: dict[str, dict[str, Any]] = {
+    "collective": STACK_COLLECTIVES, "kv_admission": STACK_ADMISSION, "chunked_prefill": STACK_CHUNKED_PREFILL,
+    "windowed_kv": STACK_WINDOWED_KV}
+
 
 @attrs.frozen(kw_only=True)
 class Profile:
@@ -308,11 +332,11 @@ class Profile:
         return with_stack_settings(base, stack)
 
 
+#: The settings a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
+STACK_SET = tuple(STACK_SETTINGS)
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
-NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", "collective", "kv_admission",
-                        "chunked_prefill", "pipeline_hop_s", "busy_floor_fraction", "max_tp")
-#: Of those, the ones a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
-STACK_SET = ("collective", "kv_admission", "chunked_prefill")
+NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", *STACK_SET, "pipeline_hop_s",
+                        "busy_floor_fraction", "max_tp")
 
 
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:
