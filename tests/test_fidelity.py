@@ -515,3 +515,47 @@ def test_long_output_gpt_oss_rows_need_the_unwindowed_cache():
     err = {w: np.median([predict_row(r, attrs.evolve(prof.for_stack(r.get("stack")), windowed_kv=w))
                          / float(r.get("value")) - 1 for r in rows]) for w in (False, True)}
     assert abs(err[False]) < 0.10 and err[True] - err[False] > 0.10, err
+
+
+def _simulated_poll_wait(poll_steps, step_s, rng, n=20000):
+    """Mean wait of requests arriving at uniform random times for a scheduler that polls every poll_steps steps."""
+    arrive = rng.uniform(0, 1000 * poll_steps * step_s, n)
+    return float(np.mean(np.ceil(arrive / (poll_steps * step_s)) * poll_steps * step_s - arrive))
+
+
+def test_a_scheduler_that_polls_every_n_steps_delays_the_first_token():
+    """SGLang's --scheduler-recv-interval N looks for new requests every N decode steps: a request arriving at a
+    random time waits N/2 steps for the poll (a simulation), (N - 1)/2 more than polling every step, added to
+    TTFT only (decode is unchanged), and not at all when nothing else is running."""
+    b = np.array([1.0, 16.0, 64.0])
+    base, polled = (_continuous("llama-3.1-8b", "h100-sxm", 1024, 1024, b, poll_steps=n,
+                                params=shipped_profile().default) for n in (1, 30))
+    wait = polled.ttft_s - base.ttft_s
+    rng = np.random.default_rng(3)
+    sim = np.array([_simulated_poll_wait(30, s, rng) - _simulated_poll_wait(1, s, rng) for s in base.tpot_s])
+    assert wait[0] == 0.0
+    assert wait[1:] == pytest.approx(sim[1:], rel=0.03)
+    assert np.allclose(polled.tpot_s, base.tpot_s) and np.allclose(polled.tokens_per_s, base.tokens_per_s)
+    with pytest.raises(rl.RooflineError, match="poll_steps"):
+        _continuous("llama-3.1-8b", "h100-sxm", 1024, 1024, b, poll_steps=0)
+
+
+def test_sglang_b200_ttft_grows_with_the_poll_interval_its_runs_set():
+    """InferenceMAX's SGLang B200 runs set --scheduler-recv-interval 10 below concurrency 16 and 30 from 16 (its
+    H200 runs leave the default 1): measured median TTFT at 1k/1k FP8 grows 4.0x from concurrency 4 to 64 on
+    B200 and 1.3x on H200. Predicted with the runs' poll settings the B200 growth is over 2.5x; without, under 1.5x."""
+    from roofline.evidence.validate import Row, predict_row
+    rows = {r.id: r for r in read_rows(shipped_data())}
+    prof = shipped_profile()
+
+    def growth(a, b, drop_poll=False):
+        def pred(i):
+            r = rows[i]
+            if drop_poll:
+                r = Row(id=r.id, fields={**r.fields, "poll_steps": ""})
+            return predict_row(r, prof.for_stack(r.get("stack")))
+        return pred(b) / pred(a)
+    assert float(rows["IM143"].get("value")) / float(rows["IM135"].get("value")) == pytest.approx(4.02, abs=0.01)
+    assert rows["IM135"].get("poll_steps") == "10" and rows["IM143"].get("poll_steps") == "30"
+    assert growth("IM135", "IM143") > 2.5 and growth("IM135", "IM143", drop_poll=True) < 1.5
+    assert growth("IM159", "IM167") < 1.5    # H200: polls every step

@@ -226,6 +226,22 @@ def test_emitted_speculative_settings_use_the_best_gamma(engine):
         assert f"max_draft_len: {o.gamma}" in yaml and "decoding_type: DraftTarget" in yaml
 
 
+def test_trtllm_launch_keeps_only_the_window_on_sliding_layers():
+    """The sizing counts a sliding layer's KV for its window only; TensorRT-LLM does that only when told each
+    layer's attention window (kv_cache_config.max_attention_window), so the YAML lists them: gpt-oss-20b's
+    alternating 128-token sliding and full layers. A model without sliding layers gets no such line."""
+    m = rl.load_model("gpt-oss-20b")
+    t = Target(users=64, min_tokens_per_s_per_user=30.0, request=REQ)
+    o = option(size(m, [rl.resolve_group("b200")], t, formats={"kv": "fp8"}), "aggregated")
+    yaml = launch_command("trtllm", m, o, request=REQ).files["roofline-trtllm.yaml"]
+    length = REQ.input_tokens + REQ.output_tokens
+    windows = [128 if kind == "sliding" else length for kind in m.layer_types]
+    assert f"  max_attention_window: [{', '.join(map(str, windows))}]" in yaml.splitlines()
+    assert yaml.startswith("kv_cache_config:\n  dtype: fp8\n")
+    assert "max_attention_window" not in launch_command("trtllm", MODEL, _sized("fp8"), request=REQ).files[
+        "roofline-trtllm.yaml"]
+
+
 def test_emit_refuses_what_an_engine_cannot_run():
     o = option(size(MODEL, [rl.resolve_group("groq-lpu:8x100")], Target(users=10, min_tokens_per_s_per_user=1.0,
                                                                        request=REQ)), "aggregated")

@@ -17,7 +17,10 @@ Flag names are the engines' documented ones:
   (``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_batch_size``, ``--max_seq_len``,
   ``--kv_cache_free_gpu_memory_fraction``, ``--extra_llm_api_options`` for a YAML of LLM-API options: the
   KV-cache dtype and the draft/target speculative config,
-  https://nvidia.github.io/TensorRT-LLM/features/speculative-decoding.html).
+  https://nvidia.github.io/TensorRT-LLM/features/speculative-decoding.html). For a model with sliding-window
+  layers the YAML also sets ``kv_cache_config.max_attention_window`` per layer ("only the last tokens will be
+  stored in the KV cache", KvCacheConfig in tensorrt_llm/llmapi/llm_args.py): without it TensorRT-LLM keeps the
+  whole context on every layer and the sized batch would not fit.
 
 The numbers come from the sizing: parallel sizes from the group, max concurrent sequences = the batch per
 replica, max length = input + output tokens, the memory share = the family's usable memory fraction (for
@@ -98,6 +101,14 @@ def _memory_fraction(model: ModelSpec, option: Any, formats: Mapping[str, Any], 
     return round(max(0.05, min(0.95, (usable * capacity - weights) / max(capacity - weights, 1.0))), 2)
 
 
+def _attention_windows(model: ModelSpec, length: int) -> list[int] | None:
+    """Per-layer attention windows of a model with sliding-window layers (the window, else the whole length)."""
+    if not model.num_sliding_layers:
+        return None
+    window = int(model.sliding_window or length)
+    return [min(window, length) if kind == "sliding" else length for kind in model.layer_types]
+
+
 def launch_command(engine: str, model: ModelSpec, option: Any, *, request: Request,
                    formats: Mapping[str, Any] | None = None) -> LaunchCommand:
     """The ``engine`` command line that runs one replica of a feasible sizing ``option``."""
@@ -118,7 +129,8 @@ def launch_command(engine: str, model: ModelSpec, option: Any, *, request: Reque
     spec = {"model": _model_ref(p.draft_model, notes), "gamma": option.gamma} if p.speculative else None
     args = {"model": _model_ref(model, notes), "tp": p.decode.tp, "pp": p.decode.pp, "ep": p.decode.ep,
             "batch": option.batch_per_replica, "length": request.input_tokens + request.output_tokens, "kv": kv,
-            "memory": _memory_fraction(model, option, fmt, engine == "trtllm"), "spec": spec}
+            "memory": _memory_fraction(model, option, fmt, engine == "trtllm"), "spec": spec,
+            "windows": _attention_windows(model, request.input_tokens + request.output_tokens)}
     if p.prefill is not None:
         notes.append("disaggregated: run prefill instances with the same command and the engine's KV-transfer "
                      "settings; the prefill/decode wiring is not emitted")
@@ -157,9 +169,9 @@ def _trtllm(a: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     argv += ["--ep_size", str(a["ep"])] if a["ep"] > 1 else []
     argv += ["--max_batch_size", str(a["batch"]), "--max_seq_len", str(a["length"]),
              "--kv_cache_free_gpu_memory_fraction", str(a["memory"])]
-    yaml = ""
-    if a["kv"]:
-        yaml += f"kv_cache_config:\n  dtype: {a['kv']}\n"
+    kv_config = ([f"  dtype: {a['kv']}"] if a["kv"] else []) + (
+        [f"  max_attention_window: [{', '.join(map(str, a['windows']))}]"] if a["windows"] else [])
+    yaml = "kv_cache_config:\n" + "".join(line + "\n" for line in kv_config) if kv_config else ""
     if a["spec"]:
         yaml += (f"speculative_config:\n  decoding_type: DraftTarget\n  max_draft_len: {a['spec']['gamma']}\n"
                  f"  speculative_model: {a['spec']['model']}\n")

@@ -372,13 +372,16 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
 @broadcast_errors
 def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *, batch: ArrayLike,
                      gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
-                     prefill_batch: int = 1, chunk: int = 8192, target_formats: Mapping[str, Any] | None = None,
-                     draft_formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
-                     power: PowerModel = DEFAULT_POWER, prices: Prices | None = None) -> ServingResult:
+                     prefill_batch: int = 1, chunk: int = 8192, poll_steps: int = 1,
+                     target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
+                     params: EngineParams | None = None, power: PowerModel = DEFAULT_POWER,
+                     prices: Prices | None = None) -> ServingResult:
     """Serve ``request`` with ``placement``: latency, throughput, energy and cost per batch (and gamma).
 
     ``batch`` and ``gamma`` broadcast (``batch[:, None]``, ``gamma[None, :]`` sweeps a grid).
     Without speculation gamma must be 0. Draft formats default to the draft device's native format.
+    ``chunk``: the step's token budget; ``poll_steps``: decode steps the scheduler runs between its polls for
+    new requests (SGLang's ``--scheduler-recv-interval`` or ``--num-continuous-decode-steps``; 1: every step).
     ``prices`` (default: the shipped ``hardware_specs/prices/prices.toml``) turn devices into dollars.
     """
     m = resolve_model(model)
@@ -387,8 +390,9 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     B, G, acc = _checked(placement, batch=batch, gamma=gamma, acceptance=acceptance, mode=mode,
                          prefill_batch=prefill_batch)
     p = params if params is not None else default_params()
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-        raise WorkloadError(f"chunk (tokens per step) must be a whole number >= 1, got {chunk!r}")
+    for name, v in (("chunk (tokens per step)", chunk), ("poll_steps (decode steps between polls)", poll_steps)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
     isl, osl = request.input_tokens, request.output_tokens
     fmt = Formats.for_model(m, **dict(target_formats or {}))
     E = acc.expected_tokens(G) if acc is not None else np.ones_like(G)
@@ -406,6 +410,8 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
     service = isl / chunks.tokens * rnd.chunk_s if chunks else None   # step time one prompt adds
     queue = prefill_queue_s(B * E / (osl * step), service) if service is not None else np.zeros(B.shape)
+    if mixed:   # a request waits for the scheduler's next poll: (N - 1) / 2 steps more than polling every step
+        queue = queue + (poll_steps - 1) / 2 * step
     pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, queue_s=queue,
                          prefill_batch=prefill_batch, chunk=chunk, params=p)
     overhead = resolve_profile((placement.prefill or placement.decode).device, p).request_overhead_s
