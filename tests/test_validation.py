@@ -27,6 +27,21 @@ def test_shipped_copy_matches_format_and_sources():
     assert len({stack_family(r.get("stack")) for r in ROWS} - {"other"}) >= 4
 
 
+def test_each_published_number_is_one_row():
+    """A number read twice from one page (or from two commits of the same page) weighs twice in the fit and the
+    medians, and two readings of it can disagree: one row per (page, device, model, lengths, load, metric,
+    value)."""
+    import re
+    seen: dict[tuple, str] = {}
+    for r in ROWS:
+        page = re.sub(r"/blob/[0-9a-f]{40}/", "/blob/*/", r.get("source"))
+        page = page.replace("/developer-guide/", "/*/").replace("/performance/", "/*/")
+        key = (page, r.get("hardware"), r.get("model"), r.get("batch"), r.get("isl"), r.get("osl"), r.get("metric"),
+               r.get("value"))
+        assert key not in seen, f"{r.id} repeats {seen[key]}"
+        seen[key] = r.id
+
+
 def test_validate_reports_defensible_median_error(run_cli):
     code, out, err = run_cli("validate", "--json")
     assert code == 0, err
