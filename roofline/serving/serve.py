@@ -381,7 +381,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     ``batch`` and ``gamma`` broadcast (``batch[:, None]``, ``gamma[None, :]`` sweeps a grid).
     Without speculation gamma must be 0. Draft formats default to the draft device's native format.
     ``chunk``: the step's token budget; ``poll_steps``: decode steps the scheduler runs between its polls for
-    new requests (SGLang's ``--scheduler-recv-interval`` or ``--num-continuous-decode-steps``; 1: every step).
+    new requests (SGLang's ``--scheduler-recv-interval``; 1: every step).
     ``prices`` (default: the shipped ``hardware_specs/prices/prices.toml``) turn devices into dollars.
     """
     m = resolve_model(model)
