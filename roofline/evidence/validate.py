@@ -38,9 +38,8 @@ from ..specs.resolve import resolve_device, resolve_model
 COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model", "weight_dtype", "expert_dtype",
            "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget", "isl", "osl", "spec_method",
            "draft_len", "acceptance_length", "metric", "value", "grade", "notes")
-#: What an empty optional column means: the scheduler polls every step; the steps' token budget of vLLM's
-#: max_num_batched_tokens and SGLang's chunked_prefill_size defaults (8,192).
-DEFAULT_POLL_STEPS, DEFAULT_TOKEN_BUDGET = 1, 8192
+#: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
+SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
            "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w")
 #: Tensor-parallel degrees a layout is chosen from.
@@ -280,12 +279,12 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineP
     metric, isl, osl = row.get("metric"), _int(row, "isl"), _int(row, "osl")
     placement, gamma, acceptance = _placement(row, group)
 
-    poll, budget = _int(row, "poll_steps", DEFAULT_POLL_STEPS), _int(row, "token_budget", DEFAULT_TOKEN_BUDGET)
+    settings = {arg: _int(row, col) for col, arg in SERVING_COLUMNS.items() if row.get(col)}
 
     def serve(batch: Any) -> Any:
         return evaluate_serving(model, placement, Request(input_tokens=isl, output_tokens=osl), batch=batch,
                                 gamma=gamma, acceptance=acceptance, mode=row.get("serving") or "static",
-                                chunk=budget, poll_steps=poll, target_formats=fmt, params=params)
+                                target_formats=fmt, params=params, **settings)
     b = _batch(row, model, group, replicas, fmt, params, serve)
     r = serve(b)
     if not bool(r.fits):
