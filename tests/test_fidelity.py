@@ -1,5 +1,7 @@
 """GPU-fidelity physics: each test fails without its piece of physics (issue: GPU fidelity)."""
 
+import json
+
 import attrs
 import numpy as np
 import pytest
@@ -559,3 +561,73 @@ def test_sglang_b200_ttft_grows_with_the_poll_interval_its_runs_set():
     assert rows["IM135"].get("poll_steps") == "10" and rows["IM143"].get("poll_steps") == "30"
     assert growth("IM135", "IM143") > 2.5 and growth("IM135", "IM143", drop_poll=True) < 1.5
     assert growth("IM159", "IM167") < 1.5    # H200: polls every step
+
+
+def _decode(device, overlap, batch, context, model="llama-3.3-70b"):
+    """One decode pass with the device's ``overlap`` set as its spec file's ``[execution]`` table would."""
+    m, dev = rl.load_model(model), rl.load_device(device)
+    dev = attrs.evolve(dev, execution={**dev.execution, "overlap": overlap})
+    return evaluate_pass(m, rl.DeviceGroup(device=dev), Formats(weights="fp8", kv="fp8", activations="fp8"),
+                         batch=batch, new_tokens=1, prefix_tokens=context, logits_per_seq=1, mla_absorbed=False,
+                         stage="decode", params=shipped_profile().default)
+
+
+def test_gpu_kernels_overlap_only_their_own_traffic():
+    """On a GPU the matmul kernels and the attention kernels run in turn: a large-batch, long-context decode
+    step whose matmuls are compute-bound and whose attention waits on KV reads pays both (the per-operator
+    roofline), where one roofline over the pass would hide the KV reads under the matmuls' compute."""
+    assert resolve_profile(rl.load_device("h200-sxm")).overlap == "kernel"
+    assert resolve_profile(rl.load_device("groq-lpu")).overlap == "pass"
+    one = _decode("h200-sxm", "pass", 192, 1024)
+    per_kernel = _decode("h200-sxm", "kernel", 192, 1024)
+    assert bool(one.fits)
+    # a detailed count: the attention core's FLOP at the attention rate, the KV bytes at the achieved bandwidth
+    m, dev = rl.load_model("llama-3.3-70b"), rl.load_device("h200-sxm")
+    p = resolve_profile(dev, shipped_profile().default)
+    kv_bytes = 192 * m.kv_cache_bytes(1024, "fp8")          # every sequence reads its whole cache
+    kv_s = kv_bytes / (dev.get("hbm.bandwidth") * p.memory_bandwidth_fraction)
+    core_flop = 192 * m.num_layers * m.num_heads * m.head_dim * 1024 * 4   # QK^T and PV, 2 FLOP per MAC
+    assert float(one.compute_s) > float(one.memory_s) > kv_s              # the matmuls dominate a single roofline
+    core_s = float(per_kernel.compute_s) - float(_matmul_compute(m, dev, shipped_profile().default))
+    assert core_s == pytest.approx(core_flop / (dev.get("compute.bf16") * p.compute_fraction), rel=0.05)
+    expected = (max(float(one.compute_s) - core_s, float(one.memory_s) - kv_s) + max(core_s, kv_s)
+                + float(one.communication_s) + float(one.overhead_s))
+    assert float(per_kernel.time_s) == pytest.approx(expected, rel=0.02)
+    assert float(one.time_s) < float(per_kernel.time_s) < float(per_kernel.time_serial_s)
+
+
+def _matmul_compute(m, dev, p):
+    """The pass's matmul time alone (no attention core): the same batch at zero context."""
+    r = evaluate_pass(m, rl.DeviceGroup(device=dev), Formats(weights="fp8", kv="fp8", activations="fp8"), batch=192,
+                      new_tokens=1, prefix_tokens=0, logits_per_seq=1, mla_absorbed=False, stage="decode", params=p)
+    return r.compute_s
+
+
+def test_overlapping_per_kernel_lies_between_one_roofline_and_the_serial_sum():
+    """Over a grid of batches and contexts: never faster than one roofline over the pass, never slower than
+    compute and memory in series; equal to the single roofline where one resource bounds every kernel."""
+    batch, context = np.array([[1.0], [8.0], [64.0], [256.0]]), np.array([128.0, 1024.0, 8192.0])
+    one, per_kernel = _decode("b200", "pass", batch, context), _decode("b200", "kernel", batch, context)
+    ok = per_kernel.fits
+    assert ok.sum() >= 10
+    assert np.all(per_kernel.time_s[ok] >= one.time_s[ok] * (1 - 1e-12))
+    assert np.all(per_kernel.time_s[ok] <= per_kernel.time_serial_s[ok] * (1 + 1e-12))
+    assert np.any(per_kernel.time_s[ok] > one.time_s[ok] * 1.05)
+    assert np.any(np.isclose(per_kernel.time_s[ok], one.time_s[ok], rtol=0.01))
+
+
+def test_overlap_is_a_what_if_with_a_clear_error(run_cli):
+    """``--set DEVICE.execution.overlap=pass`` times a GPU as one roofline per pass; a word outside the choices
+    is one line naming the field, the value and the choices."""
+    def decode(*extra):
+        code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--batch", "512", "--context", "1024",
+                                 "--prompt", "128", "--kv", "fp8", "--json", *extra)
+        assert code == 0, err
+        return json.loads(out)["stages"][1]["rows"][0]["time_s"]
+    per_kernel, one = decode(), decode("--set", "h100-sxm.execution.overlap=pass")
+    assert per_kernel > 1.2 * one     # compute-bound matmuls and KV-bound attention, balanced
+    code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--set", "h100-sxm.execution.overlap=maybe")
+    assert code == 1 and err.strip() == ("roofline: error: h100-sxm.execution.overlap = 'maybe': must be one of "
+                                         "pass, kernel")
+    code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm")
+    assert "max(attention compute, KV reads)" in " ".join(out.split())

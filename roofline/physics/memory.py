@@ -79,11 +79,13 @@ class Residency:
 
 @attrs.frozen(kw_only=True)
 class Placement:
-    """Traffic time per tier (seconds at the achieved bandwidth), whether it fits, and the usable capacity."""
+    """Traffic time per tier (seconds at the achieved bandwidth), whether it fits, the usable capacity, and
+    of the time over all tiers the share of the KV cache's reads and writes (what attention kernels move)."""
 
     time_by_tier_s: dict[str, Any]
     fits: Any
     usable_bytes: float
+    kv_time_s: Any = 0.0
 
 
 def place(device: Device, res: Residency, *, weight_read: Any, kv_read: Any, kv_share: float, kv_write: Any,
@@ -103,7 +105,7 @@ def place(device: Device, res: Residency, *, weight_read: Any, kv_read: Any, kv_
         k = pp / (device.get(f"{first.name}.bandwidth") * bandwidth_fraction(first.name))
         small = weight_read + activation + kv_write
         return Placement(time_by_tier_s={first.name: small * k + kv_read * (k * kv_share)}, fits=fits,
-                         usable_bytes=cap)
+                         usable_bytes=cap, kv_time_s=(kv_read * kv_share + kv_write) * k)
     return _place_tiers(device, res, weight_read=weight_read, kv_traffic=kv_read * kv_share + kv_write,
                         activation=activation,
                         pp=pp, bandwidth_fraction=bandwidth_fraction, usable_fraction=usable_fraction)
@@ -115,6 +117,7 @@ def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic
     remaining: dict[str, Any] = {"w": res.weights_bytes, "kv": kv_held, "ws": res.workspace_bytes}
     usable_total = 0.0
     by_tier: dict[str, Any] = {}
+    kv_time: Any = 0.0
     for tier in device.memory:
         if not any(np.any(r > 0) for r in remaining.values()):
             if tier.capacity_bytes is not None:
@@ -127,13 +130,15 @@ def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic
             placed[key] = np.minimum(remaining[key], free)
             free = free - placed[key]
             remaining[key] = remaining[key] - placed[key]
-        traffic = (weight_read * placed["w"] / res.weights_bytes + kv_traffic * _share(placed["kv"], kv_held)
-                   + activation * _share(placed["ws"], res.workspace_bytes))
+        kv_here = kv_traffic * _share(placed["kv"], kv_held)
+        traffic = weight_read * placed["w"] / res.weights_bytes + kv_here + activation * _share(placed["ws"], res.workspace_bytes)
         if np.any(traffic > 0):
-            by_tier[tier.name] = pp * traffic / (device.get(f"{tier.name}.bandwidth") * bandwidth_fraction(tier.name))
+            per_byte = pp / (device.get(f"{tier.name}.bandwidth") * bandwidth_fraction(tier.name))
+            by_tier[tier.name] = traffic * per_byte
+            kv_time = kv_time + kv_here * per_byte
     shape = np.broadcast_shapes(*(np.shape(r) for r in remaining.values()))
     fits = np.logical_and.reduce([np.broadcast_to(r <= 0.5, shape) for r in remaining.values()])   # bytes
-    return Placement(time_by_tier_s=by_tier, fits=fits, usable_bytes=usable_total)
+    return Placement(time_by_tier_s=by_tier, fits=fits, usable_bytes=usable_total, kv_time_s=kv_time)
 
 
 def _share(part: Any, whole: Any) -> Array:

@@ -9,6 +9,15 @@ on a group of ``tp x pp`` identical devices:
 ``time_s`` is the overlapped form; both are reported (the scaling book,
 "Rooflines", https://jax-ml.github.io/scaling-book/roofline/: ``max`` lower
 bound, ``sum`` upper bound, never more than 2x apart before the additive terms).
+A family whose profile has ``overlap = "kernel"`` (GPUs: kernels run one after
+another) overlaps only within each kind of kernel: the matmuls' roofline plus
+the attention kernels',
+
+    T = max(T_compute - T_attn, T_mem - T_kv) + max(T_attn, T_kv) + T_comm + T_fixed
+
+with T_attn the attention core's compute and T_kv the KV cache's traffic (the
+per-operator roofline, LLM-Viewer, https://arxiv.org/abs/2402.16363 §2); it lies
+between the two forms above.
 T_mem,i is the traffic from memory tier i at the achieved bandwidth
 (:mod:`roofline.physics.memory`). T_compute runs each component at the rate of
 its compute class, the wider operand's (weight-only and non-native formats, and
@@ -340,8 +349,9 @@ def _expert_slowdown(work: Work, params: EngineParams) -> Any:
     return np.where(work.experts_touched_per_layer > 0, np.nan_to_num(ratio, nan=1.0, posinf=1.0), 1.0)
 
 
-def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: EngineParams) -> tuple[Any, Any]:
-    """(matmul and attention time, dequantisation time) of one pass on one device of ``group``.
+def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: EngineParams) -> tuple[Any, Any, Any]:
+    """(matmul and attention time, dequantisation time, the attention core's share of the first) of one pass
+    on one device of ``group``.
 
     Each FLOP component runs at its compute class's dense peak x efficiency, where efficiency =
     compute_fraction x T / (T + T_half) for a pass over T tokens (small matmuls run below peak) x the
@@ -359,25 +369,33 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
                "shared_experts": w_cls, "router": w_cls, "lm_head": w_cls}
     by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
-        if np.any(flop > 0):
+        if np.any(flop > 0) and comp != "attention_core":
             by_class.setdefault(classes[comp], []).append(flop * _expert_slowdown(work, params) if comp == "experts"
                                                           else flop)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product
-    compute = add(*(add(*flops) * (inv_mfu / (group.tp * _rate(dev, cls) * _class_scale(cls, params)))
-                    for cls, flops in by_class.items()))
+
+    def seconds(cls: str, flops: list[Any], inv: Any = inv_mfu) -> Any:
+        return add(*flops) * (inv / (group.tp * _rate(dev, cls) * _class_scale(cls, params)))
+
+    # attention kernels tile over sequences, heads and KV blocks, not over the pass's tokens: the small-matmul
+    # efficiency T / (T + T_half) of the weight matmuls does not apply to them (FlashDecoding splits the KV of
+    # even one sequence across the SMs, https://crfm.stanford.edu/2023/10/12/flashdecoding.html)
+    core = work.flop.get("attention_core", 0.0)
+    core_s = seconds(classes["attention_core"], [core], 1.0 / params.compute_fraction) if np.any(core > 0) else 0.0
+    compute = add(core_s, *(seconds(cls, flops) for cls, flops in by_class.items()))
     elements: Any = 0.0
     for fmt, dequantised, comps in zip((formats.weight, formats.expert), (w_deq, e_deq), _COMPONENT_WEIGHTS):
         if dequantised:
             elements = elements + sum(work.weight_bytes[c] for c in comps) / fmt.bytes_per_element
     if not (np.any(elements > 0) and params.dequant_ops_per_element > 0):
-        return compute, 0.0
+        return compute, 0.0, core_s
     if dev.peak_flop_per_s.get("fp32") is None:
         name = formats.expert.name if e_deq else formats.weight.name
         raise UnknownSpecError(
             f"{dev.id}: unpacking {name} weights to {act.name} (no native units for them, or no matmul that "
             f"pairs them with {act.name} activations) runs on the vector units, whose rate compute.fp32 is not "
             f"published; supply --set {dev.id}.compute.fp32=VALUE or choose formats {dev.id} multiplies natively")
-    return compute, elements / group.tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction)
+    return compute, elements / group.tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction), core_s
 
 
 def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, *, batch: Any, new_tokens: Any,
@@ -435,9 +453,9 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     if np.any(np.asarray(chunks) > 0):
         work = with_prompt_chunks(model, formats, work, chunks=chunks, chunk_tokens=chunk_tokens,
                                   chunk_prefix=chunk_prefix)
-    compute, dequant_s = compute_time_s(work, group, formats, params)
+    compute, dequant_s, core_s = compute_time_s(work, group, formats, params)
     if stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency
-        compute = compute / params.prefill_compute_scale
+        compute, core_s = compute / params.prefill_compute_scale, core_s / params.prefill_compute_scale
     placed, res, footprint, _ = _memory(model, group, formats, work, batch=B, new_tokens=n, prefix_tokens=p,
                                         logits_per_seq=logits_per_seq, params=params,
                                         rider=(chunks, chunk_tokens))
@@ -455,6 +473,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
     return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
                     context=p, compute=compute, by_tier=placed.time_by_tier_s, comm=comm, overhead=overhead,
+                    attention=(core_s, placed.kv_time_s) if params.overlap == "kernel" else None,
                     fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint,
                     profile=params)
 
@@ -474,8 +493,10 @@ def _ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
 def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Formats, shape: tuple[int, ...],
              batch: Any, new_tokens: Any, context: Any, compute: Any, by_tier: dict[str, Any], comm: Any,
              overhead: Any, fits: Any, weights: Any, usable: float, footprint: PassFootprint,
-             profile: EngineParams) -> StageResult:
-    """A :class:`StageResult` from the terms of one pass: lower bound max(compute, memory) + comm + fixed."""
+             profile: EngineParams, attention: tuple[Any, Any] | None = None) -> StageResult:
+    """A :class:`StageResult` from the terms of one pass: max(compute, memory) + comm + fixed, or with
+    ``attention`` = (its compute, its KV traffic time) the matmuls' and the attention kernels' rooflines in
+    turn, max(compute - a, memory - m) + max(a, m) (the profile's ``overlap = "kernel"``)."""
     def full(x: Any) -> Array:
         return np.broadcast_to(np.asarray(x, dtype=float), shape)
 
@@ -484,7 +505,11 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
     mem = list(by_tier.values()) or [0.0]
     memory = memory_serial = mem[0] if len(mem) == 1 else sum(mem)
     fits = np.broadcast_to(np.asarray(fits, dtype=bool), shape)
-    lower = _owned(np.maximum(compute, memory), shape)   # a fresh full-size array, written in place below
+    if attention is None:
+        lower = _owned(np.maximum(compute, memory), shape)   # a fresh full-size array, written in place below
+    else:
+        a, m = attention
+        lower = _owned(np.maximum(compute - a, memory - m) + np.maximum(a, m), shape)
     lower += comm + overhead
     if not fits.all():
         np.putmask(lower, ~fits, np.nan)

@@ -204,7 +204,7 @@ _FIXED_FIELDS = (
      for c in COMPUTE_CLASSES]
     + [_attr_field("power.tdp", "w", "tdp_w"), _attr_field("power.idle", "w", "idle_w")]
     + _link_fields("scale_up") + _link_fields("host")
-    + [_execution_field(name, kind) for name, (_attr, kind) in PROFILE_FIELDS.items() if kind != "choice"])
+    + [_execution_field(name, kind) for name, (_attr, kind) in PROFILE_FIELDS.items()])
 
 
 @functools.lru_cache(maxsize=64)
@@ -242,6 +242,13 @@ def override(dev: Device, path: str, value: str | float) -> Device:
     """
     f = find_field(dev, path)
     what = f"{dev.id}.{path}"
+    if f.kind == "choice":   # a word (collective algorithm, overlap): the profile's own check names the choices
+        if not isinstance(value, str):
+            raise SpecError(f"{what} = {value!r}: expected a word")
+        try:
+            return f.write(dev, value.strip())
+        except SpecError as e:
+            raise SpecError(f"{dev.id}.execution.{str(e).split(': ', 1)[-1]}") from None
     if isinstance(value, str):
         v = parse_quantity(value, "count" if f.kind in ("fraction", "count") else f.kind, what=what)
     elif isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -47,6 +47,7 @@ def _p(default: float, validators: list[Any]) -> Any:
 FAMILIES = ("gpu", "groq", "cerebras", "sambanova", "d-matrix", "tpu", "trainium", "gaudi", "cpu", "generic")
 COLLECTIVES = ("ring", "scheduled", "auto", "none")
 ADMISSIONS = ("paged", "reserve")
+OVERLAPS = ("pass", "kernel")
 
 
 def _tier_fractions(_inst: object, _a: attrs.Attribute, value: Mapping[str, float]) -> None:
@@ -131,6 +132,12 @@ class EngineParams:
       kernel's mask (TensorRT-LLM unless ``kv_cache_config.max_attention_window`` is set): capacity only, the
       kernel reads the window either way; None = windowed, or the serving stack's own choice
       (:data:`STACK_WINDOWED_KV`).
+    * ``overlap``: what a pass's compute overlaps its memory traffic within: ``pass`` (one roofline over the
+      whole pass, max(compute, memory): a compiled pipeline streams weights and KV beside every unit's work)
+      or ``kernel`` (kernels run one after another and each overlaps only its own traffic: the weight matmuls
+      max(matmul compute, weight and activation traffic) plus the attention kernels max(attention compute,
+      KV traffic), the per-operator roofline of LLM-Viewer, https://arxiv.org/abs/2402.16363 §2; a decode step
+      whose matmuls are compute-bound and whose attention is bound by KV reads pays both).
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
       or a launch-bound GPU is not at idle power).
@@ -166,6 +173,7 @@ class EngineParams:
         attrs.validators.instance_of(bool)))
     windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
+    overlap: str = attrs.field(default="pass", validator=one_of(OVERLAPS))
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
@@ -201,14 +209,17 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "busy_floor_fraction": ("busy_floor_fraction", "share"),
     "max_tp": ("max_tp", "number"),
     "collective": ("collective", "choice"),
+    "overlap": ("overlap", "choice"),
 }
+#: The words a ``choice`` field takes.
+CHOICES: dict[str, tuple[str, ...]] = {"collective": COLLECTIVES, "overlap": OVERLAPS}
 TIER_SUFFIX = "_bandwidth_fraction"
 
 
 def profile_value(name: str, raw: Any, *, what: str) -> tuple[str, Any]:
     """(attribute, value) for a profile field written as ``name = raw`` in a file or a what-if.
 
-    Times carry units (``"40 us"``), fractions and counts are plain numbers, ``collective`` a word;
+    Times carry units (``"40 us"``), fractions and counts are plain numbers, ``collective`` and ``overlap`` words;
     ``<tier>_bandwidth_fraction`` sets one memory tier's fraction. Raises :class:`SpecError` naming ``what``.
     """
     if name not in PROFILE_FIELDS and name.endswith(TIER_SUFFIX) and name != "memory" + TIER_SUFFIX:
@@ -219,8 +230,8 @@ def profile_value(name: str, raw: Any, *, what: str) -> tuple[str, Any]:
         raise SpecError(f"{what}: {name!r} is not an execution-profile field ({', '.join(PROFILE_FIELDS)}, "
                         f"or <tier>{TIER_SUFFIX})")
     if kind == "choice":
-        if raw not in COLLECTIVES:
-            raise SpecError(f"{what}: {name} = {raw!r}: must be one of {', '.join(COLLECTIVES)}")
+        if raw not in CHOICES[name]:
+            raise SpecError(f"{what}: {name} = {raw!r}: must be one of {', '.join(CHOICES[name])}")
         return attr, raw
     try:
         value = parse_quantity(raw, "s" if kind == "s" else "count", what=f"{what}.{name}")
@@ -335,7 +346,7 @@ class Profile:
 #: The settings a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
 STACK_SET = tuple(STACK_SETTINGS)
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
-NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", *STACK_SET, "pipeline_hop_s",
+NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", *STACK_SET, "overlap", "pipeline_hop_s",
                         "busy_floor_fraction", "max_tp")
 
 

@@ -164,6 +164,8 @@ def device_table(dev: Device) -> Table:
                 "" if cls in dev.native else " (not native)")
         elif f.path.startswith("execution.") and value is None:
             continue   # the family's value applies: shown in the profile table
+        elif f.kind == "choice":
+            shown = str(value)
         elif f.kind == "bytes":
             shown = _cap(value)
         elif f.kind == "fraction":

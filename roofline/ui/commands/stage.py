@@ -41,11 +41,18 @@ def _fixed_costs(params: EngineParams) -> str:
     return " + ".join(shown) or "no fixed costs"
 
 
+def _overlap(params: EngineParams) -> str:
+    """How the profile overlaps compute and memory traffic, as the caption's formula."""
+    if params.overlap == "kernel":
+        return "max(matmul compute, weight reads) + max(attention compute, KV reads)"
+    return "max(compute, memory)"
+
+
 def _caption(results: list[StageResult], params: EngineParams, device_path: str, what_if: bool) -> str:
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
-            f"time = max(compute, memory) + comm + fixed (the serial upper bound, time_serial_s, is in --json and "
+            f"time = {_overlap(params)} + comm + fixed (the serial upper bound, time_serial_s, is in --json and "
             f"--csv); fixed = per-pass, per-layer and per-kernel costs + weight-only dequantisation. {family} "
             f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth, {params.compute_fraction:.0%} of peak "
             f"FLOP/s, {_fixed_costs(params)}; "
