@@ -177,8 +177,8 @@ def test_profiles_are_accepted_by_commands(run_cli, tmp_path):
 def test_calibrate_command_writes_a_profile(run_cli, tmp_path):
     src = shipped_data().read_text().splitlines()
     subset = tmp_path / "two_stacks.csv"
-    keep = [line for line in src[1:] if line.startswith("GF") or (line.startswith("TL") and ",h200-sxm," in line
-                                                                   and ",llama-3.3-70b," in line)]
+    keep = [line for line in src[1:] if line.startswith(("GF", "NM")) or (
+        line.startswith("TL") and ",h200-sxm," in line and ",llama-3.3-70b," in line)]
     subset.write_text("\n".join([src[0]] + keep) + "\n")
     out = tmp_path / "fit.toml"
     code, text, err = run_cli("calibrate", "--data", str(subset), "--out", str(out), "--json")
@@ -189,6 +189,10 @@ def test_calibrate_command_writes_a_profile(run_cli, tmp_path):
     prof = load_profile(out)
     assert prof.families["gpt-fast"].memory_bandwidth_fraction == pytest.approx(
         data["families"]["gpt-fast"]["memory_bandwidth_fraction"])
+    # no gpt-fast row measures a first token (NIM's TensorRT-LLM rows do): gpt-fast takes the pooled fit's
+    # request overhead and says so, instead of wherever the optimiser started
+    assert prof.families["gpt-fast"].request_overhead_s == prof.default.request_overhead_s > 1e-3
+    assert "no row of this stack responds to it: the pooled value" in out.read_text()
     code, text, _ = run_cli("validate", "--data", str(subset), "--profile", str(out), "--json")
     assert code == 0 and json.loads(text)["summary"]["overall"]["n"] == len(keep)
 
@@ -202,6 +206,23 @@ def test_held_out_folds_are_the_same_in_parallel():
     two = calibrate(rows, holdout=2, jobs=2)
     assert one.holdout == "2-fold by source" and set(one.loo_errors) == {r.id for r in rows}
     assert one.loo_errors == pytest.approx(two.loo_errors)
+
+
+def test_held_out_folds_of_publications_or_of_random_rows(run_cli):
+    """By source no publication is split across folds; by row the folds are a seeded, even partition."""
+    from roofline.evidence.calibrate import _folds
+    by_source, by_row = _folds(ROWS, 5), _folds(ROWS, 5, "row")
+    for folds in (by_source, by_row):
+        assert set().union(*folds) == {r.id for r in ROWS} and sum(map(len, folds)) == len(ROWS)
+    fold_of = {i: k for k, f in enumerate(by_source) for i in f}
+    assert all(len({fold_of[r.id] for r in ROWS if r.get("source") == src}) == 1 for src in {r.get("source") for r in ROWS})
+    assert max(map(len, by_row)) - min(map(len, by_row)) <= 1 and by_row == _folds(ROWS, 5, "row")
+    row_fold = {i: k for k, f in enumerate(by_row) for i in f}
+    assert len({row_fold[r.id] for r in ROWS if r.get("source") == ROWS[0].get("source")}) > 1   # a source split
+    with pytest.raises(rl.RooflineError, match="source or row"):
+        _folds(ROWS, 5, "model")
+    code, _, err = run_cli("calibrate", "--by", "row")
+    assert code == 2 and "--folds" in err and len(err.strip().splitlines()) == 1
 
 
 def test_calibrate_rejects_a_bad_process_count(run_cli):

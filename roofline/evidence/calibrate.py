@@ -18,6 +18,7 @@ residuals, so a few rows the model cannot express do not pull every parameter.
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import attrs
@@ -194,12 +195,13 @@ def _standard_errors(res: Any, layout: _Layout, n_rows: int) -> dict[str, dict[s
 
 
 def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str | int | None = None,
-              progress: Any = None, jobs: int = 1) -> Fit:
+              progress: Any = None, jobs: int = 1, fold_by: str = "source") -> Fit:
     """Fit shared and per-stack-family parameters to ``rows`` (log residuals, scipy least squares).
 
     ``holdout``: also predict rows with fits that never saw them: ``"loo"`` (one fit per row) or a number
-    of folds grouped by publication (every row of a source lands in the same fold, so no fit sees a sibling
-    of the row it predicts). ``progress(done, total, what)`` is called between fits (the CLI shows a bar).
+    of folds, grouped by publication (``fold_by="source"``: every row of a source lands in the same fold, so
+    no fit sees a sibling of the row it predicts) or of rows drawn at random (``"row"``, seed 0: leave-one-out
+    approximated with as many fits as folds). ``progress(done, total, what)`` is called between fits.
     ``jobs`` > 1 runs the held-out fits in that many processes.
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -209,7 +211,7 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     layout = _stack_layout(ok)
     if len(ok) <= len(layout.keys):
         raise RooflineError(f"calibration needs more than {len(layout.keys)} usable rows, got {len(ok)}")
-    folds = _folds(ok, holdout)
+    folds = _folds(ok, holdout, fold_by)
     total = 2 + len(folds)
     tick = progress or (lambda done, total, what: None)
     tick(0, total, "fitting per stack family")
@@ -223,11 +225,25 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
+    per = _pool_blind(per, {f: {k for k, v in ks.items() if not math.isfinite(v)} for f, ks in se.items()}, default)
     held = _held_out(ok, folds, base, jobs=jobs, tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
                skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
                loo_median_abs_error=float(np.median(np.abs(list(held.values())))) if held else None,
-               loo_errors=held or None, holdout=_holdout_name(holdout))
+               loo_errors=held or None, holdout=_holdout_name(holdout, fold_by))
+
+
+def _pool_blind(per: dict[str, EngineParams], blind: dict[str, set[str]], pooled: EngineParams
+                ) -> dict[str, EngineParams]:
+    """Each stack family with the pooled fit's value for the parameters none of its rows responds to
+    (``blind[family]``; a shared parameter blind for all rows stays): the optimiser leaves such a parameter
+    where it started, which says nothing, so a stack without TTFT rows would otherwise answer TTFT with no
+    request overhead at all."""
+    out = {}
+    for fam, p in per.items():
+        names = blind.get(fam, set()) & set(PER_FAMILY)
+        out[fam] = attrs.evolve(p, **{k: getattr(pooled, k) for k in names}) if names else p
+    return out
 
 
 def _gpu_base() -> EngineParams:
@@ -255,19 +271,29 @@ def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, job
     return held
 
 
-def _holdout_name(holdout: str | int | None) -> str:
-    return "" if holdout is None else "leave-one-out" if holdout == "loo" else f"{holdout}-fold by source"
+def _holdout_name(holdout: str | int | None, fold_by: str = "source") -> str:
+    return "" if holdout is None else "leave-one-out" if holdout == "loo" else f"{holdout}-fold by {fold_by}"
 
 
-def _folds(rows: list[Row], holdout: str | int | None) -> list[set[str]]:
-    """Row ids per held-out fold: one per row, or k folds of whole sources, largest sources first, each to the
-    fold with the fewest rows so far."""
+#: How held-out folds group rows: whole publications, or rows drawn at random.
+FOLD_BY = ("source", "row")
+
+
+def _folds(rows: list[Row], holdout: str | int | None, fold_by: str = "source") -> list[set[str]]:
+    """Row ids per held-out fold: one per row; k folds of whole sources, largest sources first, each to the
+    fold with the fewest rows so far; or k folds of rows shuffled with seed 0 (``fold_by="row"``)."""
+    if fold_by not in FOLD_BY:
+        raise RooflineError(f"folds group rows by {' or '.join(FOLD_BY)}, got {fold_by!r}")
     if holdout is None:
         return []
     if holdout == "loo":
         return [{r.id} for r in rows]
     if isinstance(holdout, bool) or not isinstance(holdout, int) or holdout < 2:
         raise RooflineError(f"holdout must be 'loo' or a number of folds >= 2, got {holdout!r}")
+    if fold_by == "row":
+        ids = [r.id for r in rows]
+        random.Random(0).shuffle(ids)
+        return [set(ids[i::holdout]) for i in range(min(holdout, len(ids)))]
     sources: dict[str, set[str]] = {}
     for r in rows:
         sources.setdefault(r.get("source"), set()).add(r.id)
@@ -282,15 +308,30 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
     gets the training rows' pooled parameters)."""
     train = [r for r in rows if r.id not in fold]
     layout = _stack_layout(train)
-    per = layout.params(base, _solve(train, base, layout).x)
+    res = _solve(train, base, layout)
+    per = layout.params(base, res.x)
+    jac = res.jac.toarray() if hasattr(res.jac, "toarray") else res.jac
+    blind: dict[str, set[str]] = {}
+    for (fam, k), moves in zip(layout.keys, np.abs(jac).sum(axis=0) > 0):
+        if not moves:
+            blind.setdefault(fam, set()).add(k)
+    wanted = {row_stack_family(r) for r in rows if r.id in fold}
+    pooled_params: list[EngineParams] = []
+
+    def pooled() -> EngineParams:   # fitted once, only if a held-out row needs it
+        if not pooled_params:
+            one = _Layout(["all"])
+            pooled_params.append(one.params(base, _solve(train, base, one).x)["all"])
+        return pooled_params[0]
+    if any(blind.get(f, set()) & set(PER_FAMILY) for f in wanted):
+        per = _pool_blind(per, blind, pooled())
     out = {}
     for r in (r for r in rows if r.id in fold):
         fam = row_stack_family(r)
         if fam not in per and fam.removesuffix("-rocm") in per:   # a platform the training rows lack
             per[fam] = per[fam.removesuffix("-rocm")]
         if fam not in per:
-            pooled = _Layout(["all"])
-            per[fam] = pooled.params(base, _solve(train, base, pooled).x)["all"]
+            per[fam] = pooled()
         out[r.id] = float(predict_row(r, per[fam]) / float(r.get("value")) - 1)
     return out
 
@@ -314,7 +355,9 @@ def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
         tied = ({k: f"as {base} (too few rows to fit it apart)" for k in PER_FAMILY if k not in PLATFORM_OWN}
                 if fam != base and not set(PER_FAMILY) <= set(fit.standard_errors.get(fam, {})) else {})
         ses = {**fit.standard_errors.get("*", {}), **fit.standard_errors.get(fam, {})}
-        out[fam] = {**{k: _notes(getattr(p, k), se) for k, se in ses.items()}, **tied}
+        blind = {k: "no row of this stack responds to it: the pooled value" for k, se in
+                 fit.standard_errors.get(fam, {}).items() if not math.isfinite(se) and k in PER_FAMILY}
+        out[fam] = {**{k: _notes(getattr(p, k), se) for k, se in ses.items()}, **tied, **blind}
     return out
 
 

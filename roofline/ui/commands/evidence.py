@@ -94,7 +94,10 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             raise UsageError("give --loo or --folds, not both")
         if args.jobs < 1:
             raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
-        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs)
+        if args.by != "source" and not args.folds:
+            raise UsageError("--by groups the rows of --folds K; give --folds too")
+        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs,
+                        fold_by=args.by)
     if args.out:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
     data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
@@ -134,6 +137,8 @@ def register(add: Adder) -> None:
     sp.add_argument("--loo", action="store_true", help="also compute the leave-one-out error (slow: one fit per row)")
     sp.add_argument("--folds", type=int, default=None, metavar="K",
                     help="also compute the held-out error with K folds of whole publications (K fits)")
+    sp.add_argument("--by", choices=("source", "row"), default="source",
+                    help="--folds of whole publications (default) or of rows drawn at random (seed 0)")
     sp.add_argument("--jobs", type=int, default=1, metavar="N",
                     help="run the held-out fits in N processes (default 1)")
     sp.add_argument("--energy", action="store_true",
