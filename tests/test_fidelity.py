@@ -631,3 +631,26 @@ def test_overlap_is_a_what_if_with_a_clear_error(run_cli):
                                          "pass, kernel")
     code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm")
     assert "max(attention compute, KV reads)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("device,tp,pp,context", [("gb200", 1, 1, 65536), ("h100-sxm", 2, 2, 8192)])
+def test_the_kernel_groups_reproduce_the_time_across_tiers_and_stages(device, tp, pp, context):
+    """With KV spilled to a second tier (GB200's LPDDR) or pipeline stages, the attention group's terms are parts
+    of the pass's compute and memory, and the reported terms give back the time."""
+    m, dev = rl.load_model("llama-3.3-70b"), rl.load_device(device)
+    r = evaluate_pass(m, rl.DeviceGroup(device=dev, tp=tp, pp=pp), Formats(weights="fp8", kv="fp8", activations="fp8"),
+                      batch=np.array([1.0, 16.0, 24.0]), new_tokens=1, prefix_tokens=context, logits_per_seq=1,
+                      mla_absorbed=False, stage="decode", params=shipped_profile().default)
+    if device == "gb200":
+        assert len(r.memory_by_tier_s) == 2 and np.all(r.memory_by_tier_s["lpddr"][1:] > 0)   # spilled
+    assert np.all(r.kv_memory_s <= r.memory_s) and np.all(r.attention_compute_s <= r.compute_s)
+    c, mem, a, k = r.compute_s, r.memory_s, r.attention_compute_s, r.kv_memory_s
+    again = np.maximum(c - a, mem - k) + np.maximum(a, k) + r.communication_s + r.overhead_s
+    ok = r.fits
+    assert ok.sum() >= 2 and np.allclose(r.time_s[ok], again[ok], rtol=1e-12)
+    assert np.all(r.time_s[ok] <= r.time_serial_s[ok] * (1 + 1e-12))
+
+
+def test_every_choice_field_names_its_words():
+    from roofline.specs.params import CHOICES, PROFILE_FIELDS
+    assert {n for n, (_attr, kind) in PROFILE_FIELDS.items() if kind == "choice"} == set(CHOICES)

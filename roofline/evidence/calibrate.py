@@ -225,7 +225,8 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
-    per = _pool_blind(per, {f: {k for k, v in ks.items() if not math.isfinite(v)} for f, ks in se.items()}, default)
+    per = _pool_blind(per, {f: {k for k, v in ks.items() if not math.isfinite(v)} for f, ks in se.items()}, default,
+                      layout.partial)
     held = _held_out(ok, folds, base, jobs=jobs, tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
                skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
@@ -233,16 +234,21 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
                loo_errors=held or None, holdout=_holdout_name(holdout, fold_by))
 
 
-def _pool_blind(per: dict[str, EngineParams], blind: dict[str, set[str]], pooled: EngineParams
-                ) -> dict[str, EngineParams]:
+def _pool_blind(per: dict[str, EngineParams], blind: dict[str, set[str]], pooled: EngineParams,
+                partial: frozenset[str] = frozenset()) -> dict[str, EngineParams]:
     """Each stack family with the pooled fit's value for the parameters none of its rows responds to
     (``blind[family]``; a shared parameter blind for all rows stays): the optimiser leaves such a parameter
     where it started, which says nothing, so a stack without TTFT rows would otherwise answer TTFT with no
-    request overhead at all."""
+    request overhead at all. A platform build fitting only its efficiencies (``partial``) keeps its stack's
+    fixed costs as they are after pooling."""
     out = {}
     for fam, p in per.items():
         names = blind.get(fam, set()) & set(PER_FAMILY)
         out[fam] = attrs.evolve(p, **{k: getattr(pooled, k) for k in names}) if names else p
+    for fam in partial & set(out):
+        stack = out.get(fam.removesuffix("-rocm"))
+        if stack is not None:
+            out[fam] = attrs.evolve(out[fam], **{k: getattr(stack, k) for k in PER_FAMILY if k not in PLATFORM_OWN})
     return out
 
 
@@ -315,7 +321,8 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
     for (fam, k), moves in zip(layout.keys, np.abs(jac).sum(axis=0) > 0):
         if not moves:
             blind.setdefault(fam, set()).add(k)
-    wanted = {row_stack_family(r) for r in rows if r.id in fold}
+    wanted = {_family(layout, r) for r in rows if r.id in fold}
+    wanted |= {f.removesuffix("-rocm") for f in wanted & layout.partial}   # whose fixed costs they share
     pooled_params: list[EngineParams] = []
 
     def pooled() -> EngineParams:   # fitted once, only if a held-out row needs it
@@ -324,7 +331,7 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
             pooled_params.append(one.params(base, _solve(train, base, one).x)["all"])
         return pooled_params[0]
     if any(blind.get(f, set()) & set(PER_FAMILY) for f in wanted):
-        per = _pool_blind(per, blind, pooled())
+        per = _pool_blind(per, blind, pooled(), layout.partial)
     out = {}
     for r in (r for r in rows if r.id in fold):
         fam = row_stack_family(r)

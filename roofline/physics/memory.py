@@ -85,7 +85,7 @@ class Placement:
     time_by_tier_s: dict[str, Any]
     fits: Any
     usable_bytes: float
-    kv_time_s: Any = 0.0
+    kv_time_s: Any
 
 
 def place(device: Device, res: Residency, *, weight_read: Any, kv_read: Any, kv_share: float, kv_write: Any,
@@ -117,7 +117,7 @@ def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic
     remaining: dict[str, Any] = {"w": res.weights_bytes, "kv": kv_held, "ws": res.workspace_bytes}
     usable_total = 0.0
     by_tier: dict[str, Any] = {}
-    kv_time: Any = 0.0
+    kv_time_s: Any = 0.0
     for tier in device.memory:
         if not any(np.any(r > 0) for r in remaining.values()):
             if tier.capacity_bytes is not None:
@@ -130,15 +130,16 @@ def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic
             placed[key] = np.minimum(remaining[key], free)
             free = free - placed[key]
             remaining[key] = remaining[key] - placed[key]
-        kv_here = kv_traffic * _share(placed["kv"], kv_held)
-        traffic = weight_read * placed["w"] / res.weights_bytes + kv_here + activation * _share(placed["ws"], res.workspace_bytes)
+        kv_bytes_here = kv_traffic * _share(placed["kv"], kv_held)
+        traffic = (weight_read * placed["w"] / res.weights_bytes + kv_bytes_here
+                   + activation * _share(placed["ws"], res.workspace_bytes))
         if np.any(traffic > 0):
-            per_byte = pp / (device.get(f"{tier.name}.bandwidth") * bandwidth_fraction(tier.name))
-            by_tier[tier.name] = traffic * per_byte
-            kv_time = kv_time + kv_here * per_byte
+            s_per_byte = pp / (device.get(f"{tier.name}.bandwidth") * bandwidth_fraction(tier.name))
+            by_tier[tier.name] = traffic * s_per_byte
+            kv_time_s = kv_time_s + kv_bytes_here * s_per_byte
     shape = np.broadcast_shapes(*(np.shape(r) for r in remaining.values()))
     fits = np.logical_and.reduce([np.broadcast_to(r <= 0.5, shape) for r in remaining.values()])   # bytes
-    return Placement(time_by_tier_s=by_tier, fits=fits, usable_bytes=usable_total, kv_time_s=kv_time)
+    return Placement(time_by_tier_s=by_tier, fits=fits, usable_bytes=usable_total, kv_time_s=kv_time_s)
 
 
 def _share(part: Any, whole: Any) -> Array:

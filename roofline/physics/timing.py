@@ -3,7 +3,7 @@
 One forward pass (:func:`roofline.physics.work.count_work`) is turned into time
 on a group of ``tp x pp`` identical devices:
 
-    T_lower = max(T_compute, max_i T_mem,i) + T_comm + T_fixed      (overlapped)
+    T_lower = max(T_compute, sum_i T_mem,i) + T_comm + T_fixed      (overlapped)
     T_upper = T_compute + sum_i T_mem,i + T_comm + T_fixed           (serial)
 
 ``time_s`` is the overlapped form; both are reported (the scaling book,
@@ -16,7 +16,7 @@ the attention kernels',
     T = max(T_compute - T_attn, T_mem - T_kv) + max(T_attn, T_kv) + T_comm + T_fixed
 
 with T_attn the attention core's compute and T_kv the KV cache's traffic (the
-per-operator roofline, LLM-Viewer, https://arxiv.org/abs/2402.16363 §2); it lies
+two-group form of LLM-Viewer's per-operator roofline, https://arxiv.org/abs/2402.16363 §2); it lies
 between the two forms above.
 T_mem,i is the traffic from memory tier i at the achieved bandwidth
 (:mod:`roofline.physics.memory`). T_compute runs each component at the rate of
@@ -183,6 +183,11 @@ class StageResult(ArrayRecord):
     memory_by_tier_s: dict[str, Array]
     communication_s: Array
     overhead_s: Array
+    #: of compute_s and memory_s, the attention kernels' compute and the KV cache's traffic; a family that
+    #: overlaps per kernel (``kernel_overlap``) times them as their own roofline beside the matmuls'
+    attention_compute_s: Array
+    kv_memory_s: Array
+    kernel_overlap: bool
     ridge_flop_per_byte: float
     weights_per_device_bytes: Array
     usable_per_device_bytes: float
@@ -226,8 +231,16 @@ class StageResult(ArrayRecord):
     def bound(self) -> NDArray[np.str_]:
         """The largest term per point: ``compute``, ``memory:<tier>``, ``communication``, ``overhead``
         (``does not fit`` where the point is infeasible); computed on first use, not in sweeps that skip it."""
-        terms = [self.compute_s, *self.memory_by_tier_s.values(), self.communication_s, self.overhead_s]
-        labels = np.array(["compute", *(f"memory:{t}" for t in self.memory_by_tier_s), "communication", "overhead"])
+        tiers = list(self.memory_by_tier_s)
+        if self.kernel_overlap:   # the largest term of the two kernel groups' rooflines (matmuls, attention)
+            first = tiers[0] if tiers else "memory"
+            terms = [self.compute_s - self.attention_compute_s, self.memory_s - self.kv_memory_s,
+                     self.attention_compute_s, self.kv_memory_s, self.communication_s, self.overhead_s]
+            labels = np.array(["compute", f"memory:{first}", "compute", f"memory:{first}", "communication",
+                               "overhead"])
+        else:
+            terms = [self.compute_s, *self.memory_by_tier_s.values(), self.communication_s, self.overhead_s]
+            labels = np.array(["compute", *(f"memory:{t}" for t in tiers), "communication", "overhead"])
         best = np.nan_to_num(np.asarray(terms[0], dtype=float), nan=-1.0)
         code = np.zeros(best.shape, dtype=np.int8)
         for i, t in enumerate(terms[1:], start=1):
@@ -355,8 +368,10 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
 
     Each FLOP component runs at its compute class's dense peak x efficiency, where efficiency =
     compute_fraction x T / (T + T_half) for a pass over T tokens (small matmuls run below peak) x the
-    low-precision scale for 8-/6-/4-bit classes. A matmul unit with tiles of ``m_tile`` rows computes
-    ceil(T / m_tile) x m_tile rows (1: matrix-vector native, nothing padded). Weight-only formats are
+    low-precision scale for 8-/6-/4-bit classes; with ``overlap = "kernel"`` (GPUs) the attention core keeps
+    compute_fraction x the scale (its kernels do not tile over the pass's tokens). A matmul unit with tiles of
+    ``m_tile`` rows computes ceil(T / m_tile) x m_tile rows (1: matrix-vector native, nothing padded). Weight-only
+    formats are
     unpacked on the vector units at the fp32 rate, ``dequant_ops_per_element`` ops per weight element,
     serially with the weight stream. ``params`` is the device's resolved execution profile.
     """
@@ -377,11 +392,13 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     def seconds(cls: str, flops: list[Any], inv: Any = inv_mfu) -> Any:
         return add(*flops) * (inv / (group.tp * _rate(dev, cls) * _class_scale(cls, params)))
 
-    # attention kernels tile over sequences, heads and KV blocks, not over the pass's tokens: the small-matmul
+    # GPU attention kernels tile over sequences, heads and KV blocks, not over the pass's tokens: the small-matmul
     # efficiency T / (T + T_half) of the weight matmuls does not apply to them (FlashDecoding splits the KV of
-    # even one sequence across the SMs, https://crfm.stanford.edu/2023/10/12/flashdecoding.html)
-    core = work.flop.get("attention_core", 0.0)
-    core_s = seconds(classes["attention_core"], [core], 1.0 / params.compute_fraction) if np.any(core > 0) else 0.0
+    # even one sequence across the SMs, https://crfm.stanford.edu/2023/10/12/flashdecoding.html); a family
+    # timed as one roofline per pass keeps its tile model for them too
+    core_flop = work.flop.get("attention_core", 0.0)
+    inv_core = 1.0 / params.compute_fraction if params.overlap == "kernel" else inv_mfu
+    core_s = seconds(classes["attention_core"], [core_flop], inv_core) if np.any(core_flop > 0) else 0.0
     compute = add(core_s, *(seconds(cls, flops) for cls, flops in by_class.items()))
     elements: Any = 0.0
     for fmt, dequantised, comps in zip((formats.weight, formats.expert), (w_deq, e_deq), _COMPONENT_WEIGHTS):
@@ -473,7 +490,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
     return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
                     context=p, compute=compute, by_tier=placed.time_by_tier_s, comm=comm, overhead=overhead,
-                    attention=(core_s, placed.kv_time_s) if params.overlap == "kernel" else None,
+                    attention_s=(core_s, placed.kv_time_s) if params.overlap == "kernel" else None,
                     fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint,
                     profile=params)
 
@@ -493,9 +510,9 @@ def _ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
 def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Formats, shape: tuple[int, ...],
              batch: Any, new_tokens: Any, context: Any, compute: Any, by_tier: dict[str, Any], comm: Any,
              overhead: Any, fits: Any, weights: Any, usable: float, footprint: PassFootprint,
-             profile: EngineParams, attention: tuple[Any, Any] | None = None) -> StageResult:
+             profile: EngineParams, attention_s: tuple[Any, Any] | None = None) -> StageResult:
     """A :class:`StageResult` from the terms of one pass: max(compute, memory) + comm + fixed, or with
-    ``attention`` = (its compute, its KV traffic time) the matmuls' and the attention kernels' rooflines in
+    ``attention_s`` = (its compute, its KV traffic time) the matmuls' and the attention kernels' rooflines in
     turn, max(compute - a, memory - m) + max(a, m) (the profile's ``overlap = "kernel"``)."""
     def full(x: Any) -> Array:
         return np.broadcast_to(np.asarray(x, dtype=float), shape)
@@ -505,10 +522,10 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
     mem = list(by_tier.values()) or [0.0]
     memory = memory_serial = mem[0] if len(mem) == 1 else sum(mem)
     fits = np.broadcast_to(np.asarray(fits, dtype=bool), shape)
-    if attention is None:
+    if attention_s is None:
         lower = _owned(np.maximum(compute, memory), shape)   # a fresh full-size array, written in place below
     else:
-        a, m = attention
+        a, m = attention_s
         lower = _owned(np.maximum(compute - a, memory - m) + np.maximum(a, m), shape)
     lower += comm + overhead
     if not fits.all():
@@ -517,7 +534,10 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
         stage=stage, model_id=model.id, group=group.describe(), formats=formats, batch=full(batch),
         new_tokens=full(new_tokens), context=full(context), time_s=lower, compute_s=full(compute),
         memory_s=full(memory), memory_serial_s=full(memory_serial), memory_by_tier_s={k: full(v) for k, v in by_tier.items()},
-        communication_s=full(comm), overhead_s=full(overhead), ridge_flop_per_byte=_ridge(model, group, formats),
+        communication_s=full(comm), overhead_s=full(overhead),
+        attention_compute_s=full(attention_s[0] if attention_s else 0.0),
+        kv_memory_s=full(attention_s[1] if attention_s else 0.0), kernel_overlap=attention_s is not None,
+        ridge_flop_per_byte=_ridge(model, group, formats),
         weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, footprint=footprint,
         family=profile.family, busy_floor_fraction=profile.busy_floor_fraction)
 
@@ -533,7 +553,7 @@ def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> Stag
     """Sum sequential passes (chunked prefill, gamma draft steps); ``masks`` say where each pass happens
     (booleans) or how many times (numbers: :func:`mix` passes shares).
 
-    The overlapped time is the sum of each pass's max(compute, memory): kernels do not overlap across passes.
+    The overlapped time is the sum of each pass's overlapped time: kernels do not overlap across passes.
     """
     first = results[0]
     shape = np.broadcast_shapes(*(r.time_s.shape for r in results), *(np.shape(m) for m in masks))
@@ -552,6 +572,7 @@ def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> Stag
         new_tokens=total("new_tokens"), time_s=np.where(fits, total("time_s"), np.nan),
         compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
         memory_by_tier_s=by_tier, communication_s=total("communication_s"), overhead_s=total("overhead_s"),
+        attention_compute_s=total("attention_compute_s"), kv_memory_s=total("kv_memory_s"),
         weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape),
         fits=np.broadcast_to(fits, shape), passes=len(results),
         footprint=StagesFootprint(parts=tuple(results), masks=tuple(masks)))
@@ -559,8 +580,8 @@ def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> Stag
 
 def mix(results: list[StageResult], shares: list[Any], *, stage: str) -> StageResult:
     """The mean pass of a stream in which a share ``shares[i]`` of the passes are ``results[i]`` (shares sum
-    to 1 at every point): every time term is the share-weighted mean, so the mean of max(compute, memory) over
-    the kinds, not the max of the means (a prefill chunk's compute cannot hide under another step's memory
+    to 1 at every point): every time term is the share-weighted mean, so the mean of each kind's overlapped
+    time, not the overlap of the means (a prefill chunk's compute cannot hide under another step's memory
     time). Used for continuous batching with chunked prefill: most steps decode only, a share also carry a
     chunk (Sarathi-Serve, Agrawal et al. OSDI 2024, https://arxiv.org/abs/2403.02310; docs/theory.md §6).
     """
@@ -613,5 +634,6 @@ def accumulate(steps: list[StageResult], count: Any, *, stage: str) -> StageResu
         memory_by_tier_s={t: prefix_sum([np.nan_to_num(r.memory_by_tier_s.get(t, zero)) for r in steps], count)
                           for t in tiers},
         communication_s=total("communication_s"), overhead_s=total("overhead_s"),
+        attention_compute_s=total("attention_compute_s"), kv_memory_s=total("kv_memory_s"),
         weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape), fits=fits,
         passes=len(steps), footprint=PrefixFootprint(parts=tuple(steps), count=count))

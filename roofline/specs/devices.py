@@ -26,7 +26,7 @@ from ..errors import NotFoundError, RooflineError, SpecError, UnitError, Unknown
 from ..units import parse_quantity
 from ..workload import in_range, one_of
 from .files import read_text
-from .params import FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
+from .params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
 
 STATUSES = ("shipping", "announced")
 #: Rates and sizes below these are not hardware (a 1e-300 FLOP/s peak would make every time infinite).
@@ -242,13 +242,11 @@ def override(dev: Device, path: str, value: str | float) -> Device:
     """
     f = find_field(dev, path)
     what = f"{dev.id}.{path}"
-    if f.kind == "choice":   # a word (collective algorithm, overlap): the profile's own check names the choices
-        if not isinstance(value, str):
-            raise SpecError(f"{what} = {value!r}: expected a word")
-        try:
-            return f.write(dev, value.strip())
-        except SpecError as e:
-            raise SpecError(f"{dev.id}.execution.{str(e).split(': ', 1)[-1]}") from None
+    if f.kind == "choice":   # a word: the collective algorithm, the overlap
+        words = CHOICES[path.split(".", 1)[1]]
+        if not isinstance(value, str) or value.strip() not in words:
+            raise SpecError(f"{what} = {value!r}: must be one of {', '.join(words)}")
+        return f.write(dev, value.strip())
     if isinstance(value, str):
         v = parse_quantity(value, "count" if f.kind in ("fraction", "count") else f.kind, what=what)
     elif isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -136,8 +136,11 @@ class EngineParams:
       whole pass, max(compute, memory): a compiled pipeline streams weights and KV beside every unit's work)
       or ``kernel`` (kernels run one after another and each overlaps only its own traffic: the weight matmuls
       max(matmul compute, weight and activation traffic) plus the attention kernels max(attention compute,
-      KV traffic), the per-operator roofline of LLM-Viewer, https://arxiv.org/abs/2402.16363 §2; a decode step
-      whose matmuls are compute-bound and whose attention is bound by KV reads pays both).
+      KV traffic): a two-group form of LLM-Viewer's per-operator roofline (https://arxiv.org/abs/2402.16363
+      §2; all matmuls, routed experts included, share one roofline); a decode step whose matmuls are
+      compute-bound and whose attention is bound by KV reads pays both. A prompt chunk riding a decode step
+      shares the step's attention roofline (one varlen attention kernel, as vLLM's V1 engine runs; an engine
+      with separate prefill and decode attention kernels pays somewhat more).
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
       or a launch-bound GPU is not at idle power).

@@ -227,8 +227,9 @@ def model_table(m: ModelSpec) -> Table:
 
 # ------------------------------------------------------------------- stages
 STAGE_FIELDS = ("batch", "new_tokens", "context", "time_s", "time_serial_s", "compute_s", "memory_s",
-                "communication_s", "overhead_s", "bound", "intensity_flop_per_byte", "memory_per_device_bytes",
-                "weights_per_device_bytes", "kv_per_device_bytes", "fits", "flop_per_device", "bytes_per_device")
+                "attention_compute_s", "kv_memory_s", "communication_s", "overhead_s", "bound",
+                "intensity_flop_per_byte", "memory_per_device_bytes", "weights_per_device_bytes",
+                "kv_per_device_bytes", "fits", "flop_per_device", "bytes_per_device")
 
 
 def stage_rows(r: StageResult) -> list[dict[str, Any]]:

@@ -64,6 +64,9 @@ def cmd_calibrate_family(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
+    if args.by != "source" and (args.energy or args.family or not args.folds):
+        raise UsageError("--by groups the rows of --folds K (the GPU calibration's held-out fits); give --folds, "
+                         "without --energy or --family")
     if args.energy:
         if args.family or args.out or args.loo or args.folds:
             raise UsageError("--energy prints the GPU busy-power floor for the family file; it takes only --data "
@@ -94,8 +97,6 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             raise UsageError("give --loo or --folds, not both")
         if args.jobs < 1:
             raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
-        if args.by != "source" and not args.folds:
-            raise UsageError("--by groups the rows of --folds K; give --folds too")
         fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs,
                         fold_by=args.by)
     if args.out:
