@@ -160,7 +160,9 @@ class StageResult(ArrayRecord):
 
     Times are seconds for the whole stage (for ``draft``, all gamma steps).
     ``bound`` names the largest term: ``compute``, ``memory:<tier>``,
-    ``communication`` or ``overhead``. Per-device quantities are for one device
+    ``communication`` or ``overhead`` (with ``kernel_overlap``, the terms of the
+    matmuls' and the attention kernels' rooflines: matmul compute, weight and
+    activation traffic, attention compute, KV traffic). Per-device quantities are for one device
     of the group. Infeasible points have ``fits`` False and NaN ``time_s`` and
     ``time_serial_s``; the component times there are what the pass would take
     if it fitted. Fields are read-only arrays of the broadcast workload shape.
