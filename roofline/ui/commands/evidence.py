@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from ...errors import RooflineError
-from ...evidence.calibrate import calibrate, fit_layer_overhead, fit_power_floor, save_profile, uncertainty
+from ...evidence.calibrate import FOLD_BY, calibrate, fit_layer_overhead, fit_power_floor, save_profile, uncertainty
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...specs.files import check_writable
@@ -64,7 +64,7 @@ def cmd_calibrate_family(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
-    if args.by != "source" and (args.energy or args.family or not args.folds):
+    if args.by != FOLD_BY[0] and (args.energy or args.family or not args.folds):
         raise UsageError("--by groups the rows of --folds K (the GPU calibration's held-out fits); give --folds, "
                          "without --energy or --family")
     if args.energy:
@@ -138,7 +138,7 @@ def register(add: Adder) -> None:
     sp.add_argument("--loo", action="store_true", help="also compute the leave-one-out error (slow: one fit per row)")
     sp.add_argument("--folds", type=int, default=None, metavar="K",
                     help="also compute the held-out error with K folds of whole publications (K fits)")
-    sp.add_argument("--by", choices=("source", "row"), default="source",
+    sp.add_argument("--by", choices=FOLD_BY, default=FOLD_BY[0],
                     help="--folds of whole publications (default) or of rows drawn at random (seed 0)")
     sp.add_argument("--jobs", type=int, default=1, metavar="N",
                     help="run the held-out fits in N processes (default 1)")
