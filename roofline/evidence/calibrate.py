@@ -182,12 +182,27 @@ def _solve(rows: list[Row], base: EngineParams, layout: _Layout) -> Any:
         f_scale=0.25, ftol=1e-4, xtol=1e-4)
 
 
+def _jacobian(res: Any) -> np.ndarray:
+    return res.jac.toarray() if hasattr(res.jac, "toarray") else res.jac
+
+
+def _blind(res: Any, layout: _Layout) -> dict[str, set[str]]:
+    """Per parameter set, the parameters no row responds to at the optimum (a zero Jacobian column)."""
+    blind: dict[str, set[str]] = {}
+    for (fam, k), moves in zip(layout.keys, np.abs(_jacobian(res)).sum(axis=0) > 0):
+        if not moves:
+            blind.setdefault(fam, set()).add(k)
+    return blind
+
+
 def _standard_errors(res: Any, layout: _Layout, n_rows: int) -> dict[str, dict[str, float]]:
-    """Standard error of each parameter from the Jacobian at the optimum (Gauss-Newton covariance)."""
+    """Standard error of each parameter from the Jacobian at the optimum (Gauss-Newton covariance); infinite
+    for a parameter no row responds to (:func:`_blind`: not identified, pinv would give it 0)."""
     s2 = float(np.sum(res.fun**2)) / max(1, n_rows - len(layout.keys))
-    jac = res.jac.toarray() if hasattr(res.jac, "toarray") else res.jac
+    jac = _jacobian(res)
     cov = np.linalg.pinv(jac.T @ jac) * s2
-    moves = np.abs(jac).sum(axis=0) > 0   # a parameter no row responds to is not identified (pinv gives it 0)
+    blind = _blind(res, layout)
+    moves = [k not in blind.get(fam, set()) for fam, k in layout.keys]
     se: dict[str, dict[str, float]] = {}
     for i, (fam, k) in enumerate(layout.keys):
         se.setdefault(fam, {})[k] = float(math.sqrt(max(cov[i, i], 0.0)) * BOUNDS[k][2]) if moves[i] else math.inf
@@ -225,8 +240,7 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
-    per = _pool_blind(per, {f: {k for k, v in ks.items() if not math.isfinite(v)} for f, ks in se.items()}, default,
-                      layout.partial)
+    per = _pool_blind(per, _blind(res, layout), default, layout.partial)
     held = _held_out(ok, folds, base, jobs=jobs, tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
                skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
@@ -316,11 +330,7 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
     layout = _stack_layout(train)
     res = _solve(train, base, layout)
     per = layout.params(base, res.x)
-    jac = res.jac.toarray() if hasattr(res.jac, "toarray") else res.jac
-    blind: dict[str, set[str]] = {}
-    for (fam, k), moves in zip(layout.keys, np.abs(jac).sum(axis=0) > 0):
-        if not moves:
-            blind.setdefault(fam, set()).add(k)
+    blind = _blind(res, layout)
     wanted = {_family(layout, r) for r in rows if r.id in fold}
     wanted |= {f.removesuffix("-rocm") for f in wanted & layout.partial}   # whose fixed costs they share
     pooled_params: list[EngineParams] = []

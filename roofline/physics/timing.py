@@ -483,7 +483,8 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     # stage latency of a compiled pipeline on dataflow chips; a pipeline's pp stages hold 1/pp of the
     # layers each, so a token still crosses every layer), per sequence (the host's scheduling, sampling
     # and detokenising of each running sequence every step, charged for the whole batch even with attention
-    # data-parallel: splitting it over the dp ranks made the 5-fold held-out error worse, 22.7% -> 23.2%, so a
+    # data-parallel: splitting it over the dp ranks made the 5-fold held-out error worse (22.7% -> 23.2% with the
+    # calibration of that time), so a
     # cost growing with the whole batch under DP is missing and this stands in for it, docs/validation.md)
     # and per kernel (GPU launch gaps, by layer kind)
     overhead = (params.step_overhead_s + params.layer_overhead_s * model.num_layers
