@@ -148,6 +148,9 @@ def _dump(d: dict) -> str:
     (lambda d: d.update(status="rumoured"), "status"),
     (lambda d: d.update(id="H100"), "id"),
     (lambda d: d.pop("links"), "links"),
+    (lambda d: d.update(isa="gfx942"), "isa"),                                              # unsourced
+    (lambda d: d.update(isa={"value": "", "source": "product"}), "isa"),                    # empty
+    (lambda d: d.update(isa={"value": "sm_90", "source": "a blog"}), "isa"),                # not a URL
 ])
 def test_bad_spec_file_names_file_field_value(tmp_path, mutate, field):
     d = _good()

@@ -208,6 +208,43 @@ def test_held_out_folds_are_the_same_in_parallel():
     assert one.loo_errors == pytest.approx(two.loo_errors)
 
 
+def test_platform_builds_merge_or_tie_up_their_family_chain():
+    """ROCm builds are per ISA: one with rows for every parameter twice over fits its own set and its own kernel
+    gap; one with fewer fits only its kernels' efficiencies and gap, the rest from the nearest family fitted in
+    full; one with fewer than four rows joins the family it specialises (two levels up when that one has no
+    rows of its own either)."""
+    from roofline.evidence.calibrate import MIN_PLATFORM_ROWS, PER_FAMILY, PLATFORM_OWN, _family, _stack_layout
+    from roofline.evidence.validate import row_stack_family
+    gpu = [r for r in ROWS if r.get("metric") not in ENERGY_METRICS and rl.load_device(r.get("hardware")).family == "gpu"]
+    fams = {r.id: row_stack_family(r) for r in gpu}
+    few = [r for r in gpu if fams[r.id] == "vllm-rocm-gfx942"][:2 * len(PER_FAMILY) - 1]
+    one = [r for r in gpu if fams[r.id] == "vllm-rocm-gfx950"][:MIN_PLATFORM_ROWS - 1]
+    many = [r for r in gpu if fams[r.id] == "sglang-rocm-gfx942"][:2 * len(PER_FAMILY)]
+    cuda = [r for r in gpu if fams[r.id] == "vllm"][:20]
+    assert len(few) >= MIN_PLATFORM_ROWS and one and len(many) == 2 * len(PER_FAMILY)
+    layout = _stack_layout(few + one + many + cuda)
+    assert layout.families == ["sglang-rocm-gfx942", "vllm", "vllm-rocm-gfx942"]
+    assert layout.merged == {"vllm-rocm-gfx950": "vllm-rocm", "vllm-rocm": "vllm"}
+    assert {_family(layout, r) for r in one} == {"vllm"}
+    assert layout.ties == {"vllm-rocm-gfx942": "vllm"} and layout.own("vllm-rocm-gfx942") == PLATFORM_OWN
+    assert "kernel_overhead_s" in layout.own("sglang-rocm-gfx942") and "kernel_overhead_s" not in layout.own("vllm")
+    assert layout.fitted_as("sglang-rocm-gfx950") is None and layout.fitted_as("sglang-rocm") is None
+    assert layout.fitted_as("vllm-rocm-gfx90a") == "vllm"
+
+
+def test_uncertainty_notes_say_when_a_fit_stopped_at_a_bound():
+    """A parameter at one of its physical bounds has a standard error that means nothing (the data asks for
+    more than the bound allows): the profile says so instead of printing it."""
+    from roofline.evidence.calibrate import _notes
+    lo, hi, _scale = BOUNDS["kernel_overhead_s"]
+    assert _notes("kernel_overhead_s", hi * (1 - 1e-9), 2e-6) == "at its upper bound: the data would take it further"
+    assert _notes("step_overhead_s", BOUNDS["step_overhead_s"][0], 1e-6).startswith("at its lower bound")
+    assert _notes("step_overhead_s", BOUNDS["step_overhead_s"][0], 1e-3).startswith("not identified")
+    assert _notes("kernel_overhead_s", hi / 2, 1e-6) == "+/- 1e-06"
+    assert _notes("kernel_overhead_s", hi / 2, hi).startswith("not identified")
+    assert _notes("kernel_overhead_s", hi / 2, None) == ""
+
+
 def test_held_out_folds_of_publications_or_of_random_rows(run_cli):
     """By source no publication is split across folds; by row the folds are a seeded, even partition."""
     from roofline.evidence.calibrate import _folds

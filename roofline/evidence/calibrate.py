@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import RooflineError
 from ..specs.execution import family_profile
-from ..specs.params import EngineParams, Profile, profile_toml, with_values, write_profile
+from ..specs.params import EngineParams, Profile, family_chain, parent_family, profile_toml, with_values, write_profile
 from ..specs.resolve import resolve_device, resolve_model
 from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_family
 
@@ -52,12 +52,15 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
 }
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
               "request_overhead_s", "sequence_overhead_s")
-#: A stack's platform build (``sglang-rocm``) is fitted apart from the stack's CUDA build only with at least
-#: this many rows; fewer rows fit with the stack's family (:func:`_stack_layout`).
+#: A stack's platform build (``sglang-rocm-gfx942``) is fitted apart from the family it specialises only with at
+#: least this many rows; fewer rows fit with that family (:func:`_stack_layout`).
 MIN_PLATFORM_ROWS = 4
-#: What a platform build with few rows fits of its own: the efficiencies its kernels reach.
-PLATFORM_OWN = ("memory_bandwidth_fraction", "compute_fraction")
+#: What a platform build fits of its own however few its rows: the efficiencies its kernels reach and the gap
+#: each kernel leaves (its own launch path and kernel library: HIP graphs, AITER; the CUDA stacks share one).
+PLATFORM_OWN = ("memory_bandwidth_fraction", "compute_fraction", "kernel_overhead_s")
 SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
+#: Everything a platform build with rows for each parameter twice over fits of its own.
+PLATFORM_FULL = PER_FAMILY + tuple(k for k in PLATFORM_OWN if k not in PER_FAMILY)
 
 
 @attrs.frozen(kw_only=True)
@@ -76,16 +79,33 @@ class Fit:
 
 
 class _Layout:
-    """The fitted parameters: shared ones (``*``), each stack family's own, and for a platform build with few
-    rows (``partial``) only its efficiencies, its fixed costs tied to its stack's CUDA build."""
+    """The fitted parameters: shared ones (``*``), each stack family's own (a platform build's kernel gap too),
+    and for a platform build with few rows (``ties``) only PLATFORM_OWN, its other parameters tied to the
+    nearest family it specialises."""
 
-    def __init__(self, families: list[str], merged: frozenset[str] = frozenset(),
-                 partial: frozenset[str] = frozenset()) -> None:
+    def __init__(self, families: list[str], merged: dict[str, str] | None = None,
+                 ties: dict[str, str] | None = None) -> None:
         self.families = families
-        self.merged = merged     # platform families fitted with their stack's family (too few rows)
-        self.partial = partial   # platform families that fit only PLATFORM_OWN
+        self.merged = merged or {}   # platform family -> the family its rows fit with (too few rows)
+        self.ties = ties or {}       # platform family fitting only PLATFORM_OWN -> the family it takes the rest from
         self.keys: list[tuple[str, str]] = [("*", k) for k in SHARED] + [
-            (f, k) for f in families for k in (PLATFORM_OWN if f in partial else PER_FAMILY)]
+            (f, k) for f in families for k in self.own(f)]
+
+    def own(self, family: str) -> tuple[str, ...]:
+        """The parameters ``family`` fits of its own."""
+        if family in self.ties:
+            return PLATFORM_OWN
+        return PLATFORM_FULL if parent_family(family) else PER_FAMILY
+
+    def fitted_as(self, family: str) -> str | None:
+        """The parameter set a row of ``family`` is predicted with: its own, the one its rows merged into, or
+        the nearest family it specialises; None when none is fitted (a held-out platform or stack)."""
+        for f in family_chain(family):
+            while f in self.merged:
+                f = self.merged[f]
+            if f in self.families:
+                return f
+        return None
 
     def x0(self, base: EngineParams) -> np.ndarray:
         return np.array([getattr(base, k) / BOUNDS[k][2] for _f, k in self.keys])
@@ -100,13 +120,13 @@ class _Layout:
             values.setdefault(f, {})[k] = float(np.clip(v * BOUNDS[k][2], BOUNDS[k][0], BOUNDS[k][1]))
         out = {}
         for fam in self.families:
-            tied = values.get(fam.removesuffix("-rocm"), {}) if fam in self.partial else {}
-            out[fam] = attrs.evolve(base, **values.get("*", {}), **{**tied, **values.get(fam, {})})
+            tied = values.get(self.ties[fam], {}) if fam in self.ties else {}
+            out[fam] = attrs.evolve(base, **{**values.get("*", {}), **tied, **values.get(fam, {})})
         return out
 
     def moved_by(self, key: str, family: str) -> bool:
         """Whether parameter set ``key`` moves a row of ``family`` (shared ones move all)."""
-        return key in ("*", family) or (family in self.partial and key == family.removesuffix("-rocm"))
+        return key in ("*", family) or self.ties.get(family) == key
 
 
 def row_family(row: Row) -> str:
@@ -136,22 +156,34 @@ def _usable(rows: list[Row], base: EngineParams) -> tuple[list[Row], list[dict[s
 def _family(layout: _Layout, row: Row) -> str:
     if layout.families == ["all"]:
         return "all"
-    fam = row_stack_family(row)
-    return fam.removesuffix("-rocm") if fam in layout.merged else fam
+    fam = layout.fitted_as(row_stack_family(row))
+    if fam is None:
+        raise RooflineError(f"{row.id}: no parameter set fitted for its stack {row.get('stack')!r}")
+    return fam
 
 
 def _stack_layout(rows: list[Row]) -> _Layout:
-    """One parameter set per stack family present. A platform build (``sglang-rocm``) with rows for every
-    parameter twice over is a family of its own; with fewer it fits only its efficiencies (PLATFORM_OWN) and
-    shares its stack's fixed costs; with fewer than MIN_PLATFORM_ROWS, or without its stack's CUDA build to
-    tie to, it joins (or is) the stack's family."""
+    """One parameter set per stack family present. A platform build (``sglang-rocm-gfx942``, :func:`family_chain`)
+    with rows for every parameter twice over is a family of its own (its kernel gap included); with fewer it
+    fits only PLATFORM_OWN and takes the rest from the nearest family it specialises that is fitted in full;
+    with fewer than MIN_PLATFORM_ROWS it joins the family it specialises (deepest first, so two small ISA
+    builds may make one platform build together), which it becomes when that one has no rows."""
     counts: dict[str, int] = {}
     for r in rows:
         counts[row_stack_family(r)] = counts.get(row_stack_family(r), 0) + 1
-    rocm = {f for f in counts if f.endswith("-rocm")}
-    merged = frozenset(f for f in rocm if counts[f] < MIN_PLATFORM_ROWS)
-    partial = frozenset(f for f in rocm - merged if counts[f] < 2 * len(PER_FAMILY) and f.removesuffix("-rocm") in counts)
-    return _Layout(sorted({f.removesuffix("-rocm") if f in merged else f for f in counts}), merged, partial)
+    merged: dict[str, str] = {}
+    for d in range(max((len(family_chain(f)) for f in counts), default=1), 1, -1):
+        for fam in [f for f in counts if len(family_chain(f)) == d and counts[f] < MIN_PLATFORM_ROWS]:
+            up = str(parent_family(fam))
+            counts[up] = counts.get(up, 0) + counts.pop(fam)
+            merged[fam] = up
+    ties: dict[str, str] = {}
+    for fam in sorted(counts, key=lambda f: len(family_chain(f))):
+        if parent_family(fam) and counts[fam] < 2 * len(PER_FAMILY):
+            up = next((f for f in family_chain(fam)[1:] if f in counts and f not in ties), None)
+            if up is not None:
+                ties[fam] = up
+    return _Layout(sorted(counts), merged, ties)
 
 
 def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> np.ndarray:
@@ -240,7 +272,7 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
-    per = _pool_blind(per, _blind(res, layout), default, layout.partial)
+    per = _pool_blind(per, _blind(res, layout), default, layout.ties)
     held = _held_out(ok, folds, base, jobs=jobs, tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
                skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
@@ -249,20 +281,19 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
 
 
 def _pool_blind(per: dict[str, EngineParams], blind: dict[str, set[str]], pooled: EngineParams,
-                partial: frozenset[str] = frozenset()) -> dict[str, EngineParams]:
+                ties: dict[str, str] | None = None) -> dict[str, EngineParams]:
     """Each stack family with the pooled fit's value for the parameters none of its rows responds to
     (``blind[family]``; a shared parameter blind for all rows stays): the optimiser leaves such a parameter
     where it started, which says nothing, so a stack without TTFT rows would otherwise answer TTFT with no
-    request overhead at all. A platform build fitting only its efficiencies (``partial``) keeps its stack's
-    fixed costs as they are after pooling."""
+    request overhead at all. A platform build fitting only PLATFORM_OWN (``ties``) keeps the rest as the family
+    it is tied to has them after pooling."""
     out = {}
     for fam, p in per.items():
-        names = blind.get(fam, set()) & set(PER_FAMILY)
+        names = blind.get(fam, set()) & set(PLATFORM_FULL)
         out[fam] = attrs.evolve(p, **{k: getattr(pooled, k) for k in names}) if names else p
-    for fam in partial & set(out):
-        stack = out.get(fam.removesuffix("-rocm"))
-        if stack is not None:
-            out[fam] = attrs.evolve(out[fam], **{k: getattr(stack, k) for k in PER_FAMILY if k not in PLATFORM_OWN})
+    for fam, up in (ties or {}).items():
+        if fam in out and up in out:
+            out[fam] = attrs.evolve(out[fam], **{k: getattr(out[up], k) for k in PER_FAMILY if k not in PLATFORM_OWN})
     return out
 
 
@@ -331,8 +362,8 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
     res = _solve(train, base, layout)
     per = layout.params(base, res.x)
     blind = _blind(res, layout)
-    wanted = {_family(layout, r) for r in rows if r.id in fold}
-    wanted |= {f.removesuffix("-rocm") for f in wanted & layout.partial}   # whose fixed costs they share
+    wanted = {layout.fitted_as(row_stack_family(r)) for r in rows if r.id in fold} - {None}
+    wanted |= {layout.ties[f] for f in wanted if f in layout.ties}   # whose fixed costs they share
     pooled_params: list[EngineParams] = []
 
     def pooled() -> EngineParams:   # fitted once, only if a held-out row needs it
@@ -340,41 +371,42 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
             one = _Layout(["all"])
             pooled_params.append(one.params(base, _solve(train, base, one).x)["all"])
         return pooled_params[0]
-    if any(blind.get(f, set()) & set(PER_FAMILY) for f in wanted):
-        per = _pool_blind(per, blind, pooled(), layout.partial)
+    if any(blind.get(f, set()) & set(PLATFORM_FULL) for f in wanted):
+        per = _pool_blind(per, blind, pooled(), layout.ties)
     out = {}
     for r in (r for r in rows if r.id in fold):
-        fam = row_stack_family(r)
-        if fam not in per and fam.removesuffix("-rocm") in per:   # a platform the training rows lack
-            per[fam] = per[fam.removesuffix("-rocm")]
-        if fam not in per:
-            per[fam] = pooled()
-        out[r.id] = float(predict_row(r, per[fam]) / float(r.get("value")) - 1)
+        fam = layout.fitted_as(row_stack_family(r))   # a platform the training rows lack: the family it specialises
+        out[r.id] = float(predict_row(r, per[fam] if fam is not None else pooled()) / float(r.get("value")) - 1)
     return out
 
 
-def _notes(value: float, se: float | None) -> str:
+def _notes(name: str, value: float, se: float | None) -> str:
     if se is None:
         return ""
     if not math.isfinite(se) or se > max(abs(value), 1e-300):
         return f"not identified by this data (+/- {se:.2g})"
+    lo, hi, scale = BOUNDS[name]
+    for bound, side in ((lo, "lower"), (hi, "upper")):
+        if abs(value - bound) <= 1e-4 * scale:
+            return f"at its {side} bound: the data would take it further"
     return f"+/- {se:.3g}"
 
 
 def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
-    """Per parameter set and name: ``+/- se``, or ``not identified by this data`` where the standard error
-    exceeds the value itself (the data cannot tell the parameter from zero)."""
+    """Per parameter set and name: ``+/- se``; ``not identified by this data`` where the standard error exceeds
+    the value itself (the data cannot tell the parameter from zero); else ``at its ... bound`` where the fit
+    stopped at a physical bound of :data:`BOUNDS` (its standard error says nothing: the data asks for more)."""
     out: dict[str, dict[str, str]] = {"default": {}}
     for k, se in fit.standard_errors.get("default", {}).items():
-        out["default"][k] = _notes(getattr(fit.profile.default, k), se)
+        out["default"][k] = _notes(k, getattr(fit.profile.default, k), se)
+    full = {f for f in fit.profile.families if set(PER_FAMILY) <= set(fit.standard_errors.get(f, {}))}
     for fam, p in fit.profile.families.items():
-        base = fam.removesuffix("-rocm")
-        tied = ({k: f"as {base} (too few rows to fit it apart)" for k in PER_FAMILY if k not in PLATFORM_OWN}
-                if fam != base and not set(PER_FAMILY) <= set(fit.standard_errors.get(fam, {})) else {})
+        up = next((f for f in family_chain(fam)[1:] if f in full), None) if fam not in full else None
+        tied = {k: f"as {up} (too few rows to fit it apart)" for k in PER_FAMILY if k not in PLATFORM_OWN} if up else {}
         ses = {**fit.standard_errors.get("*", {}), **fit.standard_errors.get(fam, {})}
         blind = {k: "no row of this stack responds to it: the pooled value" for k, se in
-                 fit.standard_errors.get(fam, {}).items() if not math.isfinite(se) and k in PER_FAMILY}
-        out[fam] = {**{k: _notes(getattr(p, k), se) for k, se in ses.items()}, **tied, **blind}
+                 fit.standard_errors.get(fam, {}).items() if not math.isfinite(se) and k in PLATFORM_FULL}
+        out[fam] = {**{k: _notes(k, getattr(p, k), se) for k, se in ses.items()}, **tied, **blind}
     return out
 
 

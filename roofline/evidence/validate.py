@@ -207,13 +207,15 @@ def _device_memory(device: Device) -> Device:
 
 
 def row_stack_family(row: Row) -> str:
-    """The serving-stack family of a row on its device's platform (``sglang-rocm`` on AMD, ...)."""
-    return stack_family(row.get("stack"), resolve_device(row.get("hardware")).vendor)
+    """The serving-stack family of a row on its device's platform and ISA (``sglang-rocm-gfx942`` on MI300X)."""
+    dev = resolve_device(row.get("hardware"))
+    return stack_family(row.get("stack"), dev.vendor, dev.isa)
 
 
 def row_params(profile: Profile, row: Row) -> EngineParams:
-    """The parameters a profile gives a row: its stack family on its device's platform."""
-    return profile.for_stack(row.get("stack"), resolve_device(row.get("hardware")).vendor)
+    """The parameters a profile gives a row: its stack family on its device's platform and ISA."""
+    dev = resolve_device(row.get("hardware"))
+    return profile.for_stack(row.get("stack"), dev.vendor, dev.isa)
 
 
 def _offline_total(row: Row, batch: int, replicas: int, full: Any, serve: Any) -> float:

@@ -82,6 +82,9 @@ class Device:
     scale_up: Link
     host: Link
     family: str = attrs.field(default="gpu", validator=one_of(FAMILIES))
+    #: the instruction set its kernels are compiled for (LLVM's ``gfx942``), where a spec file gives it: ROCm
+    #: serving builds ship and are calibrated per ISA (:func:`roofline.specs.params.stack_family`)
+    isa: str = ""
     #: this device's overrides of its family's execution profile (attribute -> value; ``tier:<name>`` for a
     #: memory tier's bandwidth fraction), from the spec's ``[execution]`` table or a what-if
     execution: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: MappingProxyType(dict(m)))
@@ -354,6 +357,19 @@ class _Reader:
             self.fail(field, value, "missing or not a non-empty string")
         return value
 
+    def sourced_string(self, parent: dict[str, Any], key: str, field: str) -> str:
+        """An optional ``{ value = "<text>", source = "<url or key>" }`` entry ("" where absent)."""
+        entry = parent.get(key)
+        if entry is None:
+            return ""
+        if not isinstance(entry, dict) or not isinstance(entry.get("value"), str) or not entry["value"].strip():
+            self.fail(field, entry, 'must be a table { value = "<text>", source = "<url or key>" }')
+        url = self.refs.get(entry.get("source") or "", entry.get("source") or "")
+        if not url.startswith(("http://", "https://")):
+            self.fail(field, entry.get("source"), "source must be a URL or a key of [sources]")
+        self.sources[field] = url
+        return entry["value"].strip()
+
     def quantity(self, parent: dict[str, Any], key: str, field: str, kind: str, *,
                  required: bool = True, fraction: bool = False) -> float | None:
         entry = parent.get(key)
@@ -452,6 +468,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             tdp_w=r.quantity(power, "tdp", "power.tdp", "w"),
             idle_w=r.quantity(power, "idle", "power.idle", "w"),
             scale_up=link_objs["scale_up"], host=link_objs["host"], family=family, execution=overrides,
+            isa=r.sourced_string(data, "isa", "isa"),
             sources=r.sources, path=origin)
     except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None

@@ -259,12 +259,17 @@ def with_values(base: EngineParams, values: Mapping[str, Any], *, what: str) -> 
         raise SpecError(f"{what}: {e}") from None
 
 
-def stack_family(stack: str, vendor: str = "") -> str:
+def stack_family(stack: str, vendor: str = "", isa: str = "") -> str:
     """The serving-stack family of a measurement's ``stack`` column: gpt-fast, tensorrt-llm (with NIM and
     MLPerf submissions built on it), vllm, sglang, or other. On an AMD device vLLM and SGLang are their ROCm
     builds (``vllm-rocm``, ``sglang-rocm``): other attention, GEMM and MoE kernels (AITER, hipBLASLt, RCCL;
     https://rocm.docs.amd.com/en/latest/how-to/rocm-for-ai/inference-optimization/workload.html), so they
-    carry their own efficiencies and fixed costs."""
+    carry their own efficiencies and fixed costs. Given the device's ISA they are that ISA's build
+    (``sglang-rocm-gfx942``): the images are built per ISA (SGLang's ``-rocm700-mi30x`` and ``-mi35x`` tags)
+    and the code picks kernels by it. SGLang gated its fused MLA RoPE-and-cache kernel to gfx950 until
+    https://github.com/sgl-project/sglang/pull/18242 (gfx942 ran the unfused fallbacks, ~11% of decode), and
+    AITER's FP8 block-scale GEMM ran gfx942 on untuned default tiles for DeepSeek's shapes until
+    https://github.com/ROCm/aiter/pull/1930 (median TPOT at 4 concurrent requests 28.8 -> 22.1 ms)."""
     s = stack.lower()
     if "gpt-fast" in s:
         return "gpt-fast"
@@ -272,8 +277,28 @@ def stack_family(stack: str, vendor: str = "") -> str:
         return "tensorrt-llm"
     for name in ("sglang", "vllm"):
         if name in s:
-            return f"{name}-rocm" if vendor.strip().lower() == "amd" else name
+            if vendor.strip().lower() != "amd":
+                return name
+            return f"{name}-rocm-{isa.strip().lower()}" if isa.strip() else f"{name}-rocm"
     return "other"
+
+
+_PLATFORM_BUILD = re.compile(r"^(?P<parent>.+)-(?:rocm|gfx[0-9a-z]+)$")
+
+
+def parent_family(family: str) -> str | None:
+    """The family a platform build specialises (``sglang-rocm-gfx942`` -> ``sglang-rocm`` -> ``sglang``);
+    None for a stack's own family."""
+    m = _PLATFORM_BUILD.match(family)
+    return m.group("parent") if m else None
+
+
+def family_chain(family: str) -> list[str]:
+    """``family`` and the families it specialises, most specific first."""
+    chain = [family]
+    while (up := parent_family(chain[-1])) is not None:
+        chain.append(up)
+    return chain
 
 
 def with_stack_settings(params: EngineParams, stack: str) -> EngineParams:
@@ -338,11 +363,12 @@ class Profile:
     families: dict[str, EngineParams] = attrs.field(factory=dict)
     path: str = ""
 
-    def for_stack(self, stack: str, vendor: str = "") -> EngineParams:
-        """The parameters of a stack's family on a device vendor's platform (else the stack's family on any
-        platform, else the default set), with the stack's all-reduce algorithm and KV admission."""
-        fam = stack_family(stack, vendor)
-        base = self.families.get(fam, self.families.get(fam.removesuffix("-rocm"), self.default))
+    def for_stack(self, stack: str, vendor: str = "", isa: str = "") -> EngineParams:
+        """The parameters of a stack's build for a device's platform and ISA, else of the nearest family it
+        specialises (:func:`family_chain`: the platform's build, then the stack's), else the default set; with
+        the stack's all-reduce algorithm and KV admission."""
+        chain = family_chain(stack_family(stack, vendor, isa))
+        base = next((self.families[f] for f in chain if f in self.families), self.default)
         return with_stack_settings(base, stack)
 
 
