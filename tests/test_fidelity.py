@@ -422,7 +422,7 @@ def test_gfx942_sglang_pays_its_own_kernel_gap():
     prof = shipped_profile()
     rows = [r for r in read_rows(shipped_data()) if r.get("hardware") in ("mi300x", "mi325x")
             and r.get("model") == "deepseek-r1" and r.get("batch") == "4" and r.get("metric") == "itl_ms"]
-    assert len(rows) == 4
+    assert len(rows) >= 4
     own = prof.families["sglang-rocm-gfx942"]
     shared = attrs.evolve(own, kernel_overhead_s=prof.families["sglang"].kernel_overhead_s)
     for r in rows:

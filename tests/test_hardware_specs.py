@@ -151,6 +151,9 @@ def _dump(d: dict) -> str:
     (lambda d: d.update(isa="gfx942"), "isa"),                                              # unsourced
     (lambda d: d.update(isa={"value": "", "source": "product"}), "isa"),                    # empty
     (lambda d: d.update(isa={"value": "sm_90", "source": "a blog"}), "isa"),                # not a URL
+    (lambda d: d.update(isa={"value": "sm_90", "source": 5}), "isa"),                       # not a string
+    (lambda d: d.update(isa={"value": "gfx942:sramecc+:xnack-", "source": "product"}), "isa"),   # target features
+    (lambda d: d.update(vendor="AMD"), "isa"),                                              # an AMD GPU needs it
 ])
 def test_bad_spec_file_names_file_field_value(tmp_path, mutate, field):
     d = _good()

@@ -232,14 +232,47 @@ def test_platform_builds_merge_or_tie_up_their_family_chain():
     assert layout.fitted_as("vllm-rocm-gfx90a") == "vllm"
 
 
+def test_small_isa_builds_join_and_tie_to_a_rocm_build(monkeypatch):
+    """Two ISA builds too small to fit apart make one ROCm build together; an ISA build with some rows ties its
+    fixed costs to a ROCm build fitted in full, not past it to the CUDA build; pooling keeps the tie."""
+    import roofline.evidence.calibrate as cal
+    from roofline.evidence.calibrate import PER_FAMILY, PLATFORM_FULL, PLATFORM_OWN, _Layout, _pool_blind, _stack_layout
+
+    def rows(spec):
+        out = []
+        for fam, n in spec.items():
+            out += [attrs.evolve(ROWS[0], id=f"{fam}#{i}") for i in range(n)]
+        return out, {r.id: r.id.split("#")[0] for r in out}
+    few, fams = rows({"x-rocm-gfx1": 2, "x-rocm-gfx2": 3, "x": 30})
+    monkeypatch.setattr(cal, "row_stack_family", lambda r: fams[r.id])
+    layout = _stack_layout(few)
+    assert layout.merged == {"x-rocm-gfx1": "x-rocm", "x-rocm-gfx2": "x-rocm"} and layout.ties == {"x-rocm": "x"}
+    assert layout.families == ["x", "x-rocm"] and layout.fitted_as("x-rocm-gfx1") == "x-rocm"
+    some, fams2 = rows({"x-rocm": 2 * len(PLATFORM_FULL), "x-rocm-gfx1": 5, "x": 30})
+    monkeypatch.setattr(cal, "row_stack_family", lambda r: fams2[r.id])
+    layout = _stack_layout(some)
+    assert layout.ties == {"x-rocm-gfx1": "x-rocm"} and layout.own("x-rocm") == PLATFORM_FULL
+    assert layout.own("x-rocm-gfx1") == PLATFORM_OWN and layout.moved_by("x-rocm", "x-rocm-gfx1")
+    assert not layout.moved_by("x", "x-rocm-gfx1")
+    base = rl.EngineParams()
+    per = {"x": base, "x-rocm": attrs.evolve(base, request_overhead_s=0.05, step_overhead_s=1e-3),
+           "x-rocm-gfx1": attrs.evolve(base, kernel_overhead_s=9e-6)}
+    pooled = attrs.evolve(base, request_overhead_s=0.02)
+    out = _pool_blind(per, {"x-rocm": {"request_overhead_s"}}, pooled, layout.ties)
+    assert out["x-rocm"].request_overhead_s == 0.02 == out["x-rocm-gfx1"].request_overhead_s
+    assert out["x-rocm-gfx1"].step_overhead_s == 1e-3 and out["x-rocm-gfx1"].kernel_overhead_s == 9e-6
+    assert set(PER_FAMILY) < set(PLATFORM_FULL) and _Layout(["all"]).own("all") == PER_FAMILY
+
+
 def test_uncertainty_notes_say_when_a_fit_stopped_at_a_bound():
-    """A parameter at one of its physical bounds has a standard error that means nothing (the data asks for
-    more than the bound allows): the profile says so instead of printing it."""
+    """A parameter at one of its physical bounds has a standard error that means nothing: the profile says so
+    instead of printing it (and says it beside "not identified")."""
     from roofline.evidence.calibrate import _notes
     lo, hi, _scale = BOUNDS["kernel_overhead_s"]
-    assert _notes("kernel_overhead_s", hi * (1 - 1e-9), 2e-6) == "at its upper bound: the data would take it further"
+    assert _notes("kernel_overhead_s", hi * (1 - 1e-9), 2e-6) == "at its upper bound (its standard error does not apply)"
     assert _notes("step_overhead_s", BOUNDS["step_overhead_s"][0], 1e-6).startswith("at its lower bound")
-    assert _notes("step_overhead_s", BOUNDS["step_overhead_s"][0], 1e-3).startswith("not identified")
+    assert _notes("step_overhead_s", BOUNDS["step_overhead_s"][0], 1e-3) == (
+        "not identified by this data (+/- 0.001), at its lower bound")
     assert _notes("kernel_overhead_s", hi / 2, 1e-6) == "+/- 1e-06"
     assert _notes("kernel_overhead_s", hi / 2, hi).startswith("not identified")
     assert _notes("kernel_overhead_s", hi / 2, None) == ""

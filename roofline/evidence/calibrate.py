@@ -3,8 +3,9 @@
 Few, physical parameters (:class:`roofline.specs.params.EngineParams`): achieved
 fractions of peak bandwidth and FLOP/s and the share prefill keeps, fixed costs
 per pass, per request and per running sequence (fitted per serving-stack family:
-their kernels and schedulers differ; a ROCm build with few rows fits only its
-efficiencies), and shared by all stacks the fixed cost per kernel and per
+their kernels and schedulers differ; a ROCm build, one per ISA, also fits its own
+fixed cost per kernel, and with few rows only that and its efficiencies), and
+shared by all stacks the fixed cost per kernel (the CUDA stacks) and per
 collective, the token count at which matmuls reach half their peak efficiency
 and what FP8 and FP4 matmuls keep of it. Weight-only unpacking is not fitted
 (the GPU family file pins it from a measurement). Residuals are log(predicted /
@@ -55,11 +56,12 @@ PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_
 #: A stack's platform build (``sglang-rocm-gfx942``) is fitted apart from the family it specialises only with at
 #: least this many rows; fewer rows fit with that family (:func:`_stack_layout`).
 MIN_PLATFORM_ROWS = 4
-#: What a platform build fits of its own however few its rows: the efficiencies its kernels reach and the gap
-#: each kernel leaves (its own launch path and kernel library: HIP graphs, AITER; the CUDA stacks share one).
+#: What a platform build with MIN_PLATFORM_ROWS or more rows, but fewer than twice PLATFORM_FULL, fits of its own:
+#: the efficiencies its kernels reach and the gap each kernel leaves (its own launch path and kernel library:
+#: HIP graphs, AITER; the CUDA stacks share one).
 PLATFORM_OWN = ("memory_bandwidth_fraction", "compute_fraction", "kernel_overhead_s")
 SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
-#: Everything a platform build with rows for each parameter twice over fits of its own.
+#: What a platform build with rows for each of these twice over fits of its own.
 PLATFORM_FULL = PER_FAMILY + tuple(k for k in PLATFORM_OWN if k not in PER_FAMILY)
 
 
@@ -164,10 +166,11 @@ def _family(layout: _Layout, row: Row) -> str:
 
 def _stack_layout(rows: list[Row]) -> _Layout:
     """One parameter set per stack family present. A platform build (``sglang-rocm-gfx942``, :func:`family_chain`)
-    with rows for every parameter twice over is a family of its own (its kernel gap included); with fewer it
-    fits only PLATFORM_OWN and takes the rest from the nearest family it specialises that is fitted in full;
+    with rows for each of PLATFORM_FULL twice over is a family of its own (its kernel gap included); with fewer
+    it fits only PLATFORM_OWN and takes the rest from the nearest family it specialises that is fitted in full;
     with fewer than MIN_PLATFORM_ROWS it joins the family it specialises (deepest first, so two small ISA
-    builds may make one platform build together), which it becomes when that one has no rows."""
+    builds may make one ROCm build together; where no family above has rows of its own, the rows are fitted
+    under that family's name: a stack measured only on AMD)."""
     counts: dict[str, int] = {}
     for r in rows:
         counts[row_stack_family(r)] = counts.get(row_stack_family(r), 0) + 1
@@ -179,7 +182,7 @@ def _stack_layout(rows: list[Row]) -> _Layout:
             merged[fam] = up
     ties: dict[str, str] = {}
     for fam in sorted(counts, key=lambda f: len(family_chain(f))):
-        if parent_family(fam) and counts[fam] < 2 * len(PER_FAMILY):
+        if parent_family(fam) and counts[fam] < 2 * len(PLATFORM_FULL):
             up = next((f for f in family_chain(fam)[1:] if f in counts and f not in ties), None)
             if up is not None:
                 ties[fam] = up
@@ -383,19 +386,19 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
 def _notes(name: str, value: float, se: float | None) -> str:
     if se is None:
         return ""
-    if not math.isfinite(se) or se > max(abs(value), 1e-300):
-        return f"not identified by this data (+/- {se:.2g})"
     lo, hi, scale = BOUNDS[name]
-    for bound, side in ((lo, "lower"), (hi, "upper")):
-        if abs(value - bound) <= 1e-4 * scale:
-            return f"at its {side} bound: the data would take it further"
+    side = next((s for b, s in ((lo, "lower"), (hi, "upper")) if abs(value - b) <= 1e-4 * scale), None)
+    if not math.isfinite(se) or se > max(abs(value), 1e-300):
+        return f"not identified by this data (+/- {se:.2g})" + (f", at its {side} bound" if side else "")
+    if side:
+        return f"at its {side} bound (its standard error does not apply)"
     return f"+/- {se:.3g}"
 
 
 def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
     """Per parameter set and name: ``+/- se``; ``not identified by this data`` where the standard error exceeds
-    the value itself (the data cannot tell the parameter from zero); else ``at its ... bound`` where the fit
-    stopped at a physical bound of :data:`BOUNDS` (its standard error says nothing: the data asks for more)."""
+    the value itself (the data cannot tell the parameter from zero); ``at its ... bound`` where the fit stopped
+    at a physical bound of :data:`BOUNDS` (a standard error there means nothing)."""
     out: dict[str, dict[str, str]] = {"default": {}}
     for k, se in fit.standard_errors.get("default", {}).items():
         out["default"][k] = _notes(k, getattr(fit.profile.default, k), se)

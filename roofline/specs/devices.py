@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -364,9 +365,12 @@ class _Reader:
             return ""
         if not isinstance(entry, dict) or not isinstance(entry.get("value"), str) or not entry["value"].strip():
             self.fail(field, entry, 'must be a table { value = "<text>", source = "<url or key>" }')
-        url = self.refs.get(entry.get("source") or "", entry.get("source") or "")
+        source = entry.get("source")
+        if not isinstance(source, str) or not source:
+            self.fail(field, entry, "a value needs a source (a URL or a key of [sources])")
+        url = self.refs.get(source, source)
         if not url.startswith(("http://", "https://")):
-            self.fail(field, entry.get("source"), "source must be a URL or a key of [sources]")
+            self.fail(field, source, "source must be a URL or a key of [sources]")
         self.sources[field] = url
         return entry["value"].strip()
 
@@ -468,10 +472,28 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             tdp_w=r.quantity(power, "tdp", "power.tdp", "w"),
             idle_w=r.quantity(power, "idle", "power.idle", "w"),
             scale_up=link_objs["scale_up"], host=link_objs["host"], family=family, execution=overrides,
-            isa=r.sourced_string(data, "isa", "isa"),
+            isa=_isa(r, data),
             sources=r.sources, path=origin)
     except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None
+
+
+#: An ISA as compilers name the processor: LLVM's AMDGPU processors (``gfx942``), CUDA's (``sm_90``).
+_ISA = re.compile(r"^(gfx[0-9a-f]+|sm_[0-9]+[a-z]?)$")
+
+
+def _isa(r: _Reader, data: dict[str, Any]) -> str:
+    """The optional ``isa`` entry, a processor name (ROCm's "LLVM target name", no target features). An AMD GPU
+    needs it: ROCm serving builds are calibrated per ISA, and without it one would silently take another
+    platform's parameters (:func:`roofline.specs.params.stack_family`)."""
+    isa = r.sourced_string(data, "isa", "isa")
+    if isa and not _ISA.match(isa):
+        r.fail("isa", isa, "must be a processor name such as gfx942 or sm_90 (lower case, no :target-features)")
+    family = data.get("execution", {}).get("family") if isinstance(data.get("execution"), dict) else None
+    if not isa and str(data.get("vendor", "")).strip().lower() == "amd" and family == "gpu":
+        r.fail("isa", None, 'an AMD GPU needs its ISA: isa = { value = "gfx942", source = "..." } (ROCm\'s GPU '
+               "specifications list it as the LLVM target name)")
+    return isa
 
 
 def _execution(r: _Reader, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -73,7 +73,8 @@ def _cap(value: float | None) -> str:
 # ------------------------------------------------------------------ devices
 def device_dict(dev: Device) -> dict[str, Any]:
     return {
-        "id": dev.id, "name": dev.name, "vendor": dev.vendor, "status": dev.status, "aliases": list(dev.aliases),
+        "id": dev.id, "name": dev.name, "vendor": dev.vendor, "isa": dev.isa, "status": dev.status,
+        "aliases": list(dev.aliases),
         "memory": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "bandwidth_bytes_per_s": t.bandwidth_bytes_per_s}
                    for t in dev.memory],
         "peak_flop_per_s": dict(dev.peak_flop_per_s), "native": list(dev.native),
@@ -150,7 +151,8 @@ def devices_table(devices: list[Device]) -> Table:
 
 
 def device_table(dev: Device) -> Table:
-    t = _table(title=f"{dev.name} ({dev.id}, {dev.status})", caption=f"Spec file: {dev.path}")
+    isa = f", {dev.isa}" if dev.isa else ""
+    t = _table(title=f"{dev.name} ({dev.id}{isa}, {dev.status})", caption=f"Spec file: {dev.path}")
     t.add_column("field")
     t.add_column("value", justify="right")
     t.add_column("source")
