@@ -365,14 +365,18 @@ class _Reader:
             return ""
         if not isinstance(entry, dict) or not isinstance(entry.get("value"), str) or not entry["value"].strip():
             self.fail(field, entry, 'must be a table { value = "<text>", source = "<url or key>" }')
+        self.sources[field] = self.source_url(entry, field)
+        return entry["value"].strip()
+
+    def source_url(self, entry: dict[str, Any], field: str) -> str:
+        """The URL an entry's ``source`` names (a URL, or a key of [sources])."""
         source = entry.get("source")
         if not isinstance(source, str) or not source:
-            self.fail(field, entry, "a value needs a source (a URL or a key of [sources])")
+            self.fail(field, entry, "a known value needs a source (a URL or a key of [sources])")
         url = self.refs.get(source, source)
         if not url.startswith(("http://", "https://")):
             self.fail(field, source, "source must be a URL or a key of [sources]")
-        self.sources[field] = url
-        return entry["value"].strip()
+        return url
 
     def quantity(self, parent: dict[str, Any], key: str, field: str, kind: str, *,
                  required: bool = True, fraction: bool = False) -> float | None:
@@ -386,12 +390,7 @@ class _Reader:
         value = entry["value"]
         if isinstance(value, str) and value.strip().lower() == "unknown":
             return None
-        source = entry.get("source")
-        if not isinstance(source, str) or not source:
-            self.fail(field, entry, "a known value needs a source (a URL or a key of [sources])")
-        url = self.refs.get(source, source)
-        if not url.startswith(("http://", "https://")):
-            self.fail(field, source, "source must be a URL or a key of [sources]")
+        url = self.source_url(entry, field)
         if kind == "flop_per_s" and entry.get("basis") not in BASES:
             self.fail(field + ".basis", entry.get("basis"), f"must be one of {', '.join(BASES)}")
         try:
