@@ -177,7 +177,7 @@ def _stack_layout(rows: list[Row]) -> _Layout:
     merged: dict[str, str] = {}
     for d in range(max((len(family_chain(f)) for f in counts), default=1), 1, -1):
         for fam in [f for f in counts if len(family_chain(f)) == d and counts[f] < MIN_PLATFORM_ROWS]:
-            up = str(parent_family(fam))
+            up = family_chain(fam)[1]
             counts[up] = counts.get(up, 0) + counts.pop(fam)
             merged[fam] = up
     ties: dict[str, str] = {}

@@ -471,7 +471,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             tdp_w=r.quantity(power, "tdp", "power.tdp", "w"),
             idle_w=r.quantity(power, "idle", "power.idle", "w"),
             scale_up=link_objs["scale_up"], host=link_objs["host"], family=family, execution=overrides,
-            isa=_isa(r, data),
+            isa=_isa(r, data, family),
             sources=r.sources, path=origin)
     except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None
@@ -481,15 +481,14 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
 _ISA = re.compile(r"^(gfx[0-9a-f]+|sm_[0-9]+[a-z]?)$")
 
 
-def _isa(r: _Reader, data: dict[str, Any]) -> str:
+def _isa(r: _Reader, data: dict[str, Any], family: str) -> str:
     """The optional ``isa`` entry, a processor name (ROCm's "LLVM target name", no target features). An AMD GPU
     needs it: ROCm serving builds are calibrated per ISA, and without it one would silently take another
     platform's parameters (:func:`roofline.specs.params.stack_family`)."""
     isa = r.sourced_string(data, "isa", "isa")
     if isa and not _ISA.match(isa):
         r.fail("isa", isa, "must be a processor name such as gfx942 or sm_90 (lower case, no :target-features)")
-    family = data.get("execution", {}).get("family") if isinstance(data.get("execution"), dict) else None
-    if not isa and str(data.get("vendor", "")).strip().lower() == "amd" and family == "gpu":
+    if not isa and r.string(data, "vendor", "vendor").strip().lower() == "amd" and family == "gpu":
         r.fail("isa", None, 'an AMD GPU needs its ISA: isa = { value = "gfx942", source = "..." } (ROCm\'s GPU '
                "specifications list it as the LLVM target name)")
     return isa
