@@ -2,8 +2,9 @@
 
 Run after anything that changes numbers (a refit of roofline/profiles/default.toml, engine or profile changes):
 
-    python scripts/refresh_docs.py [--heldout]  # --heldout also refits on 5 folds of publications (about 14 minutes, 2 processes)
-                                                # for docs/heldout_errors.json
+    python scripts/refresh_docs.py [--heldout] [--loo]  # --heldout also refits on 5 folds of publications (about 35
+                                                        # minutes, 2 processes) for docs/heldout_errors.json; --heldout
+                                                        # or --loo refits for docs/loo_errors.json (about 10 minutes)
 
 Needs the plot extra (matplotlib) for the figures and llm-analysis for the peer table (both skipped if absent).
 """
@@ -63,33 +64,39 @@ def tail_from(text: str, marker: str | None) -> str:
     return text
 
 
-def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[str, float]]) -> str:
-    rows = ["| rows | n | median abs error | held out of the fit |", "|---|---|---|---|"]
+def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[str, float]],
+                   loo: dict[str, float]) -> str:
+    """Median |error| per metric: in-sample, leave-one-out (``loo``: one Newton step per row from the shipped
+    fit) and held out by publication (``held``: 5 folds of whole publications)."""
+    rows = ["| rows | n | median abs error | leave-one-out | held out by publication |", "|---|---|---|---|---|"]
     gpu = [r for r in v["rows"] if r["family"] == "gpu"]
 
     def med(xs: list[float]) -> str:
+        xs = [x for x in xs if x is not None and np.isfinite(x)]
         return f"{np.median(np.abs(xs)):.0%}" if xs else "—"
+
+    def three(mine: list[dict]) -> str:
+        return (f"{len(mine)} | {med([r['error'] for r in mine])} | {med([loo.get(r['id']) for r in mine])} | "
+                f"{med([held.get(r['id']) for r in mine])} |")
     for key, name in METRIC_NAMES.items():
         mine = [r for r in gpu if r["metric"] == key]
         if mine:
-            rows.append(f"| GPU: {name} | {len(mine)} | {med([r['error'] for r in mine])} | "
-                        f"{med([held[r['id']] for r in mine if r['id'] in held])} |")
-    time_rows = [r for r in gpu if r["kind"] == "time"]
-    rows.append(f"| **GPU: all time rows** | {len(time_rows)} | {med([r['error'] for r in time_rows])} | "
-                f"{med([held[r['id']] for r in time_rows if r['id'] in held])} |")
+            rows.append(f"| GPU: {name} | {three(mine)}")
+    rows.append(f"| **GPU: all time rows** | {three([r for r in gpu if r['kind'] == 'time'])}")
     for key, name in ENERGY_NAMES.items():
         mine = [r for r in gpu if r["metric"] == key]
         if mine:
-            rows.append(f"| GPU energy: {name} | {len(mine)} | {med([r['error'] for r in mine])} | — |")
+            rows.append(f"| GPU energy: {name} | {len(mine)} | {med([r['error'] for r in mine])} | — | — |")
     for fam, name in FAMILY_NAMES.items():
         mine = [r for r in v["rows"] if r["family"] == fam]
         h = list(family_held[fam].values())
-        rows.append(f"| {name} | {len(mine)} | {med([r['error'] for r in mine])} | {med(h)} ({len(h)} held-out rows) |")
+        rows.append(f"| {name} | {len(mine)} | {med([r['error'] for r in mine])} | — | {med(h)} ({len(h)} held-out "
+                    f"rows) |")
     return "\n".join(rows)
 
 
-def refresh_readme(loo: dict[str, float]) -> None:
-    """The README's outputs and its accuracy table (``loo``: held-out errors by row id)."""
+def refresh_readme(heldout: dict[str, float], loo: dict[str, float]) -> None:
+    """The README's outputs and its accuracy table (held-out and leave-one-out errors by row id)."""
     readme = (ROOT / "README.md").read_text()
     readme = block_after(readme, "pip install . && roofline spec", sh(*RL, *MAIN_JOB))
     stage = sh(*RL, *STAGE).splitlines()
@@ -97,7 +104,7 @@ def refresh_readme(loo: dict[str, float]) -> None:
     readme = block_after(readme, "roofline stage gpt-oss-120b h200-sxm --batch 1,64,256", "\n".join(stage[start:]))
     v = json.loads(sh(*RL, "validate", "--json"))
     held = {f: json.loads(sh(*RL, "calibrate", "--family", f, "--json"))["held_out_errors"] for f in FAMILY_NAMES}
-    table = accuracy_table(v, loo, held)
+    table = accuracy_table(v, heldout, held, loo)
     (ROOT / "README.md").write_text(between_markers(readme, table))
     doc = ROOT / "docs" / "validation.md"
     doc.write_text(between_markers(doc.read_text(), table))
@@ -173,15 +180,19 @@ def refresh_figures() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heldout", action="store_true")
+    ap.add_argument("--loo", action="store_true")
     args = ap.parse_args()
-    if args.heldout:
-        fit = json.loads(sh(*RL, "calibrate", "--folds", "5", "--jobs", "2", "--json"))
-        (ROOT / "docs" / "heldout_errors.json").write_text(json.dumps(fit["heldout_errors"], indent=1) + "\n")
-    loo = json.loads((ROOT / "docs" / "heldout_errors.json").read_text())
-    refresh_readme(loo)
+    if args.heldout or args.loo:
+        fit = json.loads(sh(*RL, "calibrate", *(("--folds", "5", "--jobs", "2") if args.heldout else ()), "--json"))
+        if args.heldout:
+            (ROOT / "docs" / "heldout_errors.json").write_text(json.dumps(fit["heldout_errors"], indent=1) + "\n")
+        (ROOT / "docs" / "loo_errors.json").write_text(json.dumps(fit["loo_approx_errors"], indent=1) + "\n")
+    heldout = json.loads((ROOT / "docs" / "heldout_errors.json").read_text())
+    loo = json.loads((ROOT / "docs" / "loo_errors.json").read_text())
+    refresh_readme(heldout, loo)
     refresh_examples()
     refresh_planning()
-    refresh_peer(loo)
+    refresh_peer(heldout)
     refresh_figures()
     print("README.md and docs/ refreshed")
 

@@ -272,3 +272,29 @@ def test_diagnose_command_and_errors(run_cli, tmp_path):
                          (["--batch", "1", "--isl", "5", "--osl", "9", "--tpot-ms", "-3"], "positive")):
         code, _, err = run_cli("diagnose", "llama-2-7b", "a100-sxm-80gb", *args)
         assert code in (1, 2) and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_scheduler_options_reach_the_serving_model(run_cli):
+    """--poll-steps and --token-budget are the scheduler knobs the validation rows carry (SGLang's
+    --scheduler-recv-interval, the step's token budget): a polling scheduler makes a mixed-batch request wait
+    (N - 1) / 2 more steps, prefill on its own group does not wait for it, and the JSON says what was asked."""
+    def run(*extra):
+        code, out, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--batch", "16",
+                                 "--json", *extra)
+        assert code == 0, err
+        data = json.loads(out)
+        return data, {p["name"]: p["metrics"] for p in data["placements"]}
+    _, base = run()
+    data, polled = run("--poll-steps", "16")
+    _, chunked = run("--token-budget", "2048")
+    assert data["request"]["poll_steps"] == 16 and data["request"]["token_budget"] == 8192
+    mixed = next(n for n in base if "on the decode group" in n)
+    split = next(n for n in base if n != mixed)
+    assert polled[mixed]["ttft_s"] > base[mixed]["ttft_s"]
+    # a smaller budget splits the 8192-token prompts into more, shorter steps shared with decoding
+    assert chunked[mixed]["tokens_per_s_per_user"] != pytest.approx(base[mixed]["tokens_per_s_per_user"], rel=1e-3)
+    for other in (polled, chunked):
+        assert other[split]["ttft_s"] == pytest.approx(base[split]["ttft_s"])
+    for opt, bad in (("--poll-steps", "0"), ("--token-budget", "1.5")):
+        code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", opt, bad)
+        assert code == 2 and opt in err and len(err.strip().splitlines()) == 1

@@ -1,6 +1,7 @@
 """Validation against published measurements, calibration, profiles."""
 
 import json
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -141,6 +142,10 @@ def test_shipped_profile_reproduces_its_recorded_fit():
     fitted = [abs(r["error"]) for r in v.rows]
     assert len(fitted) == _recorded_fit()["rows"]
     assert float(np.median(fitted)) == pytest.approx(_recorded_fit()["median_abs_error"], abs=5e-4)
+    # docs/loo_errors.json (the accuracy table's leave-one-out column) is this fit's
+    loo = json.loads((Path(__file__).parents[1] / "docs" / "loo_errors.json").read_text())
+    assert len(loo) == len(fitted)
+    assert np.nanmedian(np.abs(list(loo.values()))) == pytest.approx(_recorded_fit()["loo_median_abs_error"], abs=5e-4)
 
 
 @pytest.mark.slow
@@ -186,6 +191,11 @@ def test_calibrate_command_writes_a_profile(run_cli, tmp_path):
     data = json.loads(text)
     assert set(data["families"]) == {"gpt-fast", "tensorrt-llm"} and len(data["rows"]) == len(keep)
     assert data["median_abs_error"] < 0.3
+    # every calibration estimates its leave-one-out error (one Newton step per row) and records it in the profile
+    assert set(data["loo_approx_errors"]) == set(data["rows"])
+    loo = [abs(e) for e in data["loo_approx_errors"].values() if e is not None]   # None: a row too influential
+    assert len(loo) > len(keep) / 2 and data["loo_approx_median_abs_error"] == pytest.approx(np.median(loo))
+    assert "loo_median_abs_error" in out.read_text()
     prof = load_profile(out)
     assert prof.families["gpt-fast"].memory_bandwidth_fraction == pytest.approx(
         data["families"]["gpt-fast"]["memory_bandwidth_fraction"])
@@ -301,3 +311,30 @@ def test_calibrate_rejects_a_bad_process_count(run_cli):
         calibrate(ROWS[:5], jobs=0)
     code, _, err = run_cli("calibrate", "--folds", "2", "--jobs", "0")
     assert code != 0 and "--jobs" in err and len(err.strip().splitlines()) == 1
+
+
+def test_approximate_leave_one_out_matches_exact_refits():
+    """The one-Newton-step leave-one-out residual agrees with refitting without each row on a small nonlinear
+    soft-L1 problem with outliers and two groups (as the calibration: log residuals, bounds), far closer than the
+    in-sample residual, which it must not simply return."""
+    from scipy.optimize import least_squares
+
+    from roofline.evidence.calibrate import F_SCALE, approximate_loo
+    rng = np.random.default_rng(0)
+    n = 40
+    x, g = rng.uniform(0, 4, n), rng.integers(0, 2, n)
+
+    def model(p, x, g):
+        return np.log(p[0] + p[1] * x + p[2 + g] * x**2)
+    y = model(np.array([1.0, 0.5, 0.2, 0.05]), x, g) + rng.normal(0, 0.1, n)
+    y[:3] += [0.8, -0.6, 1.0]
+
+    def fit(keep):
+        return least_squares(lambda p: model(p, x[keep], g[keep]) - y[keep], np.full(4, 0.3), bounds=(0, 5),
+                             loss="soft_l1", f_scale=F_SCALE, xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    full = fit(np.ones(n, bool))
+    exact = np.array([model(fit(np.arange(n) != i).x, x[i:i + 1], g[i:i + 1])[0] - y[i] for i in range(n)])
+    approx = approximate_loo(full)
+    assert np.max(np.abs(approx - exact)) < 0.1 * np.max(np.abs(full.fun - exact))
+    assert np.max(np.abs(approx - exact)) < 0.005
+    assert np.median(np.abs(approx)) > np.median(np.abs(full.fun))   # held out is worse than in-sample

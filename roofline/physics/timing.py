@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 
 from ..errors import InfeasibleError, LayoutError, UnknownSpecError, WorkloadError
 from ..records import ArrayRecord
-from ..specs.devices import Device
+from ..specs.devices import COMPUTE_CLASS_BITS, Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import NATIVE_DEFAULTS, Format, Formats
 from ..specs.groups import DeviceGroup
@@ -276,7 +276,6 @@ def native_default_format(device: Device) -> str:
     raise UnknownSpecError(f"{device.id} lists no native compute format; supply one with --set {device.id}.compute.bf16=...")
 
 
-_CLASS_BITS = {"fp4": 4, "int4": 4, "fp6": 6, "fp8": 8, "int8": 8, "bf16": 16, "fp16": 16, "tf32": 32, "fp32": 32}
 _MIXED_FLOAT = frozenset({"fp4", "fp6", "fp8"})   # the operand classes a mixed-input MMA takes
 
 
@@ -298,7 +297,7 @@ def compute_class(fmt: Format, activation: Format, device: Device) -> tuple[str,
         return activation.compute, fmt.name != activation.name
     if fmt.stored_as is not None and not device.supports(fmt.stored_as):   # W4A8 on Hopper: unpacked to FP8
         return fmt.compute, True
-    w_bits, a_bits = (_CLASS_BITS.get(c, 16) for c in (fmt.compute, activation.compute))
+    w_bits, a_bits = (COMPUTE_CLASS_BITS.get(c, 16) for c in (fmt.compute, activation.compute))
     if fmt.quantises_activations or a_bits <= w_bits:
         return fmt.compute, False
     if {fmt.compute, activation.compute} <= _MIXED_FLOAT and device.supports(activation.compute):

@@ -123,6 +123,17 @@ def add_request(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
     sp.add_argument("--mode", choices=["continuous", "static"], default="continuous",
                     help="continuous batching (steady state) or static batches (default continuous)")
+    sp.add_argument("--token-budget", type=positive, default=8192, metavar="TOKENS",
+                    help="continuous batching: tokens one step may process, decode and prompt chunks together "
+                         "(vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size; default 8192)")
+    sp.add_argument("--poll-steps", type=positive, default=1, metavar="N",
+                    help="continuous batching: decode steps between the scheduler's polls for new requests "
+                         "(SGLang --scheduler-recv-interval; default 1)")
+
+
+def serving_knobs(args: argparse.Namespace) -> dict[str, int]:
+    """The scheduler options of :func:`add_request` as evaluate_serving's keywords."""
+    return {"chunk": args.token_budget, "poll_steps": args.poll_steps}
 
 
 # ------------------------------------------------------------ option values

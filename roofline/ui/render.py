@@ -493,10 +493,20 @@ def params_dict(p: EngineParams) -> dict[str, float]:
     return {k: v for k, v in attrs.asdict(p).items() if k not in NOT_IN_PROFILE_FILES}
 
 
+def _loo_note(d: dict[str, Any]) -> str:
+    """The calibration's approximate leave-one-out error, and how many rows were too influential to estimate."""
+    if d.get("loo_approx_median_abs_error") is None:
+        return ""
+    skipped = sum(1 for e in d.get("loo_approx_errors", {}).values() if e is None or not math.isfinite(e))
+    return (f", leave-one-out (one Newton step per row) {d['loo_approx_median_abs_error']:.1%}"
+            + (f" ({skipped} rows too influential to estimate this way)" if skipped else ""))
+
+
 def calibration_table(d: dict[str, Any]) -> Table:
     fams = list(d["families"])
     t = _table(title=f"calibration on {len(d['rows'])} rows of {d['data']}",
               caption=f"In-sample median |error| {d['median_abs_error']:.1%}"
+                      + _loo_note(d)
                       + (f", held out ({d['heldout']}) {d['heldout_median_abs_error']:.1%}"
                          if d["heldout_median_abs_error"] else "")
                       + (f". Profile written to {d['profile']}." if d["profile"] else "."))

@@ -104,6 +104,7 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
             "heldout": fit.holdout or None, "heldout_median_abs_error": fit.loo_median_abs_error,
             "heldout_errors": fit.loo_errors,
+            "loo_approx_median_abs_error": fit.approx_loo_median_abs_error, "loo_approx_errors": fit.approx_loo_errors,
             "default": render.params_dict(fit.profile.default),
             "families": {k: render.params_dict(v) for k, v in fit.profile.families.items()},
             "standard_errors": fit.standard_errors, "uncertainty": uncertainty(fit), "profile": args.out}
@@ -135,7 +136,9 @@ def register(add: Adder) -> None:
     sp = add("calibrate", cmd_calibrate, "fit the engine's parameters to measurements (scipy least squares)")
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
-    sp.add_argument("--loo", action="store_true", help="also compute the leave-one-out error (slow: one fit per row)")
+    sp.add_argument("--loo", action="store_true",
+                    help="also compute the exact leave-one-out error (slow: one fit per row; every calibration "
+                         "reports it approximated by one Newton step per row)")
     sp.add_argument("--folds", type=int, default=None, metavar="K",
                     help="also compute the held-out error with K folds of whole publications (K fits)")
     sp.add_argument("--by", choices=FOLD_BY, default=FOLD_BY[0],

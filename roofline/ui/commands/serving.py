@@ -32,6 +32,7 @@ from ..options import (
     parse_ints,
     positive,
     price_list,
+    serving_knobs,
     what_if,
 )
 from ..output import emit
@@ -107,7 +108,8 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
             try:
                 r = evaluate_serving(args.target, c.placement, request, batch=args.batch,
                                      gamma=args.gamma if c.placement.speculative else 0, acceptance=acc,
-                                     mode=args.mode, target_formats=formats(args), params=params)
+                                     mode=args.mode, target_formats=formats(args), params=params,
+                                     **serving_knobs(args))
                 point = render.serving_point(r, 0)
                 reason = r.energy_note or ("" if point["fits"] else "does not fit at this batch")
             except RooflineError as e:  # a placement that cannot be evaluated is listed with why
@@ -121,9 +123,14 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
                    for (dev, reason), stages in cannot.items()]
     emit(console, render.serving_rows_view(title, caption, items, {
-        "target": args.target, "request": {"isl": args.isl, "osl": args.osl}, "batch": args.batch,
+        "target": args.target, "request": _request_dict(args), "batch": args.batch,
         "overrides": wi.describe(), "infeasible_devices": unplaceable}), args)
     return 0
+
+
+def _request_dict(args: argparse.Namespace) -> dict[str, Any]:
+    return {"isl": args.isl, "osl": args.osl, "mode": args.mode, "token_budget": args.token_budget,
+            "poll_steps": args.poll_steps}
 
 
 def _comparisons(placements: list[Placement], frontiers: list[Any], axis: str) -> list[dict[str, Any]]:
@@ -161,7 +168,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     for p in placements:
         r = evaluate_serving(args.target, p, request, batch=batches, gamma=gammas if p.speculative else 0,
                              acceptance=acc, mode=args.mode, target_formats=formats(args), params=engine_params(args),
-                             prices=prices)
+                             prices=prices, **serving_knobs(args))
         y = r.tokens_per_s_per_kw if args.axis == "kw" else 1e6 / r.usd_per_million_output_tokens
         f = pareto_frontier(r.tokens_per_s_per_user, y, r.fits)
         frontiers.append(f)
@@ -175,7 +182,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         from ..plot import plot_frontiers
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
     emit(console, render.pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
-        "target": args.target, "request": {"isl": args.isl, "osl": args.osl}, "axis": args.axis,
+        "target": args.target, "request": _request_dict(args), "axis": args.axis,
         "overrides": wi.describe()}), args)
     return 0
 
