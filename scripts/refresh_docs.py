@@ -68,7 +68,7 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
                    loo: dict[str, float]) -> str:
     """Median |error| per metric: in-sample, leave-one-out (``loo``: one Newton step per row from the shipped
     fit) and held out by publication (``held``: 5 folds of whole publications)."""
-    rows = ["| rows | n | median abs error | leave-one-out | held out by publication |", "|---|---|---|---|---|"]
+    rows = ["| rows | n | median abs error | leave-one-out | held out of the fit |", "|---|---|---|---|---|"]
     gpu = [r for r in v["rows"] if r["family"] == "gpu"]
 
     def med(xs: list[float]) -> str:

@@ -295,6 +295,16 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
     assert chunked[mixed]["tokens_per_s_per_user"] != pytest.approx(base[mixed]["tokens_per_s_per_user"], rel=1e-3)
     for other in (polled, chunked):
         assert other[split]["ttft_s"] == pytest.approx(base[split]["ttft_s"])
+    pareto = {}
+    for n in ("1", "16"):
+        code, out, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch",
+                                 "16", "--poll-steps", n, "--json")
+        assert code == 0, err
+        pareto[n] = json.loads(out)["configurations"][0]["frontier"][0]["ttft_s"]
+    assert pareto["16"] > pareto["1"]
+    code, out, _ = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--batch", "16",
+                           "--token-budget", "8")
+    assert code == 0 and "token budget (8) cannot keep up" in " ".join(out.split())
     for opt, bad in (("--poll-steps", "0"), ("--token-budget", "1.5")):
         code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", opt, bad)
         assert code == 2 and opt in err and len(err.strip().splitlines()) == 1

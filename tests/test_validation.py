@@ -145,7 +145,8 @@ def test_shipped_profile_reproduces_its_recorded_fit():
     # docs/loo_errors.json (the accuracy table's leave-one-out column) is this fit's
     loo = json.loads((Path(__file__).parents[1] / "docs" / "loo_errors.json").read_text())
     assert len(loo) == len(fitted)
-    assert np.nanmedian(np.abs(list(loo.values()))) == pytest.approx(_recorded_fit()["loo_median_abs_error"], abs=5e-4)
+    estimated = [abs(e) for e in loo.values() if e is not None]   # null: a row too influential for one step
+    assert np.median(estimated) == pytest.approx(_recorded_fit()["loo_approx_median_abs_error"], abs=5e-4)
 
 
 @pytest.mark.slow
@@ -195,7 +196,7 @@ def test_calibrate_command_writes_a_profile(run_cli, tmp_path):
     assert set(data["loo_approx_errors"]) == set(data["rows"])
     loo = [abs(e) for e in data["loo_approx_errors"].values() if e is not None]   # None: a row too influential
     assert len(loo) > len(keep) / 2 and data["loo_approx_median_abs_error"] == pytest.approx(np.median(loo))
-    assert "loo_median_abs_error" in out.read_text()
+    assert "loo_approx_median_abs_error" in out.read_text()
     prof = load_profile(out)
     assert prof.families["gpt-fast"].memory_bandwidth_fraction == pytest.approx(
         data["families"]["gpt-fast"]["memory_bandwidth_fraction"])
@@ -316,7 +317,8 @@ def test_calibrate_rejects_a_bad_process_count(run_cli):
 def test_approximate_leave_one_out_matches_exact_refits():
     """The one-Newton-step leave-one-out residual agrees with refitting without each row on a small nonlinear
     soft-L1 problem with outliers and two groups (as the calibration: log residuals, bounds), far closer than the
-    in-sample residual, which it must not simply return."""
+    in-sample residual, which it must not simply return; with a parameter held at its bound (as the calibration's
+    are) it moves only the free ones."""
     from scipy.optimize import least_squares
 
     from roofline.evidence.calibrate import F_SCALE, approximate_loo
@@ -328,13 +330,16 @@ def test_approximate_leave_one_out_matches_exact_refits():
         return np.log(p[0] + p[1] * x + p[2 + g] * x**2)
     y = model(np.array([1.0, 0.5, 0.2, 0.05]), x, g) + rng.normal(0, 0.1, n)
     y[:3] += [0.8, -0.6, 1.0]
+    for upper in (5.0, 0.03):   # the second holds p[3] (0.05 in truth) at its upper bound
+        hi = np.array([5.0, 5.0, 5.0, upper])
 
-    def fit(keep):
-        return least_squares(lambda p: model(p, x[keep], g[keep]) - y[keep], np.full(4, 0.3), bounds=(0, 5),
-                             loss="soft_l1", f_scale=F_SCALE, xtol=1e-12, ftol=1e-12, gtol=1e-12)
-    full = fit(np.ones(n, bool))
-    exact = np.array([model(fit(np.arange(n) != i).x, x[i:i + 1], g[i:i + 1])[0] - y[i] for i in range(n)])
-    approx = approximate_loo(full)
-    assert np.max(np.abs(approx - exact)) < 0.1 * np.max(np.abs(full.fun - exact))
-    assert np.max(np.abs(approx - exact)) < 0.005
-    assert np.median(np.abs(approx)) > np.median(np.abs(full.fun))   # held out is worse than in-sample
+        def fit(keep):
+            return least_squares(lambda p: model(p, x[keep], g[keep]) - y[keep], np.full(4, 0.02), bounds=(0, hi),
+                                 loss="soft_l1", f_scale=F_SCALE, xtol=1e-12, ftol=1e-12, gtol=1e-12)
+        full = fit(np.ones(n, bool))
+        assert (full.active_mask[3] != 0) == (upper < 1)
+        exact = np.array([model(fit(np.arange(n) != i).x, x[i:i + 1], g[i:i + 1])[0] - y[i] for i in range(n)])
+        approx = approximate_loo(full)
+        assert np.max(np.abs(approx - exact)) < 0.15 * np.max(np.abs(full.fun - exact))
+        assert np.max(np.abs(approx - exact)) < 0.006
+        assert np.median(np.abs(approx)) > np.median(np.abs(full.fun))   # held out is worse than in-sample

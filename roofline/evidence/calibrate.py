@@ -78,7 +78,8 @@ class Fit:
     loo_median_abs_error: float | None     # held-out error (``holdout`` says how rows were held out)
     loo_errors: dict[str, float] | None
     holdout: str = ""
-    #: leave-one-out from the full fit, one Newton step per row (:func:`approximate_loo`): seconds, not a fit per row
+    #: row id -> (predicted - measured) / measured under the fit without that row, estimated by one Newton step
+    #: from the full fit (:func:`approximate_loo`); NaN for a row too influential to estimate that way
     approx_loo_errors: dict[str, float] = attrs.field(factory=dict)
 
     @property
@@ -232,17 +233,22 @@ MAX_LEVERAGE = 0.9
 
 
 def approximate_loo(res: Any, f_scale: float = F_SCALE) -> np.ndarray:
-    """Each row's log residual under the fit without it, from the full soft-L1 fit ``res`` (scipy least squares),
-    one Newton step per row: the approximate leave-one-out of Rad and Maleki (2020), "A scalable estimate of the
-    out-of-sample prediction error via approximate leave-one-out", JRSS B 82(4), https://arxiv.org/abs/1801.10243;
-    for plain least squares it is the PRESS residual r / (1 - h) (Allen 1974).
+    """Each row's log residual under the fit without it, from the full fit ``res`` of scipy least squares with
+    ``loss="soft_l1"`` and this ``f_scale`` (the formula below is that loss's; another loss needs its own),
+    one Newton step per row: the approximate leave-one-out of Rahnama Rad and Maleki, "A scalable estimate of the
+    out-of-sample prediction error via approximate leave-one-out cross-validation", J. R. Stat. Soc. B 82(4),
+    965-996 (2020), https://doi.org/10.1111/rssb.12374 (https://arxiv.org/abs/1801.10243);
+    for plain least squares it is the PRESS residual r / (1 - h) (Allen, Technometrics 16(1), 1974).
 
     Derivation (cost 1/2 sum rho(f_i^2), Gauss-Newton Hessian A = sum w_i J_i' J_i with w_i = rho' + 2 rho'' f_i^2,
     which scipy's ``res.jac`` carries row-scaled by sqrt(w_i)): dropping row i leaves the gradient -rho'_i f_i J_i',
     so the step is A_{-i}^{-1} rho'_i f_i J_i' and the row's residual becomes f_i (1 + rho'_i / w_i * h_i / (1 - h_i)),
     h_i the leverage of scaled row i (Sherman-Morrison). For soft-L1, rho'/w = 1 + (f/f_scale)^2. Parameters at
-    a bound (``res.active_mask``) or that no row moves stay where they are. Rows with leverage >= MAX_LEVERAGE
-    get NaN. The test suite checks it against exact refits on a small problem; docs/validation.md on the real one.
+    a bound (``res.active_mask``) or that no row moves stay where they are (with every parameter so, the rows'
+    in-sample residuals come back). Rows with leverage >= MAX_LEVERAGE get NaN. One step is exact for a linear
+    model and overshoots where the fit is far from linear in a row's absence: a row with a large residual and
+    high leverage may come out further off than an exact refit would put it. The test suite checks it against
+    exact refits on a small problem; docs/validation.md on rows of the shipped data.
     """
     jac = _jacobian(res)
     free = (res.active_mask == 0) & (np.abs(jac).sum(axis=0) > 0)
@@ -456,8 +462,10 @@ def profile_text(fit: Fit, *, data: str) -> str:
     """The profile file of a fit, with each parameter's uncertainty and the fit's record."""
     record: dict[str, Any] = {"data": data, "rows": len(fit.rows), "median_abs_error": round(fit.median_abs_error, 4)}
     if fit.approx_loo_median_abs_error is not None:
-        record["loo_median_abs_error"] = round(fit.approx_loo_median_abs_error, 4)
-        record["loo"] = "approximate: one Newton step per row from this fit"
+        record["loo_approx_median_abs_error"] = round(fit.approx_loo_median_abs_error, 4)
+        unestimated = sum(1 for e in fit.approx_loo_errors.values() if not math.isfinite(e))
+        record["loo_approx"] = "one Newton step per row from this fit" + (
+            f"; {unestimated} rows too influential to estimate, left out of the median" if unestimated else "")
     if fit.loo_median_abs_error is not None:
         record["heldout_median_abs_error"] = round(fit.loo_median_abs_error, 4)
         record["heldout"] = fit.holdout

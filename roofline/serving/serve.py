@@ -167,6 +167,9 @@ class ServingResult(ArrayRecord):
     #: cost of one replica per hour (NaN where a device has no price), and the prefill groups' share of it
     usd_per_hour: Array = attrs.field(factory=lambda: np.array(np.nan))
     prefill_usd_share: Array = attrs.field(factory=lambda: np.array(np.nan))
+    #: whether the step's token budget keeps up with the prompts arriving at this load (False makes ``fits``
+    #: False: the batch cannot be sustained, whatever the memory says)
+    budget_keeps_up: NDArray[np.bool_] = attrs.field(factory=lambda: np.array(True))
 
     @property
     def tokens_per_s_per_user(self) -> Array:
@@ -369,10 +372,15 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
     return B, G, acc
 
 
+#: Tokens one continuous-batching step may process when nothing else is said: vLLM's max_num_batched_tokens and
+#: SGLang's chunked_prefill_size default to 8192 on large GPUs (see :func:`_prompt_chunks`).
+DEFAULT_TOKEN_BUDGET = 8192
+
+
 @broadcast_errors
 def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *, batch: ArrayLike,
                      gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
-                     prefill_batch: int = 1, chunk: int = 8192, poll_steps: int = 1,
+                     prefill_batch: int = 1, chunk: int = DEFAULT_TOKEN_BUDGET, poll_steps: int = 1,
                      target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
                      params: EngineParams | None = None, power: PowerModel = DEFAULT_POWER,
                      prices: Prices | None = None) -> ServingResult:
@@ -439,9 +447,10 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     with np.errstate(invalid="ignore", divide="ignore"):
         share = (devices["prefill"] * prices.usd_per_hour(placement.prefill.device.id) / usd
                  if placement.prefill is not None else np.full(B.shape, np.nan))
-    return _result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e, tokens_per_s=tokens_per_s,
-                   devices=sum(devices.values()), power_w=power_w, by_group=by_group, fits=fits, note=note,
-                   usd_per_hour=usd, prefill_usd_share=share)
+    return attrs.evolve(_result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e,
+                                tokens_per_s=tokens_per_s, devices=sum(devices.values()), power_w=power_w,
+                                by_group=by_group, fits=fits, note=note, usd_per_hour=usd, prefill_usd_share=share),
+                        budget_keeps_up=np.broadcast_to(chunks.sustains if chunks else True, B.shape).copy())
 
 
 def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: _Prefill, *, B: Array, G: Array,

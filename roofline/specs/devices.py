@@ -34,7 +34,8 @@ STATUSES = ("shipping", "announced")
 PLAUSIBLE_MIN = {"bytes_per_s": 1e3, "flop_per_s": 1e3, "bytes": 1.0, "w": 1e-3}
 MAX_SPEC_BYTES = 1_000_000  # a device spec is a few kB; anything this large is not one
 #: Compute classes (the rates a spec file lists) and the operand width each multiplies at, in bits.
-COMPUTE_CLASS_BITS = {"fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp6": 6, "fp4": 4, "int8": 8, "int4": 4}
+COMPUTE_CLASS_BITS = MappingProxyType({"fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp6": 6, "fp4": 4,
+                                       "int8": 8, "int4": 4})
 COMPUTE_CLASSES = tuple(COMPUTE_CLASS_BITS)
 BASES = ("dense", "dense-from-sparse", "unstated")
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-.")

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import RooflineError
 from ..physics.speculative import Acceptance
+from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.whatif import WhatIf
 from ..specs.params import EngineParams, Profile, default_params, load_profile, shipped_profile
 from ..specs.prices import Prices, shipped_prices
@@ -123,17 +124,25 @@ def add_request(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
     sp.add_argument("--mode", choices=["continuous", "static"], default="continuous",
                     help="continuous batching (steady state) or static batches (default continuous)")
-    sp.add_argument("--token-budget", type=positive, default=8192, metavar="TOKENS",
-                    help="continuous batching: tokens one step may process, decode and prompt chunks together "
-                         "(vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size; default 8192)")
+    sp.add_argument("--token-budget", type=positive, default=DEFAULT_TOKEN_BUDGET, metavar="TOKENS",
+                    help="tokens one step may process, decode tokens and prompt chunks together (vLLM "
+                         "--max-num-batched-tokens; SGLang's --chunked-prefill-size caps the prompt part; default "
+                         f"{DEFAULT_TOKEN_BUDGET}); continuous mode, placements whose prompts run on the decode group")
     sp.add_argument("--poll-steps", type=positive, default=1, metavar="N",
-                    help="continuous batching: decode steps between the scheduler's polls for new requests "
-                         "(SGLang --scheduler-recv-interval; default 1)")
+                    help="decode steps between the scheduler's polls for new requests (SGLang "
+                         "--scheduler-recv-interval; default 1); continuous mode, prompts on the decode group")
 
 
 def serving_knobs(args: argparse.Namespace) -> dict[str, int]:
     """The scheduler options of :func:`add_request` as evaluate_serving's keywords."""
     return {"chunk": args.token_budget, "poll_steps": args.poll_steps}
+
+
+def scheduler_note(args: argparse.Namespace) -> str:
+    """The scheduler options that differ from their defaults, for a title (empty when none does)."""
+    parts = [f"token budget {args.token_budget}" if args.token_budget != DEFAULT_TOKEN_BUDGET else "",
+             f"polls every {args.poll_steps} steps" if args.poll_steps != 1 else ""]
+    return "".join(f", {p}" for p in parts if p)
 
 
 # ------------------------------------------------------------ option values

@@ -356,7 +356,7 @@ def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
             "usd_per_hour": at(r.usd_per_hour), "usd_per_million_output_tokens": at(r.usd_per_million_output_tokens),
             "usd_per_million_input_tokens": at(r.usd_per_million_input_tokens),
             "usd_per_million_total_tokens": at(r.usd_per_million_total_tokens),
-            "fits": bool(at(r.fits))}
+            "fits": bool(at(r.fits)), "budget_keeps_up": bool(at(r.budget_keeps_up))}
 
 
 def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> list[Any]:

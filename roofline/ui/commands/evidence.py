@@ -137,8 +137,8 @@ def register(add: Adder) -> None:
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
     sp.add_argument("--loo", action="store_true",
-                    help="also compute the exact leave-one-out error (slow: one fit per row; every calibration "
-                         "reports it approximated by one Newton step per row)")
+                    help="also compute the exact leave-one-out error: one fit per row, minutes each (days for the "
+                         "shipped rows); every calibration estimates it by one Newton step per row in a second")
     sp.add_argument("--folds", type=int, default=None, metavar="K",
                     help="also compute the held-out error with K folds of whole publications (K fits)")
     sp.add_argument("--by", choices=FOLD_BY, default=FOLD_BY[0],

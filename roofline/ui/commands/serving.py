@@ -32,6 +32,7 @@ from ..options import (
     parse_ints,
     positive,
     price_list,
+    scheduler_note,
     serving_knobs,
     what_if,
 )
@@ -111,12 +112,15 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                                      mode=args.mode, target_formats=formats(args), params=params,
                                      **serving_knobs(args))
                 point = render.serving_point(r, 0)
-                reason = r.energy_note or ("" if point["fits"] else "does not fit at this batch")
+                reason = r.energy_note or ("" if point["fits"] else "does not fit at this batch" if
+                                           point["budget_keeps_up"] else f"a step's token budget ({args.token_budget}) "
+                                           "cannot keep up with the prompts arriving at this batch")
             except RooflineError as e:  # a placement that cannot be evaluated is listed with why
                 reason = str(e)
         items.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
                       "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point})
-    title = f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}, {args.mode}"
+    title = (f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}, {args.mode}"
+             + scheduler_note(args))
     caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
                "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
                "by the share of time they are busy.")
