@@ -57,6 +57,22 @@ def test_validate_reports_defensible_median_error(run_cli):
     assert data["summary"]["overall"]["n"] + len(data["skipped"]) == len(ROWS)
 
 
+def test_validate_terminal_view_groups_errors_and_skips(run_cli):
+    """The terminal view ends with errors by kind, family, metric, device and stack, and one line per reason a
+    row was not predicted (with its count), not a caption listing every skipped row."""
+    code, out, err = run_cli("validate")
+    assert code == 0, err
+    data = json.loads(run_cli("validate", "--json")[1])
+    summary = out[out.index("errors by group"):]
+    for group, key in (("device", "by_hardware"), ("stack", "by_stack_family")):
+        for value, x in data["summary"][key].items():
+            assert any(line.split()[:3] == [group, value, str(x["n"])] for line in summary.splitlines()), (group, value)
+    skipped = out[out.index(f"{len(data['skipped'])} rows not predicted"):]
+    mlperf = sum("latency limits" in s["reason"] for s in data["skipped"])
+    assert mlperf > 10 and any(line.split()[:1] == [str(mlperf)] for line in skipped.splitlines())
+    assert len(skipped.splitlines()) < len(data["skipped"])
+
+
 def test_uncalibrated_roofline_is_optimistic():
     # docs/design.md: pure rooflines land 30-50% off, fast. The engineering defaults with peak-efficiency 1 show it.
     pure = attrs.evolve(rl.EngineParams(), memory_bandwidth_fraction=1.0, compute_fraction=1.0, step_overhead_s=0.0,

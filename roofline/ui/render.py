@@ -467,20 +467,47 @@ def diagnosis_table(d: dict[str, Any]) -> Table:
 
 # -------------------------------------------------------------- validation
 def validation_table(v: Validation, path: str) -> Table:
-    s = v.summary
-    o = s["overall"]
+    o = v.summary["overall"]
     cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
-           f"{o.get('n', 0)} rows. By family: " + "; ".join(f"{k} {x['median_abs_error']:.0%} (n={x['n']})"
-                                                            for k, x in s.get("by_family", {}).items())
-           + ". By metric: " + "; ".join(f"{k} {x['median_abs_error']:.0%} (n={x['n']})"
-                                         for k, x in s.get("by_metric", {}).items())
-           + (". Skipped: " + "; ".join(f"{x['id']} ({x['reason']})" for x in v.skipped) if v.skipped else ""))
+           f"{o.get('n', 0)} rows; by group in the next table" + (f", {len(v.skipped)} rows not predicted after it"
+                                                                   if v.skipped else "") + ".")
     t = _table(title=f"validation against {path}", caption=cap)
     for c in ("id", "metric", "device", "model", "predicted", "measured", "error"):
         t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
     for r in v.rows:
         t.add_row(r["id"], METRIC_SHORT.get(r["metric"], r["metric"]), r["hardware"], r["model"],
                   f"{r['predicted']:.4g}", f"{r['measured']:.4g}", f"{r['error']:+.0%}")
+    return t
+
+
+#: The validation summary's groupings as the terminal shows them.
+SUMMARY_GROUPS = (("by_kind", "kind"), ("by_family", "family"), ("by_metric", "metric"), ("by_hardware", "device"),
+                  ("by_stack_family", "stack"))
+
+
+def validation_summary_table(v: Validation) -> Table:
+    """Median |error|, median signed error and row count per kind, family, metric, device and stack."""
+    t = _table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
+                                                "energy above the measured one, or a TTFT / ITL longer than measured")
+    for c in ("group", "value", "n", "median |error|", "median error"):
+        t.add_column(c, justify="left" if c in ("group", "value") else "right")
+    for key, name in SUMMARY_GROUPS:
+        for value, x in v.summary.get(key, {}).items():
+            t.add_row(name, METRIC_SHORT.get(value, value), str(x["n"]), f"{x['median_abs_error']:.0%}",
+                      f"{x['median_error']:+.0%}" if "median_error" in x else "")
+    return t
+
+
+def skipped_table(skipped: Sequence[dict[str, str]]) -> Table:
+    """Rows not predicted, one line per reason with its count and first ids (all ids are in --json)."""
+    by_reason: dict[str, list[str]] = {}
+    for x in skipped:
+        by_reason.setdefault(x["reason"], []).append(x["id"])
+    t = _table(title=f"{len(skipped)} rows not predicted")
+    for c in ("rows", "ids", "reason"):
+        t.add_column(c, justify="right" if c == "rows" else "left")
+    for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+        t.add_row(str(len(ids)), ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""), reason)
     return t
 
 
@@ -667,7 +694,10 @@ def diagnosis_view(d: Diagnosis) -> View:
 
 def validation_view(v: Validation, path: str) -> View:
     data = {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped}
-    return View(tables=[validation_table(v, path)], data=data, rows=v.rows)
+    tables: list[RenderableType] = [validation_table(v, path), validation_summary_table(v)]
+    if v.skipped:
+        tables.append(skipped_table(v.skipped))
+    return View(tables=tables, data=data, rows=v.rows)
 
 
 def calibration_view(d: dict[str, Any]) -> View:
