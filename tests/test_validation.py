@@ -71,6 +71,12 @@ def test_validate_terminal_view_groups_errors_and_skips(run_cli):
     mlperf = sum("latency limits" in s["reason"] for s in data["skipped"])
     assert mlperf > 10 and any(line.split()[:1] == [str(mlperf)] for line in skipped.splitlines())
     assert len(skipped.splitlines()) < len(data["skipped"])
+    # and the shipped calibration's own record: in-sample, leave-one-out and held out, as its profile says
+    fit = _recorded_fit()
+    assert data["calibration"]["loo_approx_median_abs_error"] == fit["loo_approx_median_abs_error"]
+    said = " ".join(summary.split())
+    assert f"leave-one-out {fit['loo_approx_median_abs_error']:.1%}" in said
+    assert f"held out ({fit['heldout']}) {fit['heldout_median_abs_error']:.1%}" in said
 
 
 def test_uncalibrated_roofline_is_optimistic():

@@ -362,6 +362,9 @@ class Profile:
     default: EngineParams = attrs.field(factory=EngineParams)
     families: dict[str, EngineParams] = attrs.field(factory=dict)
     path: str = ""
+    #: the ``[fit]`` record `roofline calibrate` wrote (rows, in-sample, leave-one-out, held-out errors); empty
+    #: for a profile written by hand
+    fit: Mapping[str, Any] = attrs.field(factory=dict, eq=False, converter=lambda m: MappingProxyType(dict(m)))
 
     def for_stack(self, stack: str, vendor: str = "", isa: str = "") -> EngineParams:
         """The parameters of a stack's build for a device's platform and ISA, else of the nearest family it
@@ -410,8 +413,11 @@ def load_profile(path: str | Path, *, base: EngineParams | None = None) -> Profi
     stacks = data.get("stacks", {})
     if not isinstance(stacks, dict):
         raise SpecError(f"{p}: [stacks] must be a table of tables")
+    fit = data.get("fit", {})
+    if not isinstance(fit, dict):
+        raise SpecError(f"{p}: [fit] must be a table (the record `roofline calibrate` writes)")
     return Profile(default=default, families={k: _params_from(v, f"{p} [stacks.{k}]", default)
-                                              for k, v in stacks.items()}, path=str(p))
+                                              for k, v in stacks.items()}, path=str(p), fit=fit)
 
 
 def _toml_string(text: str) -> str:

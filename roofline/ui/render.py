@@ -8,7 +8,7 @@ the three never disagree.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -485,10 +485,25 @@ SUMMARY_GROUPS = (("by_kind", "kind"), ("by_family", "family"), ("by_metric", "m
                   ("by_stack_family", "stack"))
 
 
-def validation_summary_table(v: Validation) -> Table:
-    """Median |error|, median signed error and row count per kind, family, metric, device and stack."""
+def calibration_record(fit: Mapping[str, Any]) -> str:
+    """A profile's ``[fit]`` record in a sentence (empty for a profile without one)."""
+    if not fit.get("rows"):
+        return ""
+    parts = [f"in-sample {fit['median_abs_error']:.1%}" if "median_abs_error" in fit else "",
+             f"leave-one-out {fit['loo_approx_median_abs_error']:.1%} (one Newton step per row)"
+             if "loo_approx_median_abs_error" in fit else "",
+             f"held out ({fit.get('heldout', '?')}) {fit['heldout_median_abs_error']:.1%}"
+             if "heldout_median_abs_error" in fit else ""]
+    return (f" The calibration was fitted on {fit['rows']} GPU time rows of {fit.get('data', '?')}: "
+            + ", ".join(p for p in parts if p) + ".")
+
+
+def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None) -> Table:
+    """Median |error|, median signed error and row count per kind, family, metric, device and stack, and the
+    calibration's own record (``fit``: the profile's ``[fit]`` table)."""
     t = _table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
-                                                "energy above the measured one, or a TTFT / ITL longer than measured")
+                                                "energy above the measured one, or a TTFT / ITL longer than measured."
+                                                + calibration_record(fit or {}))
     for c in ("group", "value", "n", "median |error|", "median error"):
         t.add_column(c, justify="left" if c in ("group", "value") else "right")
     for key, name in SUMMARY_GROUPS:
@@ -692,9 +707,10 @@ def diagnosis_view(d: Diagnosis) -> View:
     return View(tables=[diagnosis_table(data)], data=data, rows=[data])
 
 
-def validation_view(v: Validation, path: str) -> View:
-    data = {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped}
-    tables: list[RenderableType] = [validation_table(v, path), validation_summary_table(v)]
+def validation_view(v: Validation, path: str, fit: Mapping[str, Any] | None = None) -> View:
+    """Rows, errors by group and rows not predicted; ``fit``: the profile's calibration record."""
+    data = {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped, "calibration": dict(fit or {})}
+    tables: list[RenderableType] = [validation_table(v, path), validation_summary_table(v, fit)]
     if v.skipped:
         tables.append(skipped_table(v.skipped))
     return View(tables=tables, data=data, rows=v.rows)

@@ -43,7 +43,8 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     if args.plot:
         from ..plot import check_plot_path
         check_plot_path(args.plot)
-    v = validate(read_rows(path), profile(args))
+    prof = profile(args)
+    v = validate(read_rows(path), prof)
     if not v.rows:
         reasons = "; ".join(f"{s['id']}: {s['reason']}" for s in v.skipped[:3])
         raise RooflineError(f"{path}: no row could be predicted ({len(v.skipped)} skipped; {reasons})")
@@ -52,7 +53,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         o = v.summary["overall"]
         plot_validation(v.rows, args.plot, title=f"roofline against {o.get('n', 0)} published measurements "
                                                  f"(median |error| {o.get('median_abs_error', 0):.0%})")
-    emit(console, render.validation_view(v, path), args)
+    emit(console, render.validation_view(v, path, prof.fit), args)
     return 0
 
 
