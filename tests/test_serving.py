@@ -302,9 +302,27 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
         assert code == 0, err
         pareto[n] = json.loads(out)["configurations"][0]["frontier"][0]["ttft_s"]
     assert pareto["16"] > pareto["1"]
+    # batch 16 of 8192-in / 1024-out prompts needs 16 decode + 16 x 8 prompt tokens per step
     code, out, _ = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--batch", "16",
                            "--token-budget", "8")
-    assert code == 0 and "token budget (8) cannot keep up" in " ".join(out.split())
+    said = " ".join(out.split())
+    assert code == 0 and "token budget (8) cannot keep up" in said and "at least 144 tokens" in said
+    code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch", "16",
+                           "--token-budget", "143")
+    assert code == 1 and "raise --token-budget" in err
+    assert run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch", "16",
+                   "--token-budget", "144")[0] == 0
+    # memory is said first: 512 sequences of 8k prompts do not fit one H100, whatever the budget
+    r = rl.evaluate_serving("llama-3.1-8b", rl.Placement.build("one", decode="h100-sxm"),
+                            rl.Request(input_tokens=8192, output_tokens=1024), batch=np.array([16, 512]), chunk=64)
+    assert list(r.fits_memory) == [True, False] and not r.budget_keeps_up.any() and not r.fits.any()
+    code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch", "512",
+                           "--token-budget", "64")
+    assert code == 1 and "nothing fits" in err and "token budget" not in err
+    # static batches have no scheduler to set
+    code, _, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--mode", "static",
+                           "--poll-steps", "8")
+    assert code == 2 and "--mode static" in err and len(err.strip().splitlines()) == 1
     for opt, bad in (("--poll-steps", "0"), ("--token-budget", "1.5")):
         code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", opt, bad)
         assert code == 2 and opt in err and len(err.strip().splitlines()) == 1

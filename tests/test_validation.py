@@ -196,10 +196,19 @@ def test_profiles_are_accepted_by_commands(run_cli, tmp_path):
     bad = tmp_path / "bad.toml"
     for text, needle in (("[params]\nwarp_speed = 2\n", "not an engine parameter"),
                          ("[params]\nmemory_bandwidth_fraction = 2.0\n", "memory_bandwidth_fraction"),
-                         ("nope", "not a profile TOML"), ("[fit]\nrows = 1\n", "missing or empty")):
+                         ("nope", "not a profile TOML"), ("[fit]\nrows = 1\n", "missing or empty"),
+                         ("fit = 3\n[params]\ncompute_fraction = 0.5\n", "[fit] must be a table"),
+                         ('[params]\ncompute_fraction = 0.5\n[fit]\nrows = "many"\n', "[fit] rows"),
+                         ("[params]\ncompute_fraction = 0.5\n[fit]\nrows = 9\nmedian_abs_error = nan\n",
+                          "median_abs_error")):
         bad.write_text(text)
-        code, _, err = run_cli("stage", "llama-3.1-8b", "h100", "--profile", str(bad))
-        assert code == 1 and needle in err and len(err.strip().splitlines()) == 1
+        for cmd in (("stage", "llama-3.1-8b", "h100"), ("validate",)):
+            code, _, err = run_cli(*cmd, "--profile", str(bad))
+            assert code == 1 and needle in err and len(err.strip().splitlines()) == 1, (cmd, text)
+    # a hand-written profile has no calibration record: validate says nothing about one
+    bad.write_text("[params]\nmemory_bandwidth_fraction = 0.5\n[fit]\nrows = 10\n")
+    code, out, err = run_cli("validate", "--profile", str(bad))
+    assert code == 0 and "calibration was fitted" not in out, err
 
 
 def test_calibrate_command_writes_a_profile(run_cli, tmp_path):

@@ -168,8 +168,12 @@ class ServingResult(ArrayRecord):
     usd_per_hour: Array = attrs.field(factory=lambda: np.array(np.nan))
     prefill_usd_share: Array = attrs.field(factory=lambda: np.array(np.nan))
     #: whether the step's token budget keeps up with the prompts arriving at this load (False makes ``fits``
-    #: False: the batch cannot be sustained, whatever the memory says)
+    #: False: the batch cannot be sustained, whatever the memory says), whether the weights, KV and workspace
+    #: fit in memory, and the smallest budget that keeps up (B (gamma + 1) decode tokens plus B E isl / osl
+    #: prompt tokens per step; 0 where prompts do not share the decode steps)
     budget_keeps_up: NDArray[np.bool_] = attrs.field(factory=lambda: np.array(True))
+    fits_memory: NDArray[np.bool_] = attrs.field(factory=lambda: np.array(True))
+    token_budget_needed: Array = attrs.field(factory=lambda: np.array(0.0))
 
     @property
     def tokens_per_s_per_user(self) -> Array:
@@ -247,7 +251,9 @@ def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Ar
     the group's (SGLang divides chunked_prefill_size among attention data-parallel ranks). In steady state
     the steps need B E isl / osl prompt tokens on average: a batch whose prompts need more than the budget
     leaves them cannot be sustained. On a pipeline (pp > 1) prompt tokens are spread over every step
-    instead: its stages take them as extra microbatches, and no separate chunk steps are modelled (None)."""
+    instead: its stages take them as extra microbatches, and no separate chunk steps are modelled (None).
+    Not modelled: how full the budget runs. Near the smallest budget that keeps up a real queue of prompts grows
+    without bound; here the point stays feasible with a finite TTFT up to that budget and is infeasible below it."""
     if placement.decode.pp > 1:
         return None
     isl, osl = request.input_tokens, request.output_tokens
@@ -450,7 +456,10 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     return attrs.evolve(_result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e,
                                 tokens_per_s=tokens_per_s, devices=sum(devices.values()), power_w=power_w,
                                 by_group=by_group, fits=fits, note=note, usd_per_hour=usd, prefill_usd_share=share),
-                        budget_keeps_up=np.broadcast_to(chunks.sustains if chunks else True, B.shape).copy())
+                        budget_keeps_up=np.broadcast_to(chunks.sustains if chunks else True, B.shape).copy(),
+                        fits_memory=np.broadcast_to(rnd.fits & pre.fits, B.shape).copy(),
+                        token_budget_needed=np.broadcast_to(
+                            np.ceil(B * (G + 1) + B * E * isl / osl) if chunks else 0.0, B.shape).copy())
 
 
 def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: _Prefill, *, B: Array, G: Array,

@@ -413,11 +413,30 @@ def load_profile(path: str | Path, *, base: EngineParams | None = None) -> Profi
     stacks = data.get("stacks", {})
     if not isinstance(stacks, dict):
         raise SpecError(f"{p}: [stacks] must be a table of tables")
-    fit = data.get("fit", {})
-    if not isinstance(fit, dict):
-        raise SpecError(f"{p}: [fit] must be a table (the record `roofline calibrate` writes)")
+    fit = _fit_record(data.get("fit", {}), p)
     return Profile(default=default, families={k: _params_from(v, f"{p} [stacks.{k}]", default)
                                               for k, v in stacks.items()}, path=str(p), fit=fit)
+
+
+#: The ``[fit]`` record's fields and their types (what `roofline calibrate` writes; other keys are kept as given).
+_FIT_FIELDS = {"data": str, "rows": int, "median_abs_error": float, "loo_approx_median_abs_error": float,
+               "loo_approx": str, "heldout_median_abs_error": float, "heldout": str}
+
+
+def _fit_record(fit: Any, path: Path) -> dict[str, Any]:
+    """A profile's ``[fit]`` table, its known fields checked (a count, finite non-negative errors, strings)."""
+    if not isinstance(fit, dict):
+        raise SpecError(f"{path}: [fit] must be a table (the record `roofline calibrate` writes)")
+    for k, kind in _FIT_FIELDS.items():
+        if k not in fit:
+            continue
+        v = fit[k]
+        ok = (isinstance(v, str) if kind is str else isinstance(v, int) and not isinstance(v, bool) and v > 0
+              if kind is int else isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+        if not ok:
+            raise SpecError(f"{path} [fit] {k} = {v!r}: expected "
+                            + {str: "a string", int: "a whole number of rows > 0", float: "a finite error >= 0"}[kind])
+    return fit
 
 
 def _toml_string(text: str) -> str:

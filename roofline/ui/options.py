@@ -134,7 +134,11 @@ def add_request(sp: argparse.ArgumentParser) -> None:
 
 
 def serving_knobs(args: argparse.Namespace) -> dict[str, int]:
-    """The scheduler options of :func:`add_request` as evaluate_serving's keywords."""
+    """The scheduler options of :func:`add_request` as evaluate_serving's keywords (static batches have no
+    scheduler to set: giving them there is a usage error, not a silent no-op)."""
+    if args.mode == "static" and scheduler_note(args):
+        raise UsageError("--token-budget and --poll-steps set the continuous-batching scheduler; --mode static "
+                         "runs whole batches without one")
     return {"chunk": args.token_budget, "poll_steps": args.poll_steps}
 
 

@@ -356,7 +356,8 @@ def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
             "usd_per_hour": at(r.usd_per_hour), "usd_per_million_output_tokens": at(r.usd_per_million_output_tokens),
             "usd_per_million_input_tokens": at(r.usd_per_million_input_tokens),
             "usd_per_million_total_tokens": at(r.usd_per_million_total_tokens),
-            "fits": bool(at(r.fits)), "budget_keeps_up": bool(at(r.budget_keeps_up))}
+            "fits": bool(at(r.fits)), "fits_memory": bool(at(r.fits_memory)),
+            "budget_keeps_up": bool(at(r.budget_keeps_up)), "token_budget_needed": at(r.token_budget_needed)}
 
 
 def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> list[Any]:
@@ -374,7 +375,7 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
                   _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]))
     out: list[Any] = [t] if t.row_count else [f"{title}: no placement is feasible."]
     for reason, names in failed.items():
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        shown = "; ".join(names[:3]) + (f"; and {len(names) - 3} more" if len(names) > 3 else "")
         out.append(f"not feasible ({shown}): {reason}")
     return out
 
@@ -487,13 +488,13 @@ SUMMARY_GROUPS = (("by_kind", "kind"), ("by_family", "family"), ("by_metric", "m
 
 def calibration_record(fit: Mapping[str, Any]) -> str:
     """A profile's ``[fit]`` record in a sentence (empty for a profile without one)."""
-    if not fit.get("rows"):
-        return ""
     parts = [f"in-sample {fit['median_abs_error']:.1%}" if "median_abs_error" in fit else "",
-             f"leave-one-out {fit['loo_approx_median_abs_error']:.1%} (one Newton step per row)"
+             f"leave-one-out {fit['loo_approx_median_abs_error']:.1%} ({fit.get('loo_approx', 'approximate')})"
              if "loo_approx_median_abs_error" in fit else "",
              f"held out ({fit.get('heldout', '?')}) {fit['heldout_median_abs_error']:.1%}"
              if "heldout_median_abs_error" in fit else ""]
+    if not fit.get("rows") or not any(parts):
+        return ""
     return (f" The calibration was fitted on {fit['rows']} GPU time rows of {fit.get('data', '?')}: "
             + ", ".join(p for p in parts if p) + ".")
 
@@ -503,13 +504,13 @@ def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None
     calibration's own record (``fit``: the profile's ``[fit]`` table)."""
     t = _table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
                                                 "energy above the measured one, or a TTFT / ITL longer than measured."
-                                                + calibration_record(fit or {}))
+                                                + calibration_record(fit or {}), caption_justify="left")
     for c in ("group", "value", "n", "median |error|", "median error"):
         t.add_column(c, justify="left" if c in ("group", "value") else "right")
     for key, name in SUMMARY_GROUPS:
         for value, x in v.summary.get(key, {}).items():
             t.add_row(name, METRIC_SHORT.get(value, value), str(x["n"]), f"{x['median_abs_error']:.0%}",
-                      f"{x['median_error']:+.0%}" if "median_error" in x else "")
+                      f"{round(x['median_error'], 2) + 0.0:+.0%}" if "median_error" in x else "")
     return t
 
 
@@ -518,7 +519,8 @@ def skipped_table(skipped: Sequence[dict[str, str]]) -> Table:
     by_reason: dict[str, list[str]] = {}
     for x in skipped:
         by_reason.setdefault(x["reason"], []).append(x["id"])
-    t = _table(title=f"{len(skipped)} rows not predicted")
+    t = _table(title=f"{len(skipped)} rows not predicted", caption="--json lists every row with its reason",
+               caption_justify="left")
     for c in ("rows", "ids", "reason"):
         t.add_column(c, justify="right" if c == "rows" else "left")
     for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
@@ -527,7 +529,8 @@ def skipped_table(skipped: Sequence[dict[str, str]]) -> Table:
 
 
 METRIC_SHORT = {"decode_tokens_per_s_per_user": "tok/s/user", "itl_ms": "ITL ms", "ttft_ms": "TTFT ms",
-                "output_tokens_per_s_per_device": "tok/s/device", "output_tokens_per_s_total": "tok/s total"}
+                "output_tokens_per_s_per_device": "tok/s/device", "output_tokens_per_s_total": "tok/s total",
+                "power_w": "power W", "energy_per_token_j": "J/token"}
 
 
 def params_dict(p: EngineParams) -> dict[str, float]:
