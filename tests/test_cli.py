@@ -155,3 +155,47 @@ def test_devices_table_tells_not_native_from_unpublished(run_cli):
     assert "unknown" in rows["rubin"]                                            # native bf16, rate unpublished
     code, out, _ = run_cli("show", "corsair")
     assert "— (not native)" in out
+
+
+def _narrow(*argv: str, width: int = 80) -> str:
+    """The command's terminal output at ``width`` columns."""
+    import io
+
+    from rich.console import Console
+
+    from roofline.ui.cli import main
+    buf = io.StringIO()
+    assert main(list(argv), console=Console(file=buf, width=width, color_system=None),
+                err_console=Console(file=io.StringIO(), width=width, color_system=None)) == 0
+    return buf.getvalue()
+
+
+def test_narrow_terminals_never_cut_numbers_off(run_cli):
+    """At 80 columns a wide stage table still shows every number whole (large rates in k/M, never cropped)."""
+    args = ("stage", "gpt-oss-draft-1.6b", "corsair:1x2", "--batch", "1,8", "--weights", "mxint8", "--kv", "mxint8",
+            "--activations", "mxint8")
+    text = _narrow(*args)
+    data = json.loads(run_cli(*args, "--json")[1])
+    prefill = data["stages"][0]["rows"]
+    assert "batch" in text and "compute" in text.split("decode:")[0]
+    for row in prefill:
+        tps = row["tokens_per_s"]
+        shown = f"{tps / 1e6:.3g}M" if tps >= 1e6 else f"{tps / 1e3:.0f}k" if tps >= 1e5 else f"{tps:,.0f}"
+        assert shown in text, shown
+
+
+def test_spec_scan_over_batches_marks_each_batch(run_cli):
+    """With several batches the table has a batch column, each batch's fastest gamma is marked, and the
+    caption gives each batch's baseline and the what-if applied."""
+    args = ("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--draft-on", "corsair:2",
+            "--verify-on", "b200:8", "--alpha", "0.926", "--gamma", "1..3", "--batch", "1,64",
+            "--set", "corsair.execution.layer_overhead=5us")
+    data = json.loads(run_cli(*args, "--json")[1])
+    for b in (1, 64):
+        mine = [r for r in data["rows"] if r["batch"] == b]
+        fastest = max(mine, key=lambda r: r["tokens_per_s_per_user"])
+        assert [r["gamma"] for r in mine if r["best"]] == [fastest["gamma"]]
+    assert {r["gamma"] for r in data["rows"] if r["best"]} == {3, 1}   # small batch: long drafts; batch 64: short
+    text = " ".join(_narrow(*args, width=120).split())
+    assert "batch gamma" in text and "batch 1:" in text and "batch 64:" in text
+    assert "What-if: corsair.execution.layer_overhead=5us" in text

@@ -260,7 +260,16 @@ def _ms(v: float) -> str:
 
 
 def _rate(v: float) -> str:
-    return "—" if not math.isfinite(v) else (f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
+    """A rate in at most 7 characters: 2,205 / 34.4 / 349k / 1.38M (exact values are in --json and --csv)."""
+    if not math.isfinite(v):
+        return "—"
+    if v >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    return f"{v / 1e3:.0f}k" if v >= 1e5 else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def _intensity(v: float) -> str:
+    return "—" if not math.isfinite(v) else f"{v:,.0f}" if v >= 1000 else f"{v:.3g}"
 
 
 def _gb(v: float) -> str:
@@ -280,12 +289,12 @@ def stage_table(r: StageResult, caption: str) -> Table:
     cols = ["batch", "time", "comp", "mem", *(["comm"] if comm else []), "fixed", "bound", "FLOP\n/B",
             "mem/\ndev", "tok/s\n/user" if per_user else "tok/s\n/seq", "tok/s"]
     for c in cols:
-        t.add_column(c, justify="left" if c == "bound" else "right", no_wrap=True)
+        t.add_column(c, justify="left" if c == "bound" else "right", overflow="fold")
     for row in rows:
         part = _ms if row["fits"] else (lambda v: "—")  # components of a point that does not fit: not shown
         t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), part(row["compute_s"]),
                   part(row["memory_s"]), *([part(row["communication_s"])] if comm else []), part(row["overhead_s"]),
-                  short_bound(row["bound"]), f"{row['intensity_flop_per_byte']:.3g}",
+                  short_bound(row["bound"]), _intensity(row["intensity_flop_per_byte"]),
                   _gb(row["memory_per_device_bytes"]), _rate(row["per_sequence_tokens_per_s"]),
                   _rate(row["tokens_per_s"]))
     return t
@@ -298,11 +307,17 @@ SPEC_FIELDS = ("gamma", "expected_tokens", "draft_s", "verify_s", "transfer_s", 
 
 
 def spec_dict(r: SpecResult, best_gamma: int) -> dict[str, Any]:
+    """A scan as JSON-ready rows (one per batch and gamma), each batch's fastest gamma marked ``best``."""
     rows = []
-    cols = {f: np.ravel(np.asarray(getattr(r, f))) for f in (*SPEC_FIELDS, "extra_flop_fraction", "draft_step_s")}
+    shape = np.broadcast_shapes(np.shape(r.gamma), np.shape(r.batch), np.shape(r.tokens_per_s_per_user))
+    cols = {f: np.ravel(np.broadcast_to(np.asarray(getattr(r, f)), shape))
+            for f in (*SPEC_FIELDS, "batch", "baseline_decode_s", "extra_flop_fraction", "draft_step_s")}
+    speed = np.where(cols["fits"], cols["tokens_per_s_per_user"], -np.inf)
+    best = {b: int(np.argmax(np.where(cols["batch"] == b, speed, -np.inf))) for b in np.unique(cols["batch"])}
     for i in range(cols["gamma"].size):
         row = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in cols.items()}
-        row["best"] = bool(row["gamma"] == best_gamma)
+        row["best"] = bool(best[cols["batch"][i]] == i and np.isfinite(speed[i]))
+        row["baseline_tokens_per_s_per_user"] = 1 / row.pop("baseline_decode_s")
         rows.append(row)
     return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "target_group": r.target_group,
             "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance, "best_gamma": best_gamma,
@@ -312,22 +327,30 @@ def spec_dict(r: SpecResult, best_gamma: int) -> dict[str, Any]:
             "energy_note": r.energy_note, "rows": rows}
 
 
-def spec_table(r: SpecResult, best_gamma: int) -> Table:
-    base = float(np.ravel(r.baseline_decode_s)[0])
-    base_e = float(np.ravel(r.baseline_energy_per_token_j)[0])
+def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = ()) -> Table:
+    d = spec_dict(r, best_gamma)
+    batches = sorted({int(row["batch"]) for row in d["rows"]})
+    several = len(batches) > 1
+    base_e = d["baseline_energy_per_token_j"]
+    base = (f"{_rate(d['baseline_tokens_per_s_per_user'])} tok/s/user" if not several else "; ".join(
+        f"batch {b}: {_rate(next(row['baseline_tokens_per_s_per_user'] for row in d['rows'] if row['batch'] == b))}"
+        for b in batches) + " tok/s/user")
     cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
-           f"Baseline: plain decode on {r.target_group} at {_rate(1 / base)} tok/s/user"
-           + (f", {base_e:.3g} J/token" if math.isfinite(base_e) else "") + ". * = most tok/s/user."
+           f"Baseline: plain decode on {r.target_group} at {base}"
+           + (f", {base_e:.3g} J/token" if math.isfinite(base_e) and not several else "")
+           + (". * = most tok/s/user" + (" at that batch" if several else "") + ".")
+           + (f" What-if: {', '.join(overrides)}." if overrides else "")
            + (f" {r.energy_note}" if r.energy_note else ""))
-    t = _table(title=f"speculative decoding: {r.target} with {r.draft}, batch {int(np.ravel(r.batch)[0])}", caption=cap)
-    for c in ("gamma", "draft\nms", "verify\nms", "xfer\nus", "tok/\nround", "tok/s\n/user", "speed-\nup",
-              "J/\ntoken", "bound\ndraft/verify"):
-        t.add_column(c, justify="left" if "bound" in c else "right", no_wrap=True)
-    for row in spec_dict(r, best_gamma)["rows"]:
+    t = _table(title=f"speculative decoding: {r.target} with {r.draft}, batch {','.join(map(str, batches))}",
+               caption=cap)
+    for c in (*(("batch",) if several else ()), "gamma", "draft\nms", "verify\nms", "xfer\nus", "tok/\nround",
+              "tok/s\n/user", "speed-\nup", "J/\ntoken", "bound\ndraft/verify"):
+        t.add_column(c, justify="left" if "bound" in c else "right", overflow="fold")
+    for row in d["rows"]:
         mark = "*" if row["best"] else ""
         ok = row["fits"]
-        t.add_row(f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]), _ms(row["verify_s"]),
-                  f"{row['transfer_s'] * 1e6:.3g}" if ok else "—", f"{row['expected_tokens']:.3g}",
+        t.add_row(*((f"{row['batch']:.0f}",) if several else ()), f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]),
+                  _ms(row["verify_s"]), f"{row['transfer_s'] * 1e6:.3g}" if ok else "—", f"{row['expected_tokens']:.3g}",
                   _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
                   f"{row['energy_per_token_j']:.3g}" if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
                   f"{short_bound(row['draft_bound'])}/{short_bound(row['verify_bound'])}",
@@ -650,7 +673,7 @@ def stage_view(model: str, device: str, results: Sequence[StageResult], caption:
 def spec_view(r: SpecResult, best_gamma: int, overrides: Sequence[str] = ()) -> View:
     d = spec_dict(r, best_gamma)
     d["overrides"] = list(overrides)
-    return View(tables=[spec_table(r, best_gamma)], data=d, rows=d["rows"])
+    return View(tables=[spec_table(r, best_gamma, overrides)], data=d, rows=d["rows"])
 
 
 def serving_rows_view(title: str, caption: str, items: list[dict[str, Any]], extra: dict[str, Any]) -> View:
