@@ -199,3 +199,27 @@ def test_spec_scan_over_batches_marks_each_batch(run_cli):
     text = " ".join(_narrow(*args, width=120).split())
     assert "batch gamma" in text and "batch 1:" in text and "batch 64:" in text
     assert "What-if: corsair.execution.layer_overhead=5us" in text
+
+
+def test_stage_shows_the_stages_that_fit(run_cli):
+    """A prefill that fits at no batch while decode does (a long prompt on a Groq pipeline) still shows decode,
+    with the prefill's memory shortfall in the caption; an out-of-memory message adds up to what it needs."""
+    code, out, err = run_cli("stage", "llama-3.1-70b", "groq-lpu:8x41", "--context", "2048", "--weights", "int8",
+                             "--kv", "fp16", "--activations", "fp16")
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert "decode:" in said and "does not fit on 328x groq-lpu (TP8, PP41) for prefill" in said
+    code, _, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--context", "1M")
+    assert code == 1 and "activations and workspace" in err
+
+
+def test_diagnose_takes_mean_counts(run_cli):
+    """Measured runs report mean lengths: --isl takes 1k and 512.4 (not only whole numbers), never -1."""
+    base = ("diagnose", "llama-3.1-8b", "h100-sxm", "--batch", "8", "--osl", "512", "--tokens-per-s-per-user", "90")
+    for isl in ("1k", "1000", "512.4"):
+        assert run_cli(*base, "--isl", isl, "--json")[0] == 0, isl
+    a = json.loads(run_cli(*base, "--isl", "1k", "--json")[1])
+    b = json.loads(run_cli(*base, "--isl", "1000", "--json")[1])
+    assert a == b
+    code, _, err = run_cli(*base, "--isl", "-1")
+    assert code == 2 and "--isl" in err and len(err.strip().splitlines()) == 1

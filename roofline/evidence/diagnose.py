@@ -175,14 +175,16 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
     m, g = resolve_model(model), resolve_group(group)
     f = Formats.for_model(m, **(formats or {}))
     ms = measurement
-    context = check_count("context", ms.input_tokens + ms.output_tokens / 2)
+    context = check_count("context", round(ms.input_tokens + ms.output_tokens / 2))   # mean lengths: a whole context
     batch = max(1.0, ms.batch)
     # continuous batching: each step also carries the arriving requests' prompts, isl/osl tokens per sequence
     new = 1 + (ms.input_tokens / ms.output_tokens if ms.serving == "continuous" else 0)
     r = evaluate_pass(m, g, f, batch=batch, new_tokens=new, prefix_tokens=context, logits_per_seq=1.0,
                       mla_absorbed=True, stage="decode", params=params if params is not None else default_params())
     if not bool(r.fits):
-        raise WorkloadError(f"{m.id} does not fit on {g.describe()} at batch {batch:g} and context {float(context):g}")
+        raise WorkloadError(f"{m.id} does not fit on {g.describe()} at batch {batch:g} and context {float(context):g} "
+                            f"with weights {f.weights} and KV {f.kv} ({r.memory_per_device_bytes / 1e9:.1f} GB per "
+                            f"device): give the run's formats (--weights, --kv) and device count")
     cls = main_compute_class(m, g.device, f)
     peak_flop = g.device.get(f"compute.{cls}")
     peak_bw = g.device.get(f"{g.device.memory[0].name}.bandwidth")

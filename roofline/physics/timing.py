@@ -605,10 +605,11 @@ def require_feasible(r: StageResult) -> StageResult:
         return r
     i = np.unravel_index(np.argmin(r.fits), r.fits.shape) if r.fits.ndim else ()
     need = float(np.asarray(r.memory_per_device_bytes)[i])
+    weights, kv = float(np.asarray(r.weights_per_device_bytes)[i]), float(np.asarray(r.kv_per_device_bytes)[i])
     raise InfeasibleError(
         f"{r.model_id} does not fit on {r.group} for {r.stage}: needs {format_quantity(need, 'bytes')} per device "
-        f"(weights {format_quantity(float(np.asarray(r.weights_per_device_bytes)[i]), 'bytes')}, "
-        f"KV {format_quantity(float(np.asarray(r.kv_per_device_bytes)[i]), 'bytes')}) but "
+        f"(weights {format_quantity(weights, 'bytes')}, KV {format_quantity(kv, 'bytes')}, activations and "
+        f"workspace {format_quantity(max(need - weights - kv, 0.0), 'bytes')}) but "
         f"{format_quantity(r.usable_per_device_bytes, 'bytes')} is usable; use more devices (--tp), "
         f"a smaller format, or a smaller batch/context")
 

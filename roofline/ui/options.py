@@ -46,6 +46,18 @@ def positive(text: str) -> int:
     return count(text, minimum=1)
 
 
+def mean_count(text: str) -> float:
+    """A positive mean count (a measured run's mean tokens per request or concurrency), with an optional k/M
+    suffix: ``1k``, ``512.4``."""
+    m = _COUNT.match(str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a positive number such as 512, 512.4 or 8k, got {text!r}")
+    value = float(m.group(1)) * _SUFFIX[m.group(2)]
+    if not 0 < value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be > 0 and at most {MAX_COUNT:.0e}, got {text}")
+    return value
+
+
 def nonnegative(text: str) -> int:
     return count(text, minimum=0)
 

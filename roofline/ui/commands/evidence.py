@@ -13,7 +13,17 @@ from ...evidence.validate import read_rows, shipped_data, validate
 from ...specs.files import check_writable
 from ...specs.resolve import resolve_group
 from .. import render
-from ..options import Adder, UsageError, add_formats, add_what_if, engine_params, formats, profile, what_if
+from ..options import (
+    Adder,
+    UsageError,
+    add_formats,
+    add_what_if,
+    engine_params,
+    formats,
+    mean_count,
+    profile,
+    what_if,
+)
 from ..output import emit
 
 SHIPPED_DATA_NAME = "roofline/validation/measurements.csv"
@@ -120,9 +130,9 @@ def register(add: Adder) -> None:
     sp.add_argument("model", help="model preset id or path to a config.json")
     sp.add_argument("device", metavar="GROUP", help="the measured device group, e.g. h100-sxm:2")
     sp.add_argument("--vllm-json", default=None, metavar="FILE", help="a benchmark_serving --save-result file")
-    sp.add_argument("--batch", type=float, default=None, help="concurrent sequences")
-    sp.add_argument("--isl", type=float, default=None, help="input tokens per request")
-    sp.add_argument("--osl", type=float, default=None, help="output tokens per request")
+    sp.add_argument("--batch", type=mean_count, default=None, help="concurrent sequences (a mean may be fractional)")
+    sp.add_argument("--isl", type=mean_count, default=None, help="input tokens per request (mean; 1k = 1,000)")
+    sp.add_argument("--osl", type=mean_count, default=None, help="output tokens per request (mean; 1k = 1,000)")
     sp.add_argument("--tokens-per-s-per-user", type=float, default=None, help="measured output tokens/s per user")
     sp.add_argument("--tpot-ms", type=float, default=None, help="measured time per output token, ms")
     sp.add_argument("--tokens-per-s", type=float, default=None, help="measured total output tokens/s of the group")

@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 from rich.console import Console
 
+from ...errors import InfeasibleError
 from ...physics import stages
 from ...physics.timing import StageResult, main_compute_class, require_feasible
 from ...serving.compare import compare
@@ -41,6 +42,13 @@ def _fixed_costs(params: EngineParams) -> str:
     return " + ".join(shown) or "no fixed costs"
 
 
+def _tiers(params: EngineParams) -> str:
+    """The memory tiers whose achieved fraction of peak differs from the profile's one (``(sram 90%)``)."""
+    own = [f"{t} {v:.0%}" for t, v in sorted(params.tier_bandwidth_fraction.items())
+           if abs(v - params.memory_bandwidth_fraction) > 1e-9]
+    return f" ({', '.join(own)})" if own else ""
+
+
 def _overlap(params: EngineParams) -> str:
     """How the profile overlaps compute and memory traffic, as the caption's formula."""
     if params.overlap == "kernel":
@@ -54,7 +62,8 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
             f"time = {_overlap(params)} + comm + fixed (the serial upper bound, time_serial_s, is in --json and "
             f"--csv); fixed = per-pass, per-layer and per-kernel costs + weight-only dequantisation. {family} "
-            f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth, {params.compute_fraction:.0%} of peak "
+            f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
+            f"{params.compute_fraction:.0%} of peak "
             f"FLOP/s, {_fixed_costs(params)}; "
             f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
             f"{params.usable_memory_fraction:.0%} of memory usable. Spec: {device_path}")
@@ -74,9 +83,15 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
                stages.decode_step(model, group, batch=batch, context=args.context, **kw)]
     if args.gamma is not None:
         results.append(stages.verify(model, group, batch=batch, context=args.context, gamma=args.gamma, **kw))
-    for r in results:
-        if not np.any(r.fits):
-            require_feasible(r)  # nothing fits: one clear error instead of a table of OOM rows
+    empty = [r for r in results if not np.any(r.fits)]
+    if len(empty) == len(results):
+        require_feasible(empty[0])  # nothing fits: one clear error instead of a table of OOM rows
+    notes = []
+    for r in empty:   # a stage that fits at no batch while another does: shown as "no fit", said why below
+        try:
+            require_feasible(r)
+        except InfeasibleError as e:
+            notes.append(str(e) + ".")
     if args.plot:
         from ..plot import check_plot_path, plot_roofline
         check_plot_path(args.plot)
@@ -86,6 +101,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     caption = _caption(results, resolve_profile(group.device, params), group.device.path, bool(wi))
     if wi:
         caption += " What-if: " + ", ".join(wi.describe()) + "."
+    caption += "".join(" " + n for n in notes)
     emit(console, render.stage_view(model.id, group.device.id, results, caption, wi.describe()), args)
     return 0
 
