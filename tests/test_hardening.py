@@ -261,3 +261,14 @@ def test_calibrate_writes_profiles_safely(tmp_path):
     assert load_profile(out).default == rl.default_params()
     assert "not identified" in out.read_text()     # a standard error larger than the value itself
     assert not list(tmp_path.glob(".p.toml.*"))   # no temporary file left behind
+
+
+def test_counts_in_what_ifs_and_stage_lengths_are_checked(run_cli):
+    """A device count must be whole (max_tp 2.5 or inf is an error naming the field), and --context 0 says
+    that no prompt is left to prefill instead of blaming a --prompt the user never gave."""
+    for v in ("2.5", "inf"):
+        code, _, err = run_cli("stage", "llama-3.1-8b", "h200-sxm", "--set", f"h200-sxm.execution.max_tp={v}")
+        assert code == 1 and "max_tp" in err and len(err.strip().splitlines()) == 1, (v, err)
+    code, _, err = run_cli("stage", "llama-3.1-8b", "h100", "--context", "0")
+    assert code == 2 and "--context 0" in err and "--prompt N" in err
+    assert run_cli("stage", "llama-3.1-8b", "h100", "--context", "0", "--prompt", "128")[0] == 0

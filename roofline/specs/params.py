@@ -50,6 +50,11 @@ ADMISSIONS = ("paged", "reserve")
 OVERLAPS = ("pass", "kernel")
 
 
+def _whole(name: str, value: float) -> None:
+    if not math.isfinite(value) or value != int(value):
+        raise WorkloadError(f"{name} is a count of devices, a whole number: got {value!r}")
+
+
 def _tier_fractions(_inst: object, _a: attrs.Attribute, value: Mapping[str, float]) -> None:
     for k, v in value.items():
         if not (isinstance(v, float) and 0 < v <= 1):
@@ -180,7 +185,7 @@ class EngineParams:
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
-    max_tp: float = _p(8.0, [in_range(1)])
+    max_tp: float = _p(8.0, [in_range(1), lambda _i, _a, v: _whole("max_tp", v)])
 
     def bandwidth_fraction(self, tier: str) -> float:
         """Achieved fraction of peak bandwidth for a memory tier."""

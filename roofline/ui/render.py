@@ -197,17 +197,19 @@ def _b(n: float) -> str:
 
 
 def models_table(models: list[ModelSpec]) -> Table:
-    t = _table(title="Models", caption="Parameters derived from the architecture; active = all but unrouted experts "
-                                      "(with the embedding table); KV per token for bf16, full-attention layers.")
-    for col in ("id", "family", "total", "active", "layers", "attention", "experts (k of E)", "KV/token"):
-        t.add_column(col, justify="left" if col in ("id", "family", "attention") else "right")
+    t = _table(title="Models", caption="Parameters derived from the architecture (exact counts and the family in "
+                                      "`roofline show MODEL` and --json); active = all but unrouted experts (with the "
+                                      "embedding table); KV per token for bf16, full-attention layers.")
+    for col in ("id", "total", "active", "layers", "attention", "experts\n(k of E)", "KV/token"):
+        # ids and numbers stay whole on a narrow terminal; the attention text wraps instead
+        t.add_column(col, justify="left" if col in ("id", "attention") else "right", no_wrap=col != "attention")
     for m in models:
         attn = "MLA" if m.is_mla else f"GQA {m.num_heads}/{m.num_kv_heads}"
         if m.num_sliding_layers:
             attn += f", {m.num_sliding_layers} sliding ({m.sliding_window})"
         experts = f"{m.experts_per_token} of {m.num_experts}" if m.is_moe else "dense"
-        t.add_row(m.id, m.family, _b(m.total_params), _b(m.active_params), str(m.num_layers), attn, experts,
-                  format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
+        t.add_row(m.id, f"{m.total_params / 1e9:.3g} B", f"{m.active_params / 1e9:.3g} B", str(m.num_layers), attn,
+                  experts, format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
     return t
 
 

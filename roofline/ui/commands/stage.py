@@ -20,6 +20,7 @@ from ...specs.resolve import resolve_group
 from .. import render
 from ..options import (
     Adder,
+    UsageError,
     add_formats,
     add_prices,
     add_what_if,
@@ -78,6 +79,8 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     group = wi.apply_group(group)
     params = engine_params(args)
     kw = dict(params=params, **formats(args))
+    if args.prompt is None and args.context < 1:
+        raise UsageError("--context 0 leaves no prompt to prefill (--prompt defaults to --context); give --prompt N")
     prompt = args.prompt if args.prompt is not None else args.context
     results = [stages.prefill(model, group, prompt=prompt, batch=batch, chunk=args.chunk, **kw),
                stages.decode_step(model, group, batch=batch, context=args.context, **kw)]
