@@ -223,3 +223,11 @@ def test_diagnose_takes_mean_counts(run_cli):
     assert a == b
     code, _, err = run_cli(*base, "--isl", "-1")
     assert code == 2 and "--isl" in err and len(err.strip().splitlines()) == 1
+
+
+def test_stage_warns_when_tensor_parallelism_leaves_the_scale_up_domain(run_cli):
+    """TP16 of 8-GPU NVLink nodes would all-reduce across the scale-out network, which is not modelled: the
+    caption says so (TP8 does not)."""
+    wide = " ".join(run_cli("stage", "llama-3.1-405b", "h200-sxm:16", "--batch", "1")[1].split())
+    assert "TP16 is wider than the gpu profile's 8-device scale-up domain" in wide
+    assert "scale-up domain" not in run_cli("stage", "llama-3.1-405b", "h200-sxm:8", "--batch", "1")[1]

@@ -43,6 +43,17 @@ def _fixed_costs(params: EngineParams) -> str:
     return " + ".join(shown) or "no fixed costs"
 
 
+def _beyond_domain(group: DeviceGroup, params: EngineParams) -> str:
+    """A caveat for tensor parallelism wider than the family's scale-up domain (``max_tp``, one NVLink domain on
+    GPUs): its collectives are charged at the scale-up link's speed, as no scale-out link is modelled."""
+    max_tp = resolve_profile(group.device, params).max_tp
+    if group.tp <= max_tp:
+        return ""
+    return (f" TP{group.tp} is wider than the {group.device.family} profile's {max_tp:.0f}-device scale-up domain "
+            f"(max_tp): its all-reduces are charged at the scale-up link's bandwidth; across nodes they would run "
+            f"on the scale-out network, which is not modelled, so comm is understated.")
+
+
 def _tiers(params: EngineParams) -> str:
     """The memory tiers whose achieved fraction of peak differs from the profile's one (``(sram 90%)``)."""
     own = [f"{t} {v:.0%}" for t, v in sorted(params.tier_bandwidth_fraction.items())
@@ -104,7 +115,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     caption = _caption(results, resolve_profile(group.device, params), group.device.path, bool(wi))
     if wi:
         caption += " What-if: " + ", ".join(wi.describe()) + "."
-    caption += "".join(" " + n for n in notes)
+    caption += "".join(" " + n for n in notes) + _beyond_domain(group, params)
     emit(console, render.stage_view(model.id, group.device.id, results, caption, wi.describe()), args)
     return 0
 
