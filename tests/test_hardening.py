@@ -41,7 +41,7 @@ BAD = [
       "nan"], 1, "positive finite"),
     # speculation
     (["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8", "--alpha", "-0.1"],
-     1, "alpha must be in [0, 1]"),
+     2, "alpha must be in [0, 1]"),
     (["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8", "--alpha", "nan"], 2,
      "--alpha"),
     (["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:x", "--alpha", "0.9"], 1,

@@ -112,7 +112,7 @@ def test_spec_command(run_cli):
 
 
 @pytest.mark.parametrize("extra,code,needle", [
-    (["--alpha", "1.5"], 1, "alpha must be in [0, 1]"),
+    (["--alpha", "1.5"], 2, "alpha must be in [0, 1]"),   # like --alpha nan: a malformed option value
     (["--alpha", "0.9", "--gamma", "-1"], 2, "--gamma"),
     (["--alpha", "0.9", "--acceptance-length", "5:3"], 2, "exactly one"),
     (["--acceptance-length", "4:9"], 1, "exceeds gamma + 1"),

@@ -213,7 +213,10 @@ def acceptance(args: argparse.Namespace, *, required: bool = True) -> Acceptance
     if len(given) != 1:
         raise UsageError("give exactly one of --alpha, --acceptance-length, --alpha-by-gamma")
     if args.alpha is not None:
-        return Acceptance.geometric(number(args.alpha, "--alpha"))
+        alpha = number(args.alpha, "--alpha")
+        if not 0 <= alpha <= 1:   # a usage error like any other malformed option value (exit 2)
+            raise UsageError(f"--alpha must be in [0, 1] (a per-token acceptance probability), got {args.alpha}")
+        return Acceptance.geometric(alpha)
     pairs: dict[int, float] = {}
     for item in (args.acceptance_length or args.alpha_by_gamma).split(","):
         g, sep, v = item.partition(":")
