@@ -225,9 +225,19 @@ def test_diagnose_takes_mean_counts(run_cli):
     assert code == 2 and "--isl" in err and len(err.strip().splitlines()) == 1
 
 
-def test_stage_warns_when_tensor_parallelism_leaves_the_scale_up_domain(run_cli):
-    """TP16 of 8-GPU NVLink nodes would all-reduce across the scale-out network, which is not modelled: the
-    caption says so (TP8 does not)."""
-    wide = " ".join(run_cli("stage", "llama-3.1-405b", "h200-sxm:16", "--batch", "1")[1].split())
-    assert "TP16 is wider than the gpu profile's 8-device scale-up domain" in wide
+def test_collectives_leave_the_scale_up_domain_on_the_scale_out_network(run_cli):
+    """TP16 of 8-GPU NVLink nodes all-reduces hierarchically: the cross-node part runs on the spec's scale-out
+    link (slower network, more comm; a what-if on its bandwidth moves it) and the caption says so; a device whose
+    spec has no scale-out link gets a caveat instead; TP8 stays inside the domain."""
+    def comm(group, *extra):
+        code, out, err = run_cli("stage", "llama-3.1-405b", group, "--batch", "64", "--context", "4096", "--json", *extra)
+        assert code == 0, err
+        return json.loads(out)["stages"][1]["rows"][0]["communication_s"]
+    slow, fast = comm("h200-sxm:16"), comm("h200-sxm:16", "--set", "h200-sxm.scale_out.bandwidth=400GB/s")
+    assert slow > fast > 0
+    assert comm("h200-sxm:8") == comm("h200-sxm:8", "--set", "h200-sxm.scale_out.bandwidth=400GB/s")
+    said = " ".join(run_cli("stage", "llama-3.1-405b", "h200-sxm:16", "--batch", "1")[1].split())
+    assert "span scale-up domains of 8" in said and "scale-out network (50 GB/s per device)" in said
+    caveat = " ".join(run_cli("stage", "llama-3.1-405b", "mi300x:16", "--batch", "1")[1].split())
+    assert "has no scale-out link in its spec" in caveat
     assert "scale-up domain" not in run_cli("stage", "llama-3.1-405b", "h200-sxm:8", "--batch", "1")[1]

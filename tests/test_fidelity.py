@@ -680,3 +680,25 @@ def test_the_kernel_groups_reproduce_the_time_across_tiers_and_stages(device, tp
 def test_every_choice_field_names_its_words():
     from roofline.specs.params import CHOICES, PROFILE_FIELDS
     assert {n for n, (_attr, kind) in PROFILE_FIELDS.items() if kind == "choice"} == set(CHOICES)
+
+
+def test_hierarchical_allreduce_is_the_sum_of_its_steps():
+    """The closed form equals the algorithm's steps counted one by one: a reduce-scatter inside each domain of d
+    ranks (d - 1 steps of M/d on the scale-up link), a ring all-reduce of each rank's M/d shard across the n
+    domains (2(n - 1) steps of M/(d n) on its NIC), an all-gather inside the domain (d - 1 steps of M/d); one
+    domain is the plain all-reduce; a pipeline's boundaries leave a domain once per domain filled."""
+    from roofline.physics.comms import _domain_crossings, hierarchical_allreduce_s
+    m, up, out, hop_up, hop_out, base = 4e6, 400e9, 40e9, 1e-6, 3e-6, 5e-6
+    for p, d in ((16, 8), (64, 8), (72, 72), (32, 4)):
+        n = p // d
+        steps = [(m / d / up, hop_up)] * (d - 1) + [(m / (d * n) / out, hop_out)] * (2 * (n - 1)) \
+            + [(m / d / up, hop_up)] * (d - 1)
+        explicit = base + sum(t + h for t, h in steps)
+        got = hierarchical_allreduce_s(m, p, d, allreduce_s, (up, hop_up), (out, hop_out), base)
+        assert got == pytest.approx(explicit), (p, d)
+    assert hierarchical_allreduce_s(m, 8, 8, allreduce_s, (up, hop_up), (out, hop_out), base) == pytest.approx(
+        allreduce_s(m, 8, up, hop_up, base))
+    # pipelines on 8-GPU nodes: TP8 x PP2 crosses once, TP4 x PP4 once (two stages per node), TP2 x PP8 once
+    # (four per node), TP1 x PP32 three times (four nodes), TP16 x PP2 at its one boundary; inside a node never
+    assert [_domain_crossings(tp, pp, 8) for tp, pp in ((8, 2), (4, 4), (2, 8), (1, 32), (16, 2), (2, 4))] == [
+        1, 1, 1, 3, 1, 0]

@@ -154,6 +154,9 @@ def _dump(d: dict) -> str:
     (lambda d: d.update(isa={"value": "sm_90", "source": 5}), "isa"),                       # not a string
     (lambda d: d.update(isa={"value": "gfx942:sramecc+:xnack-", "source": "product"}), "isa"),   # target features
     (lambda d: d.update(vendor="AMD"), "isa"),                                              # an AMD GPU needs it
+    (lambda d: d["links"].update(scale_out={"latency": {"value": "unknown"}}), "scale_out.bandwidth"),  # given: whole
+    (lambda d: d["links"].update(scale_out={"bandwidth": {"value": "400 Gb", "source": "product"}}),
+     "scale_out.bandwidth"),                                                                # not a rate
 ])
 def test_bad_spec_file_names_file_field_value(tmp_path, mutate, field):
     d = _good()
@@ -167,6 +170,19 @@ def test_bad_spec_file_names_file_field_value(tmp_path, mutate, field):
 
 def test_roundtrip_of_dump_helper(tmp_path):
     assert rl.load_device(_write(tmp_path, _dump(_good()))).get("hbm.bandwidth") == 3.35e12
+
+
+def test_scale_out_link_is_optional_and_sourced(tmp_path):
+    """A spec without [links.scale_out] loads (its collectives stay on the scale-up link); with one, the bandwidth
+    is read with its source like any other number."""
+    d = _good()
+    d["links"].pop("scale_out", None)
+    dev = rl.load_device(_write(tmp_path, _dump(d)))
+    assert dev.scale_out.bandwidth_bytes_per_s is None
+    d["links"]["scale_out"] = {"bandwidth": {"value": "50 GB/s", "source": "product"}}
+    (tmp_path / "with").mkdir()
+    dev = rl.load_device(_write(tmp_path / "with", _dump(d)))
+    assert dev.get("scale_out.bandwidth") == 50e9 and dev.sources["scale_out.bandwidth"].startswith("https://")
 
 
 @pytest.mark.parametrize("content", ["schema = = 1", b"\xff\xfe\x00binary", "", "schema = 1\n"])

@@ -59,6 +59,21 @@ def auto_allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, h
                       allreduce_s(message_bytes, p, bandwidth_bytes_per_s, hop_s, base_s))
 
 
+def hierarchical_allreduce_s(message_bytes: Any, p: int, domain: int, intra: Any, inner: tuple[float, float],
+                             outer: tuple[float, float], base_s: float) -> Any:
+    """All-reduce over ``p`` ranks in p/domain scale-up domains (nodes) of ``domain`` ranks: a reduce-scatter
+    and an all-gather inside each domain, which together cost the domain's own all-reduce of M (``intra``, the
+    family's algorithm over ``inner`` = (bandwidth, hop)), and between them a ring all-reduce of each rank's M /
+    domain shard across the n = p / domain domains over its own NIC (``outer``): intra(M, domain) +
+    2(n-1) t_out + 2(n-1)/n (M/domain)/W_out. Hierarchical all-reduce as in Jia et al., "Highly Scalable Deep
+    Learning Training System with Mixed-Precision", https://arxiv.org/abs/1807.11205 (intra-node reduce,
+    inter-node all-reduce, intra-node broadcast), with the reduce-scatter form NCCL's hierarchical rings use
+    (https://developer.nvidia.com/blog/massively-scale-deep-learning-training-nccl-2-4/). One domain: intra."""
+    n = -(-p // domain)
+    return intra(message_bytes, domain, inner[0], inner[1], base_s) + allreduce_s(
+        message_bytes / domain, n, outer[0], outer[1], 0.0) if n > 1 else intra(message_bytes, p, *inner, base_s)
+
+
 def _collectives(profile: EngineParams) -> tuple[Any, Any]:
     """(all-reduce, all-to-all) cost functions of the family's collective algorithm."""
     if profile.collective in ("ring", None):
@@ -82,6 +97,19 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else profile.link_hop_latency_s
     hidden_bytes = tokens * model.hidden_size * activation.bytes_per_element
     allreduce, alltoall = _collectives(profile)
+    out, domain = _scale_out(dev, profile)
+    if out is not None:   # collectives wider than a scale-up domain cross the scale-out network between domains
+        intra, intra_a2a = allreduce, alltoall
+
+        def allreduce(m: Any, p: int, bw: float, hop: float, base: float) -> Any:
+            return hierarchical_allreduce_s(m, p, domain, intra, (bw, hop), out, base) if p > domain \
+                else intra(m, p, bw, hop, base)
+
+        def alltoall(m: Any, p: int, bw: float, hop: float, base: float) -> Any:
+            if p <= domain:
+                return intra_a2a(m, p, bw, hop, base)
+            # (domain - 1)/p of each rank's data stays inside its domain, (p - domain)/p leaves on its own NIC
+            return base + (p - 1) * max(hop, out[1]) + np.maximum((domain - 1) / p * m / bw, (p - domain) / p * m / out[0])
     comm: Any = 0.0
     if tp > 1:
         # one all-reduce per layer after attention (over the tp/dp devices of a DP-attention sub-group, on its
@@ -96,5 +124,25 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
             comm = comm + 2 * model.num_moe_layers * alltoall(routed, group.ep, bw, hop, profile.collective_base_s)
     if pp > 1:  # each pass crosses pp - 1 stage boundaries with the tokens' activations
         stage_hop = profile.pipeline_hop_s if profile.pipeline_hop_s is not None else hop
-        comm = comm + (pp - 1) * (stage_hop + hidden_bytes / bw)
+        crossing = _domain_crossings(tp, pp, domain) if out is not None else 0
+        comm = comm + (pp - 1 - crossing) * (stage_hop + hidden_bytes / bw)
+        if crossing:
+            comm = comm + crossing * (out[1] + hidden_bytes / out[0])
     return comm
+
+
+def _scale_out(dev: Any, profile: EngineParams) -> tuple[tuple[float, float] | None, int]:
+    """((achieved bandwidth, hop latency) of the scale-out network, scale-up domain size): the family's ``max_tp``
+    devices share a scale-up domain (one NVLink domain on GPUs); None where the spec gives no scale-out link."""
+    domain = max(1, int(profile.max_tp))
+    if dev.scale_out.bandwidth_bytes_per_s is None:
+        return None, domain
+    hop = dev.scale_out.latency_s if dev.scale_out.latency_s is not None else profile.link_hop_latency_s
+    return (dev.scale_out.bandwidth_bytes_per_s * profile.link_bandwidth_fraction, hop), domain
+
+
+def _domain_crossings(tp: int, pp: int, domain: int) -> int:
+    """Pipeline stage boundaries that leave a scale-up domain: stages of ``tp`` devices fill domains of ``domain``
+    in order, domain // tp stages each (every boundary crosses when a stage is wider than a domain)."""
+    per = domain // tp
+    return pp - 1 if per < 1 else -(-pp // per) - 1

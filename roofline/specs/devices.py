@@ -86,6 +86,9 @@ class Device:
     scale_up: Link
     host: Link
     family: str = attrs.field(default="gpu", validator=one_of(FAMILIES))
+    #: the network between scale-up domains (a node's NICs), per device and direction; unknown where the spec
+    #: file has no ``[links.scale_out]`` (collectives then never leave the scale-up link)
+    scale_out: Link = attrs.field(factory=lambda: Link(bandwidth_bytes_per_s=None, latency_s=None))
     #: the instruction set its kernels are compiled for (LLVM's ``gfx942``), where a spec file gives it: ROCm
     #: serving builds ship and are calibrated per ISA (:func:`roofline.specs.params.stack_family`)
     isa: str = ""
@@ -210,7 +213,7 @@ _FIXED_FIELDS = (
     [Field(f"compute.{c}", "flop_per_s", lambda d, c=c: d.peak_flop_per_s.get(c), _compute_write(c))
      for c in COMPUTE_CLASSES]
     + [_attr_field("power.tdp", "w", "tdp_w"), _attr_field("power.idle", "w", "idle_w")]
-    + _link_fields("scale_up") + _link_fields("host")
+    + _link_fields("scale_up") + _link_fields("host") + _link_fields("scale_out")
     + [_execution_field(name, kind) for name, (_attr, kind) in PROFILE_FIELDS.items()])
 
 
@@ -437,7 +440,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
         if not isinstance(t, dict):
             r.fail(f"memory[{i}]", t, "must be a table")
         name = r.string(t, "name", f"memory[{i}].name")
-        if name in ("compute", "power", "scale_up", "host", "execution"):
+        if name in ("compute", "power", "scale_up", "host", "scale_out", "execution"):
             r.fail(f"memory[{i}].name", name, "is a reserved word")
         tiers.append(MemoryTier(
             name=name,
@@ -461,10 +464,12 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
     power = r.table(data, "power", "power")
     links = r.table(data, "links", "links")
     link_objs = {}
-    for name in ("scale_up", "host"):
-        lt = r.table(links, name, f"links.{name}")
-        link_objs[name] = Link(bandwidth_bytes_per_s=r.quantity(lt, "bandwidth", f"{name}.bandwidth", "bytes_per_s"),
-                               latency_s=r.quantity(lt, "latency", f"{name}.latency", "s"))
+    for name in ("scale_up", "host", "scale_out"):
+        lt = r.table(links, name, f"links.{name}", required=name != "scale_out")
+        link_objs[name] = Link(bandwidth_bytes_per_s=r.quantity(lt, "bandwidth", f"{name}.bandwidth", "bytes_per_s",
+                                                                required=bool(lt) or name != "scale_out"),
+                               latency_s=r.quantity(lt, "latency", f"{name}.latency", "s",
+                                                    required=name != "scale_out"))
     family, overrides = _execution(r, data)
     try:
         return Device(
@@ -473,7 +478,8 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             native=native,
             tdp_w=r.quantity(power, "tdp", "power.tdp", "w"),
             idle_w=r.quantity(power, "idle", "power.idle", "w"),
-            scale_up=link_objs["scale_up"], host=link_objs["host"], family=family, execution=overrides,
+            scale_up=link_objs["scale_up"], host=link_objs["host"], scale_out=link_objs["scale_out"], family=family,
+            execution=overrides,
             isa=_isa(r, data, family),
             sources=r.sources, path=origin)
     except (RooflineError, ValueError, TypeError) as e:

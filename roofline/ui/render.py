@@ -81,6 +81,7 @@ def device_dict(dev: Device) -> dict[str, Any]:
         "tdp_w": dev.tdp_w, "idle_w": dev.idle_w,
         "scale_up": {"bandwidth_bytes_per_s": dev.scale_up.bandwidth_bytes_per_s, "latency_s": dev.scale_up.latency_s},
         "host": {"bandwidth_bytes_per_s": dev.host.bandwidth_bytes_per_s, "latency_s": dev.host.latency_s},
+        "scale_out": {"bandwidth_bytes_per_s": dev.scale_out.bandwidth_bytes_per_s, "latency_s": dev.scale_out.latency_s},
         "family": dev.family, "execution_overrides": {k: v for k, v in dev.execution.items()},
         "execution": profile_dict(dev), "sources": dict(dev.sources), "path": dev.path,
     }

@@ -44,14 +44,18 @@ def _fixed_costs(params: EngineParams) -> str:
 
 
 def _beyond_domain(group: DeviceGroup, params: EngineParams) -> str:
-    """A caveat for tensor parallelism wider than the family's scale-up domain (``max_tp``, one NVLink domain on
-    GPUs): its collectives are charged at the scale-up link's speed, as no scale-out link is modelled."""
+    """How collectives leave the family's scale-up domain (``max_tp`` devices, one NVLink domain on GPUs): over
+    the spec's scale-out link, or, where it has none, charged at the scale-up link's speed (said as a caveat)."""
     max_tp = resolve_profile(group.device, params).max_tp
-    if group.tp <= max_tp:
+    if group.tp * group.pp <= max_tp:
         return ""
-    return (f" TP{group.tp} is wider than the {group.device.family} profile's {max_tp:.0f}-device scale-up domain "
-            f"(max_tp): its all-reduces are charged at the scale-up link's bandwidth; across nodes they would run "
-            f"on the scale-out network, which is not modelled, so comm is understated.")
+    out = group.device.scale_out.bandwidth_bytes_per_s
+    if out is not None:
+        return (f" {group.tp * group.pp} devices span scale-up domains of {max_tp:.0f} (max_tp): collectives and "
+                f"stage hops between domains run on the scale-out network ({out / 1e9:.0f} GB/s per device).")
+    return (f" {group.tp * group.pp} devices are more than the {group.device.family} profile's {max_tp:.0f}-device "
+            f"scale-up domain (max_tp) and {group.device.id} has no scale-out link in its spec: everything is charged "
+            f"at the scale-up link's bandwidth, so comm is understated (--set {group.device.id}.scale_out.bandwidth=...).")
 
 
 def _tiers(params: EngineParams) -> str:
