@@ -241,3 +241,12 @@ def test_collectives_leave_the_scale_up_domain_on_the_scale_out_network(run_cli)
     caveat = " ".join(run_cli("stage", "llama-3.1-405b", "mi300x:16", "--batch", "1")[1].split())
     assert "has no scale-out link in its spec" in caveat
     assert "scale-up domain" not in run_cli("stage", "llama-3.1-405b", "h200-sxm:8", "--batch", "1")[1]
+
+
+def test_show_renders_every_shipped_device(run_cli):
+    """`roofline show` renders every shipped spec as a table, JSON and CSV (a per-device execution override of a
+    count, TPU v6e's m_tile or GB200's max_tp, once crashed the table with an internal error)."""
+    for dev in rl.list_devices():
+        for fmt in ((), ("--json",), ("--csv",)):
+            code, out, err = run_cli("show", dev, *fmt)
+            assert code == 0 and out and not err, (dev, fmt, err)

@@ -171,7 +171,7 @@ def device_table(dev: Device) -> Table:
             shown = str(value)
         elif f.kind == "bytes":
             shown = _cap(value)
-        elif f.kind == "fraction":
+        elif f.kind in ("fraction", "count"):   # a share, or a plain number (m_tile, max_tp)
             shown = f"{value:.3g}"
         else:
             shown = _q(value, f.kind)
