@@ -250,3 +250,16 @@ def test_show_renders_every_shipped_device(run_cli):
         for fmt in ((), ("--json",), ("--csv",)):
             code, out, err = run_cli("show", dev, *fmt)
             assert code == 0 and out and not err, (dev, fmt, err)
+
+
+def test_contexts_beyond_the_models_maximum_are_flagged(run_cli):
+    """A context past the config's max_position_embeddings still computes (the counts do not depend on it) but the
+    caption and the JSON say the model was not built for it; inside the maximum nothing is said."""
+    assert rl.load_model("llama-2-7b").max_context_tokens == 4096
+    long = " ".join(run_cli("stage", "llama-2-7b", "h100-sxm", "--context", "8k", "--batch", "1")[1].split())
+    assert "beyond llama-2-7b's max_position_embeddings (4,096)" in long
+    assert "max_position_embeddings" not in run_cli("stage", "llama-2-7b", "h100-sxm", "--context", "4000")[1]
+    spec = ("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8", "--alpha",
+            "0.9", "--gamma", "1..3", "--json")
+    assert "131,072" in json.loads(run_cli(*spec, "--context", "1M")[1])["notes"]
+    assert json.loads(run_cli(*spec)[1])["notes"] == ""

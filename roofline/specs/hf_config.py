@@ -212,6 +212,8 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
         raise SpecError(f"{origin}: unsupported architecture {model_type!r} (key 'model_type'); "
                         f"supported: {', '.join(sorted(_BUILDERS))}")
     fields = _BUILDERS[model_type](k)
+    if cfg.get("max_position_embeddings") is not None:
+        fields["max_context_tokens"] = k.integer("max_position_embeddings")
     quant = cfg.get("quantization_config")
     if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4" and fields.get("num_experts"):
         fields["checkpoint_expert_format"] = "mxfp4"  # gpt-oss: only the experts are MXFP4

@@ -68,6 +68,9 @@ class ModelSpec:
     num_mtp_layers: int = attrs.field(default=0, validator=_nonneg)
     checkpoint_expert_format: str | None = None
     source: str = ""
+    #: the longest sequence the model was built for (config ``max_position_embeddings``); None where not given.
+    #: Longer contexts still compute (the counts do not depend on it) but are flagged by the commands
+    max_context_tokens: int | None = None
 
     @num_kv_heads.validator
     def _kv_divides(self, _a: attrs.Attribute, v: int) -> None:

@@ -145,6 +145,16 @@ def add_request(sp: argparse.ArgumentParser) -> None:
                          "--scheduler-recv-interval; default 1); continuous mode, prompts on the decode group")
 
 
+def context_note(model: Any, tokens: float) -> str:
+    """A caption's warning when ``tokens`` of context exceed the model's trained maximum (its config's
+    ``max_position_embeddings``): the counts still hold, the model may not."""
+    top = getattr(model, "max_context_tokens", None)
+    if top is None or tokens <= top:
+        return ""
+    return (f" Context {tokens:,.0f} is beyond {model.id}'s max_position_embeddings ({top:,}): the FLOP and bytes are "
+            "counted as asked, but the model was not built for that length.")
+
+
 def serving_knobs(args: argparse.Namespace) -> dict[str, int]:
     """The scheduler options of :func:`add_request` as evaluate_serving's keywords (static batches have no
     scheduler to set: giving them there is a usage error, not a silent no-op)."""

@@ -330,7 +330,7 @@ def spec_dict(r: SpecResult, best_gamma: int) -> dict[str, Any]:
             "energy_note": r.energy_note, "rows": rows}
 
 
-def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = ()) -> Table:
+def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), note: str = "") -> Table:
     d = spec_dict(r, best_gamma)
     batches = sorted({int(row["batch"]) for row in d["rows"]})
     several = len(batches) > 1
@@ -343,7 +343,7 @@ def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = ()) ->
            + (f", {base_e:.3g} J/token" if math.isfinite(base_e) and not several else "")
            + (". * = most tok/s/user" + (" at that batch" if several else "") + ".")
            + (f" What-if: {', '.join(overrides)}." if overrides else "")
-           + (f" {r.energy_note}" if r.energy_note else ""))
+           + (f" {r.energy_note}" if r.energy_note else "") + note)
     t = _table(title=f"speculative decoding: {r.target} with {r.draft}, batch {','.join(map(str, batches))}",
                caption=cap)
     for c in (*(("batch",) if several else ()), "gamma", "draft\nms", "verify\nms", "xfer\nus", "tok/\nround",
@@ -673,10 +673,12 @@ def stage_view(model: str, device: str, results: Sequence[StageResult], caption:
     return View(tables=[stage_table(r, caption) for r in results], data=data, rows=rows)
 
 
-def spec_view(r: SpecResult, best_gamma: int, overrides: Sequence[str] = ()) -> View:
+def spec_view(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), note: str = "") -> View:
+    """A speculative scan; ``note``: a caveat for the caption and the JSON's ``notes``."""
     d = spec_dict(r, best_gamma)
     d["overrides"] = list(overrides)
-    return View(tables=[spec_table(r, best_gamma, overrides)], data=d, rows=d["rows"])
+    d["notes"] = note.strip()
+    return View(tables=[spec_table(r, best_gamma, overrides, note)], data=d, rows=d["rows"])
 
 
 def serving_rows_view(title: str, caption: str, items: list[dict[str, Any]], extra: dict[str, Any]) -> View:

@@ -8,6 +8,7 @@ import numpy as np
 from rich.console import Console
 
 from ...serving.speculation import optimal_gamma, speculative_round
+from ...specs.hf_config import load_model
 from ...specs.resolve import resolve_group
 from .. import render
 from ..options import (
@@ -16,6 +17,7 @@ from ..options import (
     add_acceptance,
     add_formats,
     add_what_if,
+    context_note,
     engine_params,
     nonnegative,
     parse_ints,
@@ -42,7 +44,8 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
                                          "activations": args.draft_activations},
                           params=engine_params(args))
-    emit(console, render.spec_view(r, optimal_gamma(r), wi.describe()), args)
+    note = context_note(load_model(args.target), args.context + int(gammas.max()))
+    emit(console, render.spec_view(r, optimal_gamma(r), wi.describe(), note), args)
     return 0
 
 

@@ -24,6 +24,7 @@ from ..options import (
     add_formats,
     add_prices,
     add_what_if,
+    context_note,
     engine_params,
     formats,
     nonnegative,
@@ -119,7 +120,8 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     caption = _caption(results, resolve_profile(group.device, params), group.device.path, bool(wi))
     if wi:
         caption += " What-if: " + ", ".join(wi.describe()) + "."
-    caption += "".join(" " + n for n in notes) + _beyond_domain(group, params)
+    caption += "".join(" " + n for n in notes) + _beyond_domain(group, params) + context_note(
+        model, max(float(prompt), float(args.context) + (args.gamma or 0)))
     emit(console, render.stage_view(model.id, group.device.id, results, caption, wi.describe()), args)
     return 0
 
