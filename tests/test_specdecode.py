@@ -158,3 +158,10 @@ def test_round_energy_counts_every_device_of_each_group(draft_on, cards):
 
     energy = cards * device_j(dg.device, d) + 8 * device_j(tg.device, v)
     np.testing.assert_allclose(r.energy_per_token_j, energy / r.expected_tokens, rtol=1e-9)
+
+
+def test_gamma_zero_has_no_draft_bound():
+    """At gamma 0 nothing is drafted: its draft bound reads "none", not the bound of a draft that never ran."""
+    s = rl.speculative_round("gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", acceptance=0.9,
+                             gamma=np.arange(0, 3))
+    assert list(s.draft_bound) == ["none", s.draft_bound[1], s.draft_bound[2]] and "none" not in s.draft_bound[1:]

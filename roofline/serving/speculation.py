@@ -154,7 +154,9 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         speedup=E * base.time_s / round_s, flop_per_token=full(flop_round / (B * E)),
         baseline_flop_per_token=full(base.flop_per_device * tg.count / B),
         energy_per_token_j=full(energy_tok * nan), baseline_energy_per_token_j=full(base_energy),
-        power_w=full(power_w * nan), fits=rnd.fits, draft_bound=full(rnd.draft.bound), verify_bound=full(rnd.verify.bound),
+        power_w=full(power_w * nan), fits=rnd.fits,
+        draft_bound=np.where(full(G) > 0, full(rnd.draft.bound), "none"),   # gamma 0 drafts nothing
+        verify_bound=full(rnd.verify.bound),
         energy_note=note)
 
 
