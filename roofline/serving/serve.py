@@ -378,8 +378,9 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
     return B, G, acc
 
 
-#: Tokens one continuous-batching step may process when nothing else is said: vLLM's max_num_batched_tokens and
-#: SGLang's chunked_prefill_size default to 8192 on large GPUs (see :func:`_prompt_chunks`).
+#: Tokens one continuous-batching step may process when nothing else is said: TensorRT-LLM's
+#: ``BuildConfig.max_num_tokens`` default (https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/builder.py);
+#: vLLM and SGLang choose theirs per version and GPU (see :func:`_prompt_chunks`).
 DEFAULT_TOKEN_BUDGET = 8192
 
 

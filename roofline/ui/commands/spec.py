@@ -34,7 +34,8 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     verify_on = resolve_group(args.verify_on, ep=args.ep)
     draft_on = resolve_group(args.draft_on) if args.draft_on else None
     wi.check_used([verify_on.device, *([draft_on.device] if draft_on else [])])
-    r = speculative_round(args.target, verify_on=wi.apply_group(verify_on), draft=args.draft,
+    target = load_model(args.target)   # once: the scan and the context check share it
+    r = speculative_round(target, verify_on=wi.apply_group(verify_on), draft=args.draft,
                           draft_on=wi.apply_group(draft_on) if draft_on else None, draft_kind=args.draft_kind,
                           head_layers=args.head_layers, acceptance=acceptance(args),
                           gamma=gammas if batch.size == 1 else gammas[None, :],
@@ -44,7 +45,7 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
                                          "activations": args.draft_activations},
                           params=engine_params(args))
-    note = context_note(load_model(args.target), args.context + int(gammas.max()))
+    note = context_note(target, args.context + int(gammas.max()))
     emit(console, render.spec_view(r, optimal_gamma(r), wi.describe(), note), args)
     return 0
 
