@@ -263,3 +263,46 @@ def test_contexts_beyond_the_models_maximum_are_flagged(run_cli):
             "0.9", "--gamma", "1..3", "--json")
     assert "131,072" in json.loads(run_cli(*spec, "--context", "1M")[1])["notes"]
     assert json.loads(run_cli(*spec)[1])["notes"] == ""
+
+
+def test_stack_option_runs_the_gpus_with_a_serving_stacks_fit(run_cli):
+    from roofline.specs.params import shipped_profile
+
+    def decode(*extra):
+        code, out, err = run_cli("stage", "llama-3.1-70b", "h100-sxm:2", "--batch", "1,16", "--context", "2048", "--json",
+                                 *extra)
+        assert code == 0, err
+        data = json.loads(out)
+        return data, next(s for s in data["stages"] if s["stage"] == "decode")["rows"]
+    pooled, rows = decode()
+    assert "stack" not in pooled
+    times = {}
+    for stack in ("tensorrt-llm", "vllm", "sglang"):
+        data, rows = decode("--stack", stack)
+        assert data["stack"]["build"] == data["stack"]["parameters"] == stack
+        # the same numbers as the Python API with that stack's parameters (efficiencies, fixed costs, scheduling)
+        params = shipped_profile().for_stack(stack, "NVIDIA")
+        api = rl.decode_step("llama-3.1-70b", "h100-sxm:2", batch=np.array([1, 16]), context=2048, params=params)
+        assert [r["time_s"] for r in rows] == pytest.approx([float(t) for t in api.time_s])
+        times[stack] = rows[0]["time_s"]
+    assert len({round(t, 9) for t in times.values()}) == 3   # the stacks' fits differ
+    # an AMD GPU runs the stack's ROCm build for its ISA, or the nearest family the calibration fitted
+    code, out, _ = run_cli("stage", "llama-3.1-70b", "mi300x", "--batch", "1", "--stack", "vllm", "--json")
+    assert code == 0 and json.loads(out)["stack"]["parameters"] == "vllm-rocm-gfx942"
+    code, out, _ = run_cli("stage", "llama-3.1-70b", "mi355x", "--batch", "1", "--stack", "vllm", "--json")
+    assert code == 0 and json.loads(out)["stack"] == {"name": "vllm", "build": "vllm-rocm-gfx950",
+                                                          "parameters": "vllm", "not_identified": []}
+    # parameters the calibration's rows do not pin down are named, in the table view and in JSON
+    code, out, _ = run_cli("stage", "llama-3.1-8b", "mi355x", "--batch", "1", "--stack", "sglang")
+    said = " ".join(out.split())
+    assert code == 0 and "sglang-rocm-gfx950 parameter set" in said and "do not pin down its compute_fraction" in said
+    # every command that predicts takes it; bad uses are one-line usage errors
+    assert run_cli("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--verify-on", "h100-sxm:2",
+                   "--alpha", "0.8", "--gamma", "2", "--stack", "vllm")[0] == 0
+    for args, needle in ((("stage", "llama-3.1-8b", "h100-sxm", "--stack", "ollama"), "unknown serving stack"),
+                         (("stage", "llama-3.1-8b", "groq-lpu:64", "--stack", "vllm"), "no device here is a GPU"),
+                         (("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm,mi300x", "--stack", "vllm"),
+                          "2 different builds"),
+                         (("validate", "--stack", "vllm"), "unrecognized arguments")):
+        code, _, err = run_cli(*args)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)

@@ -316,6 +316,11 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
     r = rl.evaluate_serving("llama-3.1-8b", rl.Placement.build("one", decode="h100-sxm"),
                             rl.Request(input_tokens=8192, output_tokens=1024), batch=np.array([16, 512]), chunk=64)
     assert list(r.fits_memory) == [True, False] and not r.budget_keeps_up.any() and not r.fits.any()
+    assert list(r.budget_starved) == [True, False] and r.token_budget == 64
+    assert "token budget (64) cannot keep up" in r.why_infeasible(0) and "at least 144 tokens" in r.why_infeasible(0)
+    assert r.why_infeasible(1) == "does not fit at this batch"
+    assert rl.evaluate_serving("llama-3.1-8b", rl.Placement.build("one", decode="h100-sxm"),
+                               rl.Request(input_tokens=8192, output_tokens=1024), batch=16).why_infeasible() == ""
     code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch", "512",
                            "--token-budget", "64")
     assert code == 1 and "nothing fits" in err and "token budget" not in err

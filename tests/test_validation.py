@@ -12,7 +12,8 @@ import roofline as rl
 from roofline.errors import SpecError
 from roofline.evidence.calibrate import BOUNDS, calibrate, save_profile
 from roofline.evidence.validate import ENERGY_METRICS, METRICS, UNMODELLED, read_rows, shipped_data, validate
-from roofline.specs.params import load_profile, shipped_profile, stack_family
+from roofline.specs.params import load_profile, shipped_profile, shipped_profile_path, stack_family
+from roofline.ui import render
 
 ROWS = read_rows(shipped_data())
 
@@ -187,6 +188,21 @@ def test_shipped_profile_is_reproducible_by_a_refit(tmp_path):
     assert again.default == fit.profile.default and set(again.families) == set(fit.profile.families)
 
 
+def test_shipped_profile_lists_the_parameters_it_does_not_identify():
+    """The [fit] record's not_identified list (what --stack names) says what the parameters' comments say."""
+    import re
+    sets, flagged = None, []
+    for line in shipped_profile_path().read_text().splitlines():
+        head = re.match(r'^\[(params|stacks\."(?P<fam>.+)"|fit)\]', line)
+        if head:
+            sets = "default" if head.group(1) == "params" else head.group("fam")
+        elif sets and "# not identified" in line:
+            flagged.append(f"{sets}.{line.split('=')[0].strip()}")
+    shipped = shipped_profile()
+    assert flagged and sorted(flagged) == shipped.fit["not_identified"]
+    assert "compute_fraction" in shipped.not_identified("sglang-rocm-gfx950") and shipped.not_identified("nope") == []
+
+
 def test_profiles_are_accepted_by_commands(run_cli, tmp_path):
     p = tmp_path / "slow.toml"
     p.write_text("[params]\nmemory_bandwidth_fraction = 0.1\n")
@@ -200,7 +216,8 @@ def test_profiles_are_accepted_by_commands(run_cli, tmp_path):
                          ("fit = 3\n[params]\ncompute_fraction = 0.5\n", "[fit] must be a table"),
                          ('[params]\ncompute_fraction = 0.5\n[fit]\nrows = "many"\n', "[fit] rows"),
                          ("[params]\ncompute_fraction = 0.5\n[fit]\nrows = 9\nmedian_abs_error = nan\n",
-                          "median_abs_error")):
+                          "median_abs_error"),
+                         ('[params]\ncompute_fraction = 0.5\n[fit]\nnot_identified = "vllm"\n', "not_identified")):
         bad.write_text(text)
         for cmd in (("stage", "llama-3.1-8b", "h100"), ("validate",)):
             code, _, err = run_cli(*cmd, "--profile", str(bad))
@@ -229,6 +246,13 @@ def test_calibrate_command_writes_a_profile(run_cli, tmp_path):
     assert len(loo) > len(keep) / 2 and data["loo_approx_median_abs_error"] == pytest.approx(np.median(loo))
     assert "loo_approx_median_abs_error" in out.read_text()
     prof = load_profile(out)
+    # the terminal caption and validate's calibration sentence read the same record the profile keeps
+    assert data["record"] == dict(prof.fit)
+    assert data["record"].get("not_identified", []) == sorted(
+        f"{name}.{k}" for name, notes in data["uncertainty"].items() for k, n in notes.items()
+        if n.startswith("not identified"))
+    caption = str(render.calibration_table(data).caption)
+    assert f"in-sample {data['median_abs_error']:.1%}" in caption and "leave-one-out" in caption
     assert prof.families["gpt-fast"].memory_bandwidth_fraction == pytest.approx(
         data["families"]["gpt-fast"]["memory_bandwidth_fraction"])
     # no gpt-fast row measures a first token (NIM's TensorRT-LLM rows do): gpt-fast takes the pooled fit's

@@ -458,8 +458,9 @@ def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
     return out
 
 
-def profile_text(fit: Fit, *, data: str) -> str:
-    """The profile file of a fit, with each parameter's uncertainty and the fit's record."""
+def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
+    """What a fit says of itself (a profile's ``[fit]`` table): the data, rows and median |error| in-sample,
+    estimated leave-one-out and held out, and the parameters its data do not identify (``set.name``)."""
     record: dict[str, Any] = {"data": data, "rows": len(fit.rows), "median_abs_error": round(fit.median_abs_error, 4)}
     if fit.approx_loo_median_abs_error is not None:
         record["loo_approx_median_abs_error"] = round(fit.approx_loo_median_abs_error, 4)
@@ -469,7 +470,16 @@ def profile_text(fit: Fit, *, data: str) -> str:
     if fit.loo_median_abs_error is not None:
         record["heldout_median_abs_error"] = round(fit.loo_median_abs_error, 4)
         record["heldout"] = fit.holdout
-    return profile_toml(fit.profile, uncertainty=uncertainty(fit), fit=record)
+    missing = sorted(f"{name}.{k}" for name, notes in uncertainty(fit).items() for k, note in notes.items()
+                     if note.startswith("not identified"))
+    if missing:
+        record["not_identified"] = missing
+    return record
+
+
+def profile_text(fit: Fit, *, data: str) -> str:
+    """The profile file of a fit, with each parameter's uncertainty and the fit's record."""
+    return profile_toml(fit.profile, uncertainty=uncertainty(fit), fit=fit_record(fit, data=data))
 
 
 def save_profile(fit: Fit, path: str, *, data: str) -> None:

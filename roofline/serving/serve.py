@@ -126,6 +126,12 @@ class Placement:
                    head_layers=head_layers, kv_link=get_link(kv_link), draft_link=get_link(draft_link))
 
 
+#: Tokens one continuous-batching step may process when nothing else is said: TensorRT-LLM's
+#: ``BuildConfig.max_num_tokens`` default (https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/builder.py);
+#: vLLM and SGLang choose theirs per version and GPU (see :func:`_prompt_chunks`).
+DEFAULT_TOKEN_BUDGET = 8192
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class ServingResult(ArrayRecord):
     """Serving metrics of one placement; arrays broadcast over batch and gamma (batch first).
@@ -174,6 +180,25 @@ class ServingResult(ArrayRecord):
     budget_keeps_up: NDArray[np.bool_] = attrs.field(factory=lambda: np.array(True))
     fits_memory: NDArray[np.bool_] = attrs.field(factory=lambda: np.array(True))
     token_budget_needed: Array = attrs.field(factory=lambda: np.array(0.0))
+    #: the step's token budget the result was evaluated with (``chunk`` of :func:`evaluate_serving`)
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+
+    @property
+    def budget_starved(self) -> NDArray[np.bool_]:
+        """Points that fit in memory but whose step token budget cannot keep up with the arriving prompts."""
+        return np.asarray(self.fits_memory & ~self.budget_keeps_up)
+
+    def why_infeasible(self, index: int = 0) -> str:
+        """Why the point at flat ``index`` is infeasible ("" where it is feasible): memory first, then a token
+        budget that cannot keep up with the prompts arriving at that load."""
+        def at(a: Any) -> Any:
+            return np.broadcast_to(a, self.batch.shape).flat[index]
+        if bool(at(self.fits)):
+            return ""
+        if not bool(at(self.fits_memory)) or bool(at(self.budget_keeps_up)):
+            return "does not fit at this batch"
+        return (f"a step's token budget ({self.token_budget}) cannot keep up with the prompts arriving at this batch: "
+                f"it needs at least {float(at(self.token_budget_needed)):.0f} tokens per step (--token-budget)")
 
     @property
     def tokens_per_s_per_user(self) -> Array:
@@ -243,8 +268,9 @@ def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Ar
                    whole: bool = False) -> _Chunks | None:
     """How aggregated continuous batching prefills arriving prompts (:class:`_Chunks`), or None on a pipeline.
 
-    A step holds at most ``budget`` tokens (TensorRT-LLM's max_num_tokens, vLLM's max_num_batched_tokens,
-    SGLang's chunked_prefill_size: 8192 by default); the B (gamma + 1) decode tokens go first and a prompt
+    A step holds at most ``budget`` tokens (TensorRT-LLM's max_num_tokens, 8192 by default: DEFAULT_TOKEN_BUDGET;
+    vLLM's max_num_batched_tokens and SGLang's chunked_prefill_size, whose defaults change with version and GPU:
+    pass the run's own value); the B (gamma + 1) decode tokens go first and a prompt
     chunk takes what is left, up to the whole prompt. An engine that does not chunk prompts (``whole``:
     TensorRT-LLM's default) raises the budget to hold a whole prompt beside the batch (trtllm-bench sets
     max_num_tokens >= max_isl + max_batch_size), so at least one whole prompt fits every step. The budget is
@@ -378,12 +404,6 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
     return B, G, acc
 
 
-#: Tokens one continuous-batching step may process when nothing else is said: TensorRT-LLM's
-#: ``BuildConfig.max_num_tokens`` default (https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/builder.py);
-#: vLLM and SGLang choose theirs per version and GPU (see :func:`_prompt_chunks`).
-DEFAULT_TOKEN_BUDGET = 8192
-
-
 @broadcast_errors
 def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *, batch: ArrayLike,
                      gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
@@ -460,7 +480,8 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                         budget_keeps_up=np.broadcast_to(chunks.sustains if chunks else True, B.shape).copy(),
                         fits_memory=np.broadcast_to(rnd.fits & pre.fits, B.shape).copy(),
                         token_budget_needed=np.broadcast_to(
-                            np.ceil(B * (G + 1) + B * E * isl / osl) if chunks else 0.0, B.shape).copy())
+                            np.ceil(B * (G + 1) + B * E * isl / osl) if chunks else 0.0, B.shape).copy(),
+                        token_budget=int(chunk))
 
 
 def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: _Prefill, *, B: Array, G: Array,

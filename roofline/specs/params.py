@@ -19,7 +19,7 @@ import functools
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -379,6 +379,31 @@ class Profile:
         base = next((self.families[f] for f in chain if f in self.families), self.default)
         return with_stack_settings(base, stack)
 
+    def not_identified(self, name: str) -> list[str]:
+        """The parameters of set ``name`` (``default`` or a stack family) the fit recorded as not identified by
+        its data (the ``[fit]`` record's ``not_identified``: set in place, not measured)."""
+        return [x.partition(".")[2] for x in self.fit.get("not_identified", []) if x.partition(".")[0] == name]
+
+    def for_gpus(self, stack: str, devices: Iterable[Any]) -> tuple[str, str, EngineParams]:
+        """The build of serving stack ``stack`` the GPUs among ``devices`` run (``vllm`` on MI300X:
+        ``vllm-rocm-gfx942``), the parameter set that answers for it (its own, else the nearest family it
+        specialises that the profile fits (:meth:`for_stack`), else ``default``), and those parameters. Other
+        device families keep their own execution profiles whatever the stack. Raises :class:`WorkloadError` for a
+        name no stack family matches, for devices with no GPU among them (the stack would change nothing), and for
+        GPUs of two platforms or ISAs (each runs its own build of the stack: one parameter set cannot describe
+        both)."""
+        if stack_family(stack) == "other":
+            raise WorkloadError(f"unknown serving stack {stack!r}: give one of {', '.join(STACK_COLLECTIVES)}")
+        platforms = sorted({(d.vendor, d.isa) for d in devices if d.family == "gpu"})
+        if not platforms:
+            raise WorkloadError(f"serving stack {stack!r} sets GPU parameters, and no device here is a GPU")
+        if len(platforms) > 1:
+            raise WorkloadError(f"serving stack {stack!r}: the GPUs here run {len(platforms)} different builds of it "
+                                f"({', '.join(f'{v} {i}'.strip() for v, i in platforms)}); give one platform at a time")
+        vendor, isa = platforms[0]
+        chain = family_chain(stack_family(stack, vendor, isa))
+        return chain[0], next((f for f in chain if f in self.families), "default"), self.for_stack(stack, vendor, isa)
+
 
 #: The settings a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
 STACK_SET = tuple(STACK_SETTINGS)
@@ -425,7 +450,7 @@ def load_profile(path: str | Path, *, base: EngineParams | None = None) -> Profi
 
 #: The ``[fit]`` record's fields and their types (what `roofline calibrate` writes; other keys are kept as given).
 _FIT_FIELDS = {"data": str, "rows": int, "median_abs_error": float, "loo_approx_median_abs_error": float,
-               "loo_approx": str, "heldout_median_abs_error": float, "heldout": str}
+               "loo_approx": str, "heldout_median_abs_error": float, "heldout": str, "not_identified": list}
 
 
 def _fit_record(fit: Any, path: Path) -> dict[str, Any]:
@@ -437,10 +462,12 @@ def _fit_record(fit: Any, path: Path) -> dict[str, Any]:
             continue
         v = fit[k]
         ok = (isinstance(v, str) if kind is str else isinstance(v, int) and not isinstance(v, bool) and v > 0
-              if kind is int else isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+              if kind is int else isinstance(v, list) and all(isinstance(x, str) and "." in x for x in v)
+              if kind is list else isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
         if not ok:
-            raise SpecError(f"{path} [fit] {k} = {v!r}: expected "
-                            + {str: "a string", int: "a whole number of rows > 0", float: "a finite error >= 0"}[kind])
+            raise SpecError(f"{path} [fit] {k} = {v!r}: expected " + {
+                str: "a string", int: "a whole number of rows > 0", float: "a finite error >= 0",
+                list: 'a list of "set.parameter" strings'}[kind])
     return fit
 
 
@@ -479,7 +506,9 @@ def profile_toml(profile: Profile, *, uncertainty: dict[str, dict[str, str]], fi
         lines += ["", *block(f"[stacks.{_toml_string(fam)}]", p, uncertainty.get(fam, {}))]
     lines += ["", "[fit]"]
     for k, v in fit.items():
-        lines.append(f"{k} = {_toml_string(v) if isinstance(v, str) else repr(v)}")
+        text = (_toml_string(v) if isinstance(v, str) else "[" + ", ".join(map(_toml_string, v)) + "]"
+                if isinstance(v, list) else repr(v))
+        lines.append(f"{k} = {text}")
     return "\n".join(lines) + "\n"
 
 

@@ -39,11 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def add(name: str, func: Command, help: str, *, profile: bool = False) -> argparse.ArgumentParser:
+    def add(name: str, func: Command, help: str, *, profile: bool = False, stack: bool | None = None
+            ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         add_output(sp)
-        if profile:
-            add_profile(sp)
+        if profile:   # --stack too, unless the command picks each row's stack itself (validate)
+            add_profile(sp, stack=profile if stack is None else stack)
         sp.set_defaults(func=func)
         return sp
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..errors import RooflineError
+from ..errors import RooflineError, WorkloadError
 from ..physics.speculative import Acceptance
 from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.whatif import WhatIf
+from ..specs.devices import Device
 from ..specs.params import EngineParams, Profile, default_params, load_profile, shipped_profile
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import resolve_device
@@ -98,9 +99,14 @@ def add_output(sp: argparse.ArgumentParser) -> None:
     group.add_argument("--csv", action="store_true", help="print CSV rows instead of a table")
 
 
-def add_profile(sp: argparse.ArgumentParser) -> None:
+def add_profile(sp: argparse.ArgumentParser, *, stack: bool = True) -> None:
     sp.add_argument("--profile", default=None, metavar="FILE.toml",
                     help="engine parameters from a `roofline calibrate` profile (default: the shipped fit)")
+    if stack:
+        sp.add_argument("--stack", default=None, metavar="NAME",
+                        help="run the GPUs with this serving stack's fitted efficiencies, fixed costs and scheduling "
+                             "(tensorrt-llm, vllm, sglang, gpt-fast; AMD GPUs get its ROCm build); default: one "
+                             "parameter set fitted to every stack's rows")
 
 
 def add_what_if(sp: argparse.ArgumentParser) -> None:
@@ -184,7 +190,17 @@ def profile(args: argparse.Namespace) -> Profile:
     return load_profile(args.profile) if getattr(args, "profile", None) else shipped_profile()
 
 
-def engine_params(args: argparse.Namespace) -> EngineParams:
+def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> EngineParams:
+    """The engine parameters a command runs ``devices`` with: --stack's fitted set for their GPUs (the name of the
+    set used is kept in ``args.stack_used`` for the output), else the profile's default set."""
+    if getattr(args, "stack", None):
+        try:
+            prof = profile(args)
+            args.stack_build, args.stack_used, params = prof.for_gpus(args.stack, devices)
+            args.stack_not_identified = prof.not_identified(args.stack_used)
+        except WorkloadError as e:
+            raise UsageError(f"--stack: {e}") from None
+        return params
     return profile(args).default if getattr(args, "profile", None) else default_params()
 
 

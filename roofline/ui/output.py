@@ -39,14 +39,26 @@ def _cell(v: Any) -> Any:
 
 
 def emit(console: Console, view: View, args: argparse.Namespace) -> None:
-    """Print ``view`` the way the command line asked: --json, --csv, or tables."""
+    """Print ``view`` the way the command line asked: --json, --csv, or tables; with --stack, which fitted
+    parameter set the GPUs ran with (JSON ``stack``, a line under the tables)."""
+    used = getattr(args, "stack_used", None)
     if getattr(args, "json", False):
-        console.file.write(json.dumps(jsonable(view.data), indent=2) + "\n")
+        data = view.data
+        if used and isinstance(data, dict):
+            data = {**data, "stack": {"name": args.stack, "build": args.stack_build, "parameters": used,
+                                      "not_identified": args.stack_not_identified}}
+        console.file.write(json.dumps(jsonable(data), indent=2) + "\n")
     elif getattr(args, "csv", False):
         console.file.write(csv_text(view.rows))
     else:
         for t in view.tables:   # Text (command lines) is printed unwrapped, for copying
             console.print(t, soft_wrap=isinstance(t, Text))
+        if used:
+            loose = args.stack_not_identified
+            console.print(f"GPUs run {args.stack_build} with the calibration's {used} parameter set"
+                          + ("" if used == args.stack_build else " (the nearest one fitted)")
+                          + (f"; the calibration's rows do not pin down its {', '.join(loose)} (kept as fitted, "
+                             "uncertain)" if loose else ""))
 
 
 def run_example(doc: str, run: Any, show: Any, *, quick: bool = False) -> None:

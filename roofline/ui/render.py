@@ -512,17 +512,21 @@ SUMMARY_GROUPS = (("by_kind", "kind"), ("by_family", "family"), ("by_metric", "m
                   ("by_stack_family", "stack"))
 
 
-def calibration_record(fit: Mapping[str, Any]) -> str:
-    """A profile's ``[fit]`` record in a sentence (empty for a profile without one)."""
+def fit_errors(fit: Mapping[str, Any]) -> str:
+    """A fit record's errors in a phrase: in-sample, leave-one-out, held out ("" when it has none)."""
     parts = [f"in-sample {fit['median_abs_error']:.1%}" if "median_abs_error" in fit else "",
              f"leave-one-out {fit['loo_approx_median_abs_error']:.1%} ({fit.get('loo_approx', 'approximate')})"
              if "loo_approx_median_abs_error" in fit else "",
              f"held out ({fit.get('heldout', '?')}) {fit['heldout_median_abs_error']:.1%}"
              if "heldout_median_abs_error" in fit else ""]
-    if not fit.get("rows") or not any(parts):
+    return ", ".join(p for p in parts if p)
+
+
+def calibration_record(fit: Mapping[str, Any]) -> str:
+    """A profile's ``[fit]`` record in a sentence (empty for a profile without one)."""
+    if not fit.get("rows") or not fit_errors(fit):
         return ""
-    return (f" The calibration was fitted on {fit['rows']} GPU time rows of {fit.get('data', '?')}: "
-            + ", ".join(p for p in parts if p) + ".")
+    return f" The calibration was fitted on {fit['rows']} GPU time rows of {fit.get('data', '?')}: {fit_errors(fit)}."
 
 
 def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None) -> Table:
@@ -564,22 +568,10 @@ def params_dict(p: EngineParams) -> dict[str, float]:
     return {k: v for k, v in attrs.asdict(p).items() if k not in NOT_IN_PROFILE_FILES}
 
 
-def _loo_note(d: dict[str, Any]) -> str:
-    """The calibration's approximate leave-one-out error, and how many rows were too influential to estimate."""
-    if d.get("loo_approx_median_abs_error") is None:
-        return ""
-    skipped = sum(1 for e in d.get("loo_approx_errors", {}).values() if e is None or not math.isfinite(e))
-    return (f", leave-one-out (one Newton step per row) {d['loo_approx_median_abs_error']:.1%}"
-            + (f" ({skipped} rows too influential to estimate this way)" if skipped else ""))
-
-
 def calibration_table(d: dict[str, Any]) -> Table:
     fams = list(d["families"])
     t = _table(title=f"calibration on {len(d['rows'])} rows of {d['data']}",
-              caption=f"In-sample median |error| {d['median_abs_error']:.1%}"
-                      + _loo_note(d)
-                      + (f", held out ({d['heldout']}) {d['heldout_median_abs_error']:.1%}"
-                         if d["heldout_median_abs_error"] else "")
+              caption=f"Median |error|: {fit_errors(d['record'])}"
                       + (f". Profile written to {d['profile']}." if d["profile"] else "."))
     t.add_column("parameter")
     for f in ("default", *fams):

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from ...errors import RooflineError
-from ...evidence.calibrate import FOLD_BY, calibrate, fit_layer_overhead, fit_power_floor, save_profile, uncertainty
+from ...evidence.calibrate import FOLD_BY, calibrate, fit_layer_overhead, fit_power_floor, fit_record, save_profile, uncertainty
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...specs.files import check_writable
@@ -43,7 +43,8 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     group = resolve_group(args.device)
     wi.check_used([group.device])
-    d = diagnose(args.model, wi.apply_group(group), m, formats=formats(args), params=engine_params(args))
+    d = diagnose(args.model, wi.apply_group(group), m, formats=formats(args),
+                 params=engine_params(args, [group.device]))
     emit(console, render.diagnosis_view(d), args)
     return 0
 
@@ -118,7 +119,8 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             "loo_approx_median_abs_error": fit.approx_loo_median_abs_error, "loo_approx_errors": fit.approx_loo_errors,
             "default": render.params_dict(fit.profile.default),
             "families": {k: render.params_dict(v) for k, v in fit.profile.families.items()},
-            "standard_errors": fit.standard_errors, "uncertainty": uncertainty(fit), "profile": args.out}
+            "standard_errors": fit.standard_errors, "uncertainty": uncertainty(fit), "profile": args.out,
+            "record": fit_record(fit, data=path)}
     emit(console, render.calibration_view(data), args)
     return 0
 
@@ -141,7 +143,8 @@ def register(add: Adder) -> None:
     add_formats(sp)
     add_what_if(sp)
 
-    sp = add("validate", cmd_validate, "predict published measurements (CSV) and report the errors", profile=True)
+    sp = add("validate", cmd_validate, "predict published measurements (CSV) and report the errors", profile=True,
+             stack=False)
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the errors (needs the plot extra)")
     sp = add("calibrate", cmd_calibrate, "fit the engine's parameters to measurements (scipy least squares)")

@@ -95,7 +95,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     devices = [wi.apply(d) for d in devices]
     acc = acceptance(args) if args.draft else None
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
-    params, knobs = engine_params(args), serving_knobs(args)
+    params, knobs = engine_params(args, devices), serving_knobs(args)
     cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
                                  mode=args.mode, target_formats=formats(args), params=params)
     items, cannot = [], {}
@@ -111,7 +111,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                                      gamma=args.gamma if c.placement.speculative else 0, acceptance=acc,
                                      mode=args.mode, target_formats=formats(args), params=params, **knobs)
                 point = render.serving_point(r, 0)
-                reason = r.energy_note or ("" if point["fits"] else _infeasible(point, args.token_budget))
+                reason = r.energy_note or r.why_infeasible(0)
             except RooflineError as e:  # a placement that cannot be evaluated is listed with why
                 reason = str(e)
         items.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
@@ -127,14 +127,6 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
         "target": args.target, "request": _request_dict(args), "batch": args.batch,
         "overrides": wi.describe(), "infeasible_devices": unplaceable}), args)
     return 0
-
-
-def _infeasible(point: dict[str, Any], budget: int) -> str:
-    """Why a serving point is infeasible: memory first, then a token budget that cannot keep up."""
-    if not point["fits_memory"] or point["budget_keeps_up"]:
-        return "does not fit at this batch"
-    return (f"a step's token budget ({budget}) cannot keep up with the prompts arriving at this batch: it needs at "
-            f"least {point['token_budget_needed']:.0f} tokens per step (--token-budget)")
 
 
 def _request_dict(args: argparse.Namespace) -> dict[str, Any]:
@@ -174,9 +166,10 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         if unpriced:
             raise UsageError(f"--axis usd: no price for {', '.join(unpriced)}; give --usd-per-device-hour ID=USD")
     configs, frontiers, results = [], [], []
+    params = engine_params(args, [d for p in placements for d in _groups_devices(p)])
     for p in placements:
         r = evaluate_serving(args.target, p, request, batch=batches, gamma=gammas if p.speculative else 0,
-                             acceptance=acc, mode=args.mode, target_formats=formats(args), params=engine_params(args),
+                             acceptance=acc, mode=args.mode, target_formats=formats(args), params=params,
                              prices=prices, **knobs)
         y = r.tokens_per_s_per_kw if args.axis == "kw" else 1e6 / r.usd_per_million_output_tokens
         f = pareto_frontier(r.tokens_per_s_per_user, y, r.fits)
@@ -186,7 +179,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
                         "frontier": [render.serving_point(r, int(i)) for i in f.index]})
     if not any(c["frontier"] for c in configs):
         notes = "; ".join(c["energy_note"] for c in configs if c["energy_note"])
-        starved = [c["name"] for c, r in zip(configs, results) if np.any(r.fits_memory & ~r.budget_keeps_up)]
+        starved = [c["name"] for c, r in zip(configs, results) if np.any(r.budget_starved)]
         raise RooflineError("no configuration has a feasible point with known power: " + (notes or (
             f"the token budget ({args.token_budget}) cannot keep up with arriving prompts ({', '.join(starved)}); "
             "raise --token-budget" if starved else "nothing fits at these batches; try smaller batches or more devices")))

@@ -61,7 +61,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     draft = load_model(args.draft) if args.draft else None
     prices = price_list(args)
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
-                   formats=formats(args), params=engine_params(args), prices=prices)
+                   formats=formats(args), params=engine_params(args, [getattr(d, 'device', d) for d in devices]), prices=prices)
     commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []
     emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe()), args)
     return 0

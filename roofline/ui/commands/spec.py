@@ -44,7 +44,7 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           target_formats={"weights": args.weights, "experts": args.experts, "kv": args.kv},
                           draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
                                          "activations": args.draft_activations},
-                          params=engine_params(args))
+                          params=engine_params(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
     note = context_note(target, args.context + int(gammas.max()))
     emit(console, render.spec_view(r, optimal_gamma(r), wi.describe(), note), args)
     return 0

@@ -78,7 +78,8 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
             f"time = {_overlap(params)} + comm + fixed (the serial upper bound, time_serial_s, is in --json and "
-            f"--csv); fixed = per-pass, per-layer and per-kernel costs + weight-only dequantisation. {family} "
+            f"--csv); fixed (overhead_s and bound 'overhead' in --json) = per-pass, per-layer and per-kernel costs "
+            f"+ weight-only dequantisation. {family} "
             f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
             f"{params.compute_fraction:.0%} of peak "
             f"FLOP/s, {_fixed_costs(params)}; "
@@ -93,7 +94,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     group = resolve_group(args.device, tp=args.tp, ep=args.ep, dp=args.dp)
     wi.check_used([group.device])
     group = wi.apply_group(group)
-    params = engine_params(args)
+    params = engine_params(args, [group.device])
     kw = dict(params=params, **formats(args))
     if args.prompt is None and args.context < 1:
         raise UsageError("--context 0 leaves no prompt to prefill (--prompt defaults to --context); give --prompt N")
@@ -148,8 +149,9 @@ def _variants(args: argparse.Namespace) -> list[tuple[str, DeviceGroup]]:
 def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     model = load_model(args.model)
     batch = np.array(parse_ints(args.batch, "--batch"))
-    rows = compare(model, _variants(args), batch=batch, context=args.context, prompt=args.prompt,
-                   formats=formats(args), params=engine_params(args), with_elasticity=args.elasticity,
+    variants = _variants(args)
+    rows = compare(model, variants, batch=batch, context=args.context, prompt=args.prompt, formats=formats(args),
+                   params=engine_params(args, [g.device for _, g in variants]), with_elasticity=args.elasticity,
                    prices=price_list(args))
     data = []
     for r in rows:
