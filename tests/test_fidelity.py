@@ -354,7 +354,7 @@ def test_an_engine_that_does_not_chunk_admits_whole_prompts():
     """TensorRT-LLM does not chunk prompts by default; trtllm-bench then raises max_num_tokens to hold a whole
     prompt beside the batch. At 32k in / 1k out a chunking engine's 8,192-token steps sustain at most
     8192 / 33 = 248 sequences, one admitting whole prompts up to osl x (one prompt per step) = 1,024."""
-    from roofline.serving.serve import _prompt_chunks
+    from roofline.serving.serve import _prompt_chunks, _token_budget
     b = np.array([240.0, 300.0, 1000.0, 1100.0])
     chunking = attrs.evolve(shipped_profile().default, chunked_prefill=True)
     r = _continuous("llama-3.1-8b", "b200:8", 32768, 1024, b[:2], params=chunking)
@@ -362,9 +362,11 @@ def test_an_engine_that_does_not_chunk_admits_whole_prompts():
     whole = _continuous("llama-3.1-8b", "b200:8", 32768, 1024, b[:2], params=attrs.evolve(chunking, chunked_prefill=False))
     assert list(whole.fits) == [True, True]
     one = np.ones(4)
-    plan = _prompt_chunks(Placement(name="x", decode=rl.resolve_group("b200:8")), Request(input_tokens=32768,
-                          output_tokens=1024), 8192, B=b, G=0 * one, E=one, whole=True)
-    assert list(plan.sustains) == [True, True, True, False] and (plan.tokens == 32768).all()
+    placement, request = Placement(name="x", decode=rl.resolve_group("b200:8")), Request(input_tokens=32768,
+                                                                                        output_tokens=1024)
+    plan = _prompt_chunks(placement, request, 8192, B=b, G=0 * one, whole=True)
+    budget = _token_budget(placement, request, 8192, B=b, G=0 * one, E=one, whole=True)
+    assert list(budget.keeps_up) == [True, True, True, False] and (plan.tokens == 32768).all()
     assert shipped_profile().for_stack("TensorRT-LLM 1.0").chunked_prefill is False
     assert shipped_profile().for_stack("vLLM 0.11").chunked_prefill is True
     # a lone 20k-token prompt: one pass where the stack does not chunk, three (weights read thrice) where it does

@@ -331,3 +331,17 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
     for opt, bad in (("--poll-steps", "0"), ("--token-budget", "1.5")):
         code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", opt, bad)
         assert code == 2 and opt in err and len(err.strip().splitlines()) == 1
+
+
+def test_token_budget_binds_each_microbatch_of_a_pipeline():
+    """A pipeline's microbatches are scheduled one by one, each against the whole token budget (vLLM keeps one
+    scheduler per virtual engine): B/m sequences' decode and prompt tokens per pass, m = min(B, pp)."""
+    request = rl.Request(input_tokens=1024, output_tokens=128)   # 8 prompt tokens per decode token
+    pp = rl.evaluate_serving("llama-3.1-405b", rl.Placement.build("pp", decode="h100-sxm:8x2"), request,
+                             batch=np.array([112, 120]), chunk=512)
+    assert list(pp.token_budget_needed) == [504, 540] and list(pp.budget_keeps_up) == [True, False]
+    assert pp.fits[0] and not pp.fits[1] and "at least 540 tokens" in pp.why_infeasible(1)
+    # the same 16 GPUs as one tensor-parallel group schedule the whole batch in one pass
+    tp = rl.evaluate_serving("llama-3.1-405b", rl.Placement.build("tp", decode="h100-sxm:16"), request,
+                             batch=np.array([56, 112]), chunk=512)
+    assert list(tp.token_budget_needed) == [504, 1008] and list(tp.budget_keeps_up) == [True, False]

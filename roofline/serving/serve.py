@@ -256,15 +256,43 @@ class _Prefill:
 
 @attrs.frozen(kw_only=True)
 class _Chunks:
-    """Prompt chunks riding the decode steps: tokens per chunk, the mean prompt position a chunk starts at,
-    and where the step's token budget sustains the batch."""
+    """Prompt chunks riding the decode steps: tokens per chunk and the mean prompt position a chunk starts at."""
 
     tokens: Array
     prefix: Array
-    sustains: NDArray[np.bool_]
 
 
-def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Array, G: Array, E: Array,
+@attrs.frozen(kw_only=True)
+class _Budget:
+    """Where the steps' token budget keeps up with the prompts a batch needs, and the smallest budget that does."""
+
+    keeps_up: NDArray[np.bool_]
+    needed: Array
+
+
+def _token_budget(placement: Placement, request: Request, budget: int, *, B: Array, G: Array, E: Array,
+                  whole: bool) -> _Budget:
+    """Whether ``budget`` tokens per scheduled pass sustain a batch of B in aggregated continuous batching.
+
+    In steady state requests finish at B E / osl per step, so the steps need B E isl / osl prompt tokens beside
+    the B (gamma + 1) decode tokens. A pass holds at most ``budget`` tokens: the decode tokens go first and
+    prompts take the room left (at least one whole prompt where the stack does not chunk, ``whole``:
+    trtllm-bench sets max_num_tokens >= max_isl + max_batch_size). On a pipeline the batch runs as
+    m = min(B, pp) microbatches and each is scheduled against the budget on its own (vLLM's pipeline-parallel
+    engine keeps one scheduler per virtual engine, i.e. per microbatch in flight, each with the full
+    max_num_batched_tokens: ``LLMEngine.scheduler``, https://github.com/vllm-project/vllm/blob/v0.5.3/vllm/engine/llm_engine.py),
+    so each needs B/m of the tokens. Needed: ceil(B/m (gamma + 1) + B/m E isl / osl)."""
+    isl, osl = request.input_tokens, request.output_tokens
+    pp = placement.decode.pp
+    per = B / np.minimum(B, pp) if pp > 1 else B
+    room = budget - per * (G + 1)
+    if whole:
+        room = np.maximum(room, float(isl))
+    prompts = per * E * isl / osl
+    return _Budget(keeps_up=np.asarray(room >= prompts), needed=np.ceil(per * (G + 1) + prompts))
+
+
+def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Array, G: Array,
                    whole: bool = False) -> _Chunks | None:
     """How aggregated continuous batching prefills arriving prompts (:class:`_Chunks`), or None on a pipeline.
 
@@ -274,20 +302,20 @@ def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Ar
     chunk takes what is left, up to the whole prompt. An engine that does not chunk prompts (``whole``:
     TensorRT-LLM's default) raises the budget to hold a whole prompt beside the batch (trtllm-bench sets
     max_num_tokens >= max_isl + max_batch_size), so at least one whole prompt fits every step. The budget is
-    the group's (SGLang divides chunked_prefill_size among attention data-parallel ranks). In steady state
-    the steps need B E isl / osl prompt tokens on average: a batch whose prompts need more than the budget
-    leaves them cannot be sustained. On a pipeline (pp > 1) prompt tokens are spread over every step
-    instead: its stages take them as extra microbatches, and no separate chunk steps are modelled (None).
-    Not modelled: how full the budget runs. Near the smallest budget that keeps up a real queue of prompts grows
-    without bound; here the point stays feasible with a finite TTFT up to that budget and is infeasible below it."""
+    the group's (SGLang divides chunked_prefill_size among attention data-parallel ranks). Whether the budget
+    keeps up with the prompts is :func:`_token_budget`'s. On a pipeline (pp > 1) prompt tokens are spread over
+    every step instead: its stages take them as extra microbatches, and no separate chunk steps are modelled
+    (None). Not modelled: how full the budget runs. Near the smallest budget that keeps up a real queue of
+    prompts grows without bound; here the point stays feasible with a finite TTFT up to that budget and is
+    infeasible below it."""
     if placement.decode.pp > 1:
         return None
-    isl, osl = request.input_tokens, request.output_tokens
+    isl = request.input_tokens
     room = budget - B * (G + 1)
     if whole:
         room = np.maximum(room, float(isl))
     tokens = np.maximum(np.minimum(float(isl), room), 1.0)
-    return _Chunks(tokens=tokens, prefix=tokens * (np.ceil(isl / tokens) - 1) / 2, sustains=room >= B * E * isl / osl)
+    return _Chunks(tokens=tokens, prefix=tokens * (np.ceil(isl / tokens) - 1) / 2)
 
 
 def offline_tokens_per_s(requests: float, batch: float, tpot_full_s: Any, tpot_rest_s: Any) -> Any:
@@ -435,8 +463,8 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None)
-    chunks = (_prompt_chunks(placement, request, chunk, B=B, G=G, E=E, whole=p.chunked_prefill is False)
-              if mixed else None)
+    chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, whole=p.chunked_prefill is False) if mixed else None
+    budget = _token_budget(placement, request, chunk, B=B, G=G, E=E, whole=p.chunked_prefill is False) if mixed else None
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
                     extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks.tokens if chunks else None,
                     chunk_prefix=chunks.prefix if chunks else 0.0,
@@ -458,7 +486,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         tokens_per_s = B * osl / e2e
     else:
         tokens_per_s = B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step / E)
-    fits = rnd.fits & pre.fits & (chunks.sustains if chunks else True)
+    fits = rnd.fits & pre.fits & (budget.keeps_up if budget else True)
     note = ""
     devices = _devices_by_group(placement, pre, mode=mode, tokens_per_s=tokens_per_s, osl=osl, shape=B.shape)
     try:
@@ -477,10 +505,9 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     return attrs.evolve(_result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e,
                                 tokens_per_s=tokens_per_s, devices=sum(devices.values()), power_w=power_w,
                                 by_group=by_group, fits=fits, note=note, usd_per_hour=usd, prefill_usd_share=share),
-                        budget_keeps_up=np.broadcast_to(chunks.sustains if chunks else True, B.shape).copy(),
+                        budget_keeps_up=np.broadcast_to(budget.keeps_up if budget else True, B.shape).copy(),
                         fits_memory=np.broadcast_to(rnd.fits & pre.fits, B.shape).copy(),
-                        token_budget_needed=np.broadcast_to(
-                            np.ceil(B * (G + 1) + B * E * isl / osl) if chunks else 0.0, B.shape).copy(),
+                        token_budget_needed=np.broadcast_to(budget.needed if budget else 0.0, B.shape).copy(),
                         token_budget=int(chunk))
 
 

@@ -423,7 +423,7 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str, axis: str = "kw"
     t = _table(title=f"interactivity at equal {y}, against {baseline}",
                caption=f"interactivity-optimised: at the {y} of the baseline's most interactive point; "
                        f"{best}: at the baseline's highest {y} (— when the configuration cannot reach it).")
-    for c in ("configuration", "interactivity-optimised", best, "best ratio on shared range"):
+    for c in ("configuration", "interactivity-\noptimised", best.replace("-", "-\n"), "best ratio\non shared\nrange"):
         t.add_column(c, justify="left" if c == "configuration" else "right")
     for r in rows:
         fmt = [f"{v:.2f}x" if v is not None and math.isfinite(v) else "—"

@@ -77,9 +77,8 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
-            f"time = {_overlap(params)} + comm + fixed (the serial upper bound, time_serial_s, is in --json and "
-            f"--csv); fixed (overhead_s and bound 'overhead' in --json) = per-pass, per-layer and per-kernel costs "
-            f"+ weight-only dequantisation. {family} "
+            f"time = {_overlap(params)} + comm + fixed (--json: overhead_s, bound 'overhead'; the serial upper bound "
+            f"is time_serial_s); fixed = per-pass, per-layer and per-kernel costs + weight-only dequantisation. {family} "
             f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
             f"{params.compute_fraction:.0%} of peak "
             f"FLOP/s, {_fixed_costs(params)}; "
