@@ -277,32 +277,44 @@ def test_stack_option_runs_the_gpus_with_a_serving_stacks_fit(run_cli):
     pooled, rows = decode()
     assert "stack" not in pooled
     times = {}
-    for stack in ("tensorrt-llm", "vllm", "sglang"):
-        data, rows = decode("--stack", stack)
-        assert data["stack"]["build"] == data["stack"]["parameters"] == stack
+    for stack, typed in (("tensorrt-llm", "TRT-LLM"), ("vllm", "vLLM"), ("sglang", "sglang")):
+        data, rows = decode("--stack", typed)
+        assert data["stack"]["name"] == data["stack"]["build"] == data["stack"]["parameters"] == stack
         # the same numbers as the Python API with that stack's parameters (efficiencies, fixed costs, scheduling)
         params = shipped_profile().for_stack(stack, "NVIDIA")
         api = rl.decode_step("llama-3.1-70b", "h100-sxm:2", batch=np.array([1, 16]), context=2048, params=params)
         assert [r["time_s"] for r in rows] == pytest.approx([float(t) for t in api.time_s])
         times[stack] = rows[0]["time_s"]
     assert len({round(t, 9) for t in times.values()}) == 3   # the stacks' fits differ
-    # an AMD GPU runs the stack's ROCm build for its ISA, or the nearest family the calibration fitted
+    # an AMD GPU runs the stack's ROCm build for its ISA; without a fitted one, the nearest set, said to be NVIDIA's
     code, out, _ = run_cli("stage", "llama-3.1-70b", "mi300x", "--batch", "1", "--stack", "vllm", "--json")
-    assert code == 0 and json.loads(out)["stack"]["parameters"] == "vllm-rocm-gfx942"
+    note = json.loads(out)["stack"]
+    assert code == 0 and note["parameters"] == "vllm-rocm-gfx942" and not note["fitted_on_other_platform"]
+    assert note["not_identified"]["memory_bandwidth_fraction"] == {"value": pytest.approx(0.3), "at_bound": "lower"}
     code, out, _ = run_cli("stage", "llama-3.1-70b", "mi355x", "--batch", "1", "--stack", "vllm", "--json")
-    assert code == 0 and json.loads(out)["stack"] == {"name": "vllm", "build": "vllm-rocm-gfx950",
-                                                          "parameters": "vllm", "not_identified": []}
-    # parameters the calibration's rows do not pin down are named, in the table view and in JSON
+    note = json.loads(out)["stack"]
+    assert code == 0 and (note["build"], note["parameters"], note["fitted_on_other_platform"]) == (
+        "vllm-rocm-gfx950", "vllm", True)
+    # parameters the calibration's rows do not pin down are named with their value, in the table view and in CSV
     code, out, _ = run_cli("stage", "llama-3.1-8b", "mi355x", "--batch", "1", "--stack", "sglang")
     said = " ".join(out.split())
-    assert code == 0 and "sglang-rocm-gfx950 parameter set" in said and "do not pin down its compute_fraction" in said
+    assert code == 0 and "sglang-rocm-gfx950 parameter set" in said
+    assert "do not pin down compute_fraction = 1, at its upper bound" in said
+    code, out, _ = run_cli("stage", "llama-3.1-8b", "mi300x", "--batch", "1", "--stack", "vllm", "--csv")
+    assert code == 0 and out.splitlines()[0].endswith(",stack") and out.splitlines()[1].endswith(",vllm-rocm-gfx942")
     # every command that predicts takes it; bad uses are one-line usage errors
     assert run_cli("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--verify-on", "h100-sxm:2",
                    "--alpha", "0.8", "--gamma", "2", "--stack", "vllm")[0] == 0
-    for args, needle in ((("stage", "llama-3.1-8b", "h100-sxm", "--stack", "ollama"), "unknown serving stack"),
+    for args, needle in ((("stage", "llama-3.1-8b", "h100-sxm", "--stack", "animal"), "unknown serving stack"),
+                         (("stage", "llama-3.1-8b", "h100-sxm", "--stack", ""), "unknown serving stack"),
+                         (("stage", "llama-3.1-8b", "h100-sxm", "--stack", "vllm,sglang"), "unknown serving stack"),
                          (("stage", "llama-3.1-8b", "groq-lpu:64", "--stack", "vllm"), "no device here is a GPU"),
+                         (("stage", "llama-3.1-8b", "mi300x", "--stack", "trtllm"), "NVIDIA GPUs only"),
                          (("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm,mi300x", "--stack", "vllm"),
                           "2 different builds"),
+                         (("compare", "llama-3.1-8b", "mi300x", "mi355x", "--stack", "vllm"), "2 different builds"),
+                         (("size", "llama-3.1-8b", "--devices", "h100-sxm", "--users", "8", "--min-tokens-per-s-per-user",
+                           "20", "--emit", "trtllm", "--stack", "vllm"), "give the same engine"),
                          (("validate", "--stack", "vllm"), "unrecognized arguments")):
         code, _, err = run_cli(*args)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)

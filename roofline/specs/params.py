@@ -384,25 +384,62 @@ class Profile:
         its data (the ``[fit]`` record's ``not_identified``: set in place, not measured)."""
         return [x.partition(".")[2] for x in self.fit.get("not_identified", []) if x.partition(".")[0] == name]
 
-    def for_gpus(self, stack: str, devices: Iterable[Any]) -> tuple[str, str, EngineParams]:
-        """The build of serving stack ``stack`` the GPUs among ``devices`` run (``vllm`` on MI300X:
-        ``vllm-rocm-gfx942``), the parameter set that answers for it (its own, else the nearest family it
-        specialises that the profile fits (:meth:`for_stack`), else ``default``), and those parameters. Other
-        device families keep their own execution profiles whatever the stack. Raises :class:`WorkloadError` for a
-        name no stack family matches, for devices with no GPU among them (the stack would change nothing), and for
-        GPUs of two platforms or ISAs (each runs its own build of the stack: one parameter set cannot describe
-        both)."""
-        if stack_family(stack) == "other":
-            raise WorkloadError(f"unknown serving stack {stack!r}: give one of {', '.join(STACK_COLLECTIVES)}")
+    def for_gpus(self, stack: str, devices: Iterable[Any]) -> StackChoice:
+        """The parameters serving stack ``stack`` (a name of :data:`STACK_NAMES`) runs the GPUs among ``devices``
+        with: its build for their platform and ISA (``vllm`` on MI300X: ``vllm-rocm-gfx942``), answered by that
+        build's fitted set, else the nearest family it specialises that the profile fits (:meth:`for_stack`), else
+        ``default``. Other device families keep their own execution profiles whatever the stack. Raises
+        :class:`WorkloadError` for an unknown name, for devices with no GPU among them (the stack would change
+        nothing), for GPUs of two platforms or ISAs (each runs its own build of the stack: one parameter set
+        cannot describe both) and for a stack that does not run on their platform (TensorRT-LLM: NVIDIA only)."""
+        name = stack_name(stack)
         platforms = sorted({(d.vendor, d.isa) for d in devices if d.family == "gpu"})
         if not platforms:
-            raise WorkloadError(f"serving stack {stack!r} sets GPU parameters, and no device here is a GPU")
+            raise WorkloadError(f"serving stack {name} sets GPU parameters, and no device here is a GPU")
         if len(platforms) > 1:
-            raise WorkloadError(f"serving stack {stack!r}: the GPUs here run {len(platforms)} different builds of it "
-                                f"({', '.join(f'{v} {i}'.strip() for v, i in platforms)}); give one platform at a time")
+            raise WorkloadError(f"serving stack {name}: these GPUs run {len(platforms)} different builds of it "
+                                f"({', '.join(f'{v} {i}'.strip() for v, i in platforms)}); give one platform and "
+                                "ISA at a time")
         vendor, isa = platforms[0]
-        chain = family_chain(stack_family(stack, vendor, isa))
-        return chain[0], next((f for f in chain if f in self.families), "default"), self.for_stack(stack, vendor, isa)
+        if name in NVIDIA_ONLY_STACKS and vendor != "NVIDIA":
+            raise WorkloadError(f"serving stack {name} runs on NVIDIA GPUs only ({NVIDIA_ONLY_STACKS[name]}), "
+                                f"not on {vendor} {isa}".rstrip())
+        chain = family_chain(stack_family(name, vendor, isa))
+        fitted = next((f for f in chain if f in self.families), "default")
+        return StackChoice(name=name, build=chain[0], fitted=fitted, params=self.for_stack(name, vendor, isa),
+                           other_platform=vendor != "NVIDIA" and fitted != "default" and parent_family(fitted) is None)
+
+
+@attrs.frozen(kw_only=True)
+class StackChoice:
+    """What :meth:`Profile.for_gpus` chose: the stack, the build the GPUs run, the parameter set that answers for
+    it and its parameters; ``other_platform`` when that set was fitted on another platform's GPUs (an AMD GPU
+    answered by a stack's CUDA build, for want of a fitted ROCm build)."""
+
+    name: str
+    build: str
+    fitted: str
+    params: EngineParams
+    other_platform: bool = False
+
+
+#: The names ``--stack`` takes for each serving-stack family (case-insensitive).
+STACK_NAMES = {"tensorrt-llm": ("tensorrt-llm", "trtllm", "trt-llm", "tensorrt", "nim"), "vllm": ("vllm",),
+               "sglang": ("sglang",), "gpt-fast": ("gpt-fast", "gptfast")}
+#: Stacks built for one vendor's GPUs: TensorRT-LLM is "NVIDIA's open-source library for optimizing LLM inference
+#: on NVIDIA GPUs" (https://github.com/NVIDIA/TensorRT-LLM), built on CUDA and TensorRT.
+NVIDIA_ONLY_STACKS = {"tensorrt-llm": "built on CUDA and TensorRT"}
+
+
+def stack_name(text: str) -> str:
+    """The serving-stack family a user's ``--stack`` names (exact names and aliases of :data:`STACK_NAMES`);
+    :class:`WorkloadError` for anything else."""
+    key = str(text).strip().lower()
+    for family, names in STACK_NAMES.items():
+        if key in names:
+            return family
+    raise WorkloadError(f"unknown serving stack {text!r}: give one of "
+                        + ", ".join(f"{f} ({', '.join(n[1:])})" if n[1:] else f for f, n in STACK_NAMES.items()))
 
 
 #: The settings a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
@@ -499,8 +536,8 @@ def profile_toml(profile: Profile, *, uncertainty: dict[str, dict[str, str]], fi
         return lines
 
     lines = ["# roofline calibration profile, written by `roofline calibrate`.",
-             "# [params]: one set fitted to all rows, the default for any stack and for the stage commands;",
-             "# [stacks.<family>]: a serving-stack family's own efficiencies and fixed costs.", ""]
+             "# [params]: one set fitted to all rows, what every command uses without --stack;",
+             "# [stacks.<family>]: a serving-stack family's own efficiencies and fixed costs (--stack, validate).", ""]
     lines += block("[params]", profile.default, uncertainty.get("default", {}))
     for fam, p in profile.families.items():
         lines += ["", *block(f"[stacks.{_toml_string(fam)}]", p, uncertainty.get(fam, {}))]

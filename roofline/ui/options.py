@@ -13,7 +13,7 @@ from ..physics.speculative import Acceptance
 from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.whatif import WhatIf
 from ..specs.devices import Device
-from ..specs.params import EngineParams, Profile, default_params, load_profile, shipped_profile
+from ..specs.params import EngineParams, Profile, StackChoice, default_params, load_profile, shipped_profile
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import resolve_device
 
@@ -191,17 +191,32 @@ def profile(args: argparse.Namespace) -> Profile:
 
 
 def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> EngineParams:
-    """The engine parameters a command runs ``devices`` with: --stack's fitted set for their GPUs (the name of the
-    set used is kept in ``args.stack_used`` for the output), else the profile's default set."""
-    if getattr(args, "stack", None):
+    """The engine parameters a command runs ``devices`` with: --stack's fitted set for their GPUs (what was chosen
+    is kept in ``args.stack_note`` for the output: :func:`stack_note`), else the profile's default set."""
+    if getattr(args, "stack", None) is not None:
         try:
             prof = profile(args)
-            args.stack_build, args.stack_used, params = prof.for_gpus(args.stack, devices)
-            args.stack_not_identified = prof.not_identified(args.stack_used)
+            choice = prof.for_gpus(args.stack, devices)
         except WorkloadError as e:
             raise UsageError(f"--stack: {e}") from None
-        return params
+        args.stack_note = stack_note(choice, prof)
+        return choice.params
     return profile(args).default if getattr(args, "profile", None) else default_params()
+
+
+def stack_note(choice: StackChoice, prof: Profile) -> dict[str, Any]:
+    """What --stack chose, for the JSON ``stack`` record and the line under the tables: the stack, the build the
+    GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with the
+    value used and whether it sits at a bound of the fit)."""
+    from ..evidence.calibrate import BOUNDS
+    loose = {}
+    for name in prof.not_identified(choice.fitted):
+        value = getattr(choice.params, name)
+        lo, hi, scale = BOUNDS.get(name, (math.nan, math.nan, 1.0))
+        side = "lower" if abs(value - lo) <= 1e-4 * scale else "upper" if abs(value - hi) <= 1e-4 * scale else None
+        loose[name] = {"value": value, "at_bound": side}
+    return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
+            "fitted_on_other_platform": choice.other_platform, "not_identified": loose}
 
 
 def price_list(args: argparse.Namespace) -> Prices:

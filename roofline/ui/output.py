@@ -40,25 +40,33 @@ def _cell(v: Any) -> Any:
 
 def emit(console: Console, view: View, args: argparse.Namespace) -> None:
     """Print ``view`` the way the command line asked: --json, --csv, or tables; with --stack, which fitted
-    parameter set the GPUs ran with (JSON ``stack``, a line under the tables)."""
-    used = getattr(args, "stack_used", None)
+    parameter set the GPUs ran with (JSON ``stack``, a ``stack`` column in CSV, a line under the tables)."""
+    note = getattr(args, "stack_note", None)
     if getattr(args, "json", False):
-        data = view.data
-        if used and isinstance(data, dict):
-            data = {**data, "stack": {"name": args.stack, "build": args.stack_build, "parameters": used,
-                                      "not_identified": args.stack_not_identified}}
+        data = {**view.data, "stack": note} if note and isinstance(view.data, dict) else view.data
         console.file.write(json.dumps(jsonable(data), indent=2) + "\n")
     elif getattr(args, "csv", False):
-        console.file.write(csv_text(view.rows))
+        rows = [{**r, "stack": note["parameters"]} for r in view.rows] if note else view.rows
+        console.file.write(csv_text(rows))
     else:
         for t in view.tables:   # Text (command lines) is printed unwrapped, for copying
             console.print(t, soft_wrap=isinstance(t, Text))
-        if used:
-            loose = args.stack_not_identified
-            console.print(f"GPUs run {args.stack_build} with the calibration's {used} parameter set"
-                          + ("" if used == args.stack_build else " (the nearest one fitted)")
-                          + (f"; the calibration's rows do not pin down its {', '.join(loose)} (kept as fitted, "
-                             "uncertain)" if loose else ""))
+        if note:
+            console.print(stack_line(note))
+
+
+def stack_line(note: dict[str, Any]) -> str:
+    """The line under the tables saying which fitted parameter set the GPUs ran with, and what it leaves open."""
+    build, used = note["build"], note["parameters"]
+    text = (f"GPUs run {build} with the calibration's {used} parameter set" if used == build else
+            f"GPUs run {build}; the calibration fits no set for it, so its nearest, {used}, answers")
+    if note["fitted_on_other_platform"]:
+        text += " (fitted on NVIDIA GPUs)"
+    loose = [f"{k} = {x['value']:.3g}" + (f", at its {x['at_bound']} bound" if x["at_bound"] else "")
+             for k, x in note["not_identified"].items()]
+    if loose:
+        text += f". Its rows do not pin down {'; '.join(loose)}: uncertain"
+    return text + "."
 
 
 def run_example(doc: str, run: Any, show: Any, *, quick: bool = False) -> None:

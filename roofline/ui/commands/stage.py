@@ -80,8 +80,10 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
             f"time = {_overlap(params)} + comm + fixed (--json: overhead_s, bound 'overhead'; the serial upper bound "
             f"is time_serial_s); fixed = per-pass, per-layer and per-kernel costs + weight-only dequantisation. {family} "
             f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
-            f"{params.compute_fraction:.0%} of peak "
-            f"FLOP/s, {_fixed_costs(params)}; "
+            f"{params.compute_fraction:.0%} of peak FLOP/s"
+            + (f" (prefill {params.compute_fraction * params.prefill_compute_scale:.0%})"
+               if params.prefill_compute_scale < 0.98 else "")
+            + f", {_fixed_costs(params)}; "
             f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
             f"{params.usable_memory_fraction:.0%} of memory usable. Spec: {device_path}")
 
