@@ -61,6 +61,27 @@ def test_expert_parallel_decode_pays_the_busiest_shard():
     assert extra == pytest.approx((float(expert_shard_imbalance(128, 4, 1, 8)) - 1) * expert_mean, rel=0.02)
 
 
+def test_expert_parallel_moe_communicates_like_tensor_parallel_unless_attention_is_data_parallel():
+    """With attention tensor-parallel (dp = 1) every rank holds every token: expert parallelism changes which
+    experts a rank computes, and their outputs combine in one all-reduce per MoE layer, as with TP experts. With
+    attention data-parallel, tokens are dispatched to and combined from the experts' ranks: two all-to-alls of
+    their top-k copies per MoE layer instead of that all-reduce."""
+    from roofline.physics.comms import alltoall_s, group_communication_s
+    m, dev = rl.load_model("deepseek-r1"), rl.load_device("b200")
+    params = attrs.evolve(resolve_profile(dev, shipped_profile().default), collective="auto")
+    act, tokens = get_format("bf16"), np.array([4.0, 256.0])
+
+    def comm(**shape):
+        return group_communication_s(m, rl.DeviceGroup(device=dev, tp=4, **shape), act, tokens, params)
+    assert np.allclose(comm(ep=4), comm())
+    bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
+    hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
+    hidden, base = tokens * m.hidden_size * 2, params.collective_base_s
+    swap = m.num_moe_layers * (2 * alltoall_s(hidden * m.experts_per_token, 4, bw, hop, base)
+                               - auto_allreduce_s(hidden, 4, bw, hop, base))
+    assert np.allclose(comm(ep=4, dp=4), comm(dp=4) + swap) and np.all(swap > 0)
+
+
 def test_collective_choice_by_message_size():
     bw, hop, base = 450e9, 1e-6, 5e-6
     small, large = 16e3, 64e6

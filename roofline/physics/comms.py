@@ -113,13 +113,21 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
     comm: Any = 0.0
     if tp > 1:
         # one all-reduce per layer after attention (over the tp/dp devices of a DP-attention sub-group, on its
-        # batch/dp tokens), one after each dense MLP over all tp devices; MoE layers under EP all-to-all instead
+        # batch/dp tokens), one after each dense MLP over all tp devices. MoE layers: with attention tensor-parallel
+        # (dp = 1) every rank already holds every token, so expert parallelism only changes which experts a rank
+        # computes and their outputs combine in one all-reduce, as tensor-parallel experts do ("EP is a logical
+        # remapping of the TP group for MoE layers ... each rank processes all tokens against only its local
+        # experts", https://awsdocs-neuron.readthedocs-hosted.com/en/latest/vllm-neuron/docs/design/parallelism/expert_parallelism.html;
+        # TensorRT-LLM: https://nvidia.github.io/TensorRT-LLM/advanced/expert-parallelism.html); with attention
+        # data-parallel (dp > 1) tokens live on their own ranks and are dispatched to and combined from the
+        # experts' ranks: two all-to-alls of their top-k copies
         att_tp = group.attention_tp
         att = model.num_layers * allreduce(hidden_bytes / group.dp, att_tp, bw, hop, profile.collective_base_s) \
             if att_tp > 1 else 0.0
-        n_mlp = model.num_layers - (model.num_moe_layers if group.ep > 1 else 0)
+        dispatch = group.ep > 1 and group.dp > 1
+        n_mlp = model.num_layers - (model.num_moe_layers if dispatch else 0)
         comm = att + n_mlp * allreduce(hidden_bytes, tp, bw, hop, profile.collective_base_s)
-        if group.ep > 1:
+        if dispatch:
             routed = hidden_bytes * model.experts_per_token
             comm = comm + 2 * model.num_moe_layers * alltoall(routed, group.ep, bw, hop, profile.collective_base_s)
     if pp > 1:  # each pass crosses pp - 1 stage boundaries with the tokens' activations
