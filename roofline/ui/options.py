@@ -105,8 +105,8 @@ def add_profile(sp: argparse.ArgumentParser, *, stack: bool = True) -> None:
     if stack:
         sp.add_argument("--stack", default=None, metavar="NAME",
                         help="run the GPUs with this serving stack's fitted efficiencies, fixed costs and scheduling "
-                             "(tensorrt-llm, vllm, sglang, gpt-fast; AMD GPUs get its ROCm build); default: one "
-                             "parameter set fitted to every stack's rows")
+                             "(tensorrt-llm/trtllm/nim, vllm, sglang, gpt-fast; on AMD its ROCm build where one is "
+                             "fitted); default: one parameter set fitted to every stack's rows")
 
 
 def add_what_if(sp: argparse.ArgumentParser) -> None:
