@@ -428,11 +428,19 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
     return out
 
 
+def bound_side(name: str, value: float) -> str | None:
+    """``"lower"`` or ``"upper"`` where a fitted parameter stopped at that bound of :data:`BOUNDS`, else None
+    (also for a parameter the calibration does not fit)."""
+    if name not in BOUNDS:
+        return None
+    lo, hi, scale = BOUNDS[name]
+    return next((s for b, s in ((lo, "lower"), (hi, "upper")) if abs(value - b) <= 1e-4 * scale), None)
+
+
 def _notes(name: str, value: float, se: float | None) -> str:
     if se is None:
         return ""
-    lo, hi, scale = BOUNDS[name]
-    side = next((s for b, s in ((lo, "lower"), (hi, "upper")) if abs(value - b) <= 1e-4 * scale), None)
+    side = bound_side(name, value)
     if not math.isfinite(se) or se > max(abs(value), 1e-300):
         return f"not identified by this data (+/- {se:.2g})" + (f", at its {side} bound" if side else "")
     if side:

@@ -208,13 +208,9 @@ def stack_note(choice: StackChoice, prof: Profile) -> dict[str, Any]:
     """What --stack chose, for the JSON ``stack`` record and the line under the tables: the stack, the build the
     GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with the
     value used and whether it sits at a bound of the fit)."""
-    from ..evidence.calibrate import BOUNDS
-    loose = {}
-    for name in prof.not_identified(choice.fitted):
-        value = getattr(choice.params, name)
-        lo, hi, scale = BOUNDS.get(name, (math.nan, math.nan, 1.0))
-        side = "lower" if abs(value - lo) <= 1e-4 * scale else "upper" if abs(value - hi) <= 1e-4 * scale else None
-        loose[name] = {"value": value, "at_bound": side}
+    from ..evidence.calibrate import bound_side
+    loose = {name: {"value": getattr(choice.params, name), "at_bound": bound_side(name, getattr(choice.params, name))}
+             for name in prof.not_identified(choice.fitted)}
     return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
             "fitted_on_other_platform": choice.other_platform, "not_identified": loose}
 
