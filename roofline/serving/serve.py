@@ -270,6 +270,13 @@ class _Budget:
     needed: Array
 
 
+def _prompt_room(budget: int, batch: Any, G: Any, isl: int, whole: bool) -> Any:
+    """Prompt tokens a pass of ``batch`` sequences has room for: the budget less their B (gamma + 1) decode
+    tokens, at least one whole prompt where the stack does not chunk (``whole``)."""
+    room = budget - batch * (G + 1)
+    return np.maximum(room, float(isl)) if whole else room
+
+
 def _token_budget(placement: Placement, request: Request, budget: int, *, B: Array, G: Array, E: Array,
                   whole: bool) -> _Budget:
     """Whether ``budget`` tokens per scheduled pass sustain a batch of B in aggregated continuous batching.
@@ -285,9 +292,7 @@ def _token_budget(placement: Placement, request: Request, budget: int, *, B: Arr
     isl, osl = request.input_tokens, request.output_tokens
     pp = placement.decode.pp
     per = B / np.minimum(B, pp) if pp > 1 else B
-    room = budget - per * (G + 1)
-    if whole:
-        room = np.maximum(room, float(isl))
+    room = _prompt_room(budget, per, G, isl, whole)
     prompts = per * E * isl / osl
     return _Budget(keeps_up=np.asarray(room >= prompts), needed=np.ceil(per * (G + 1) + prompts))
 
@@ -311,10 +316,7 @@ def _prompt_chunks(placement: Placement, request: Request, budget: int, *, B: Ar
     if placement.decode.pp > 1:
         return None
     isl = request.input_tokens
-    room = budget - B * (G + 1)
-    if whole:
-        room = np.maximum(room, float(isl))
-    tokens = np.maximum(np.minimum(float(isl), room), 1.0)
+    tokens = np.maximum(np.minimum(float(isl), _prompt_room(budget, B, G, isl, whole)), 1.0)
     return _Chunks(tokens=tokens, prefix=tokens * (np.ceil(isl / tokens) - 1) / 2)
 
 
