@@ -27,7 +27,16 @@ import numpy as np
 
 from ..errors import RooflineError
 from ..specs.execution import family_profile
-from ..specs.params import EngineParams, Profile, family_chain, parent_family, profile_toml, with_values, write_profile
+from ..specs.params import (
+    EngineParams,
+    Profile,
+    StackChoice,
+    family_chain,
+    parent_family,
+    profile_toml,
+    with_values,
+    write_profile,
+)
 from ..specs.resolve import resolve_device, resolve_model
 from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_family
 
@@ -435,6 +444,16 @@ def bound_side(name: str, value: float) -> str | None:
         return None
     lo, hi, scale = BOUNDS[name]
     return next((s for b, s in ((lo, "lower"), (hi, "upper")) if abs(value - b) <= 1e-4 * scale), None)
+
+
+def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
+    """What ``--stack`` chose, for the JSON ``stack`` record and the line under the tables: the stack, the build
+    the GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with
+    the value used and whether it sits at a bound of the fit)."""
+    loose = {name: {"value": getattr(choice.params, name), "at_bound": bound_side(name, getattr(choice.params, name))}
+             for name in prof.not_identified(choice.fitted)}
+    return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
+            "fitted_on_other_platform": choice.other_platform, "not_identified": loose}
 
 
 def _notes(name: str, value: float, se: float | None) -> str:

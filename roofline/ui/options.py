@@ -13,7 +13,7 @@ from ..physics.speculative import Acceptance
 from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.whatif import WhatIf
 from ..specs.devices import Device
-from ..specs.params import EngineParams, Profile, StackChoice, default_params, load_profile, shipped_profile
+from ..specs.params import EngineParams, Profile, default_params, load_profile, shipped_profile, stack_name
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import resolve_device
 
@@ -192,27 +192,26 @@ def profile(args: argparse.Namespace) -> Profile:
 
 def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> EngineParams:
     """The engine parameters a command runs ``devices`` with: --stack's fitted set for their GPUs (what was chosen
-    is kept in ``args.stack_note`` for the output: :func:`stack_note`), else the profile's default set."""
+    is kept in ``args.stack_note`` for the output: :func:`roofline.evidence.calibrate.stack_record`), else the
+    profile's default set."""
     if getattr(args, "stack", None) is not None:
+        from ..evidence.calibrate import stack_record  # lazily: calibration code needs scipy only when fitting
         try:
             prof = profile(args)
             choice = prof.for_gpus(args.stack, devices)
         except WorkloadError as e:
             raise UsageError(f"--stack: {e}") from None
-        args.stack_note = stack_note(choice, prof)
+        args.stack_note = stack_record(choice, prof)
         return choice.params
     return profile(args).default if getattr(args, "profile", None) else default_params()
 
 
-def stack_note(choice: StackChoice, prof: Profile) -> dict[str, Any]:
-    """What --stack chose, for the JSON ``stack`` record and the line under the tables: the stack, the build the
-    GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with the
-    value used and whether it sits at a bound of the fit)."""
-    from ..evidence.calibrate import bound_side
-    loose = {name: {"value": getattr(choice.params, name), "at_bound": bound_side(name, getattr(choice.params, name))}
-             for name in prof.not_identified(choice.fitted)}
-    return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
-            "fitted_on_other_platform": choice.other_platform, "not_identified": loose}
+def stack_option(text: str) -> str:
+    """--stack's (or --emit's) engine as its canonical name; a name no stack answers to is a usage error."""
+    try:
+        return stack_name(text)
+    except WorkloadError as e:
+        raise UsageError(f"--stack: {e}") from None
 
 
 def price_list(args: argparse.Namespace) -> Prices:

@@ -7,12 +7,11 @@ from typing import Any
 
 from rich.console import Console
 
-from ...errors import RooflineError, WorkloadError
+from ...errors import RooflineError
 from ...serving.emit import ENGINES, launch_command
 from ...serving.serve import Request
 from ...serving.sizing import Target, size
 from ...specs.hf_config import load_model
-from ...specs.params import stack_name
 from ...specs.resolve import resolve_device, resolve_group
 from .. import render
 from ..options import (
@@ -27,6 +26,7 @@ from ..options import (
     number,
     positive,
     price_list,
+    stack_option,
     what_if,
 )
 from ..output import emit
@@ -42,13 +42,6 @@ def _launch(engine: str, model: Any, option: Any, request: Request) -> dict[str,
     return item
 
 
-def _stack(name: str) -> str:
-    try:
-        return stack_name(name)
-    except WorkloadError as e:
-        raise UsageError(f"--stack: {e}") from None
-
-
 def cmd_size(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
@@ -61,9 +54,9 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     devices = [wi.apply_group(resolve_group(n)) if ":" in n else wi.apply(resolve_device(n)) for n in names]
     if args.draft is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
         raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
-    if args.emit and args.stack is not None and _stack(args.stack) != _stack(args.emit):
-        raise UsageError(f"--emit {args.emit} prints {_stack(args.emit)} launch commands while --stack {args.stack} "
-                         f"predicts {_stack(args.stack)}: give the same engine to both")
+    if args.emit and args.stack is not None and stack_option(args.stack) != stack_option(args.emit):
+        raise UsageError(f"--emit {args.emit} prints {stack_option(args.emit)} launch commands while --stack "
+                         f"{args.stack} predicts {stack_option(args.stack)}: give the same engine to both")
     model = load_model(args.model)
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
                                                                        "--min-tokens-per-s-per-user"),

@@ -73,6 +73,12 @@ def _overlap(params: EngineParams) -> str:
     return "max(compute, memory)"
 
 
+def _prefill_share(params: EngineParams) -> str:
+    """Prefill's share of peak FLOP/s where it reads differently from the decode share at the caption's precision."""
+    prefill = f"{params.compute_fraction * params.prefill_compute_scale:.0%}"
+    return f" (prefill {prefill})" if prefill != f"{params.compute_fraction:.0%}" else ""
+
+
 def _caption(results: list[StageResult], params: EngineParams, device_path: str, what_if: bool) -> str:
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
@@ -81,8 +87,7 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
             f"is time_serial_s); fixed = per-pass, per-layer and per-kernel costs + weight-only dequantisation. {family} "
             f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
             f"{params.compute_fraction:.0%} of peak FLOP/s"
-            + (f" (prefill {params.compute_fraction * params.prefill_compute_scale:.0%})"
-               if params.prefill_compute_scale < 0.98 else "")
+            + _prefill_share(params)
             + f", {_fixed_costs(params)}; "
             f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
             f"{params.usable_memory_fraction:.0%} of memory usable. Spec: {device_path}")
