@@ -49,6 +49,9 @@ def test_show_accepts_paths(run_cli, tmp_path):
     (("frobnicate",), 2, "invalid choice"),
     (("devices", "--bogus"), 2, "unrecognized arguments"),
     (("show", "/no/such/file.toml"), 1, "no such file"),
+    (("show", "h100-sxm:4"), 2, "is a device group; show takes one device or model: roofline show h100-sxm"),
+    (("placements", "--target", "llama-3.1-70b", "--devices", "b200,h100-sxm:4"), 2,
+     "--devices h100-sxm:4: placements sizes each stage's group itself"),
 ])
 def test_errors_are_one_line(run_cli, args, code, needle):
     got, out, err = run_cli(*args)

@@ -13,7 +13,7 @@ from ...specs.formats import get_format, list_formats
 from ...specs.hf_config import list_models, load_model
 from ...specs.links import LINKS
 from .. import render
-from ..options import Adder
+from ..options import Adder, UsageError
 from ..output import emit
 
 
@@ -34,6 +34,9 @@ def cmd_formats(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     name = args.name
+    if ":" in name and not os.path.exists(name):
+        raise UsageError(f"{name!r} is a device group; show takes one device or model: roofline show "
+                         f"{name.partition(':')[0]}")
     if not name.endswith(".json"):
         try:
             emit(console, render.device_view(load_device(name)), args)

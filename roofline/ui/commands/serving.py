@@ -88,9 +88,15 @@ def _groups_devices(p: Placement) -> list[Any]:
 
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
-    devices = [resolve_device(d.strip()) for d in args.devices.split(",") if d.strip()]
-    if not devices:
+    names = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not names:
         raise UsageError("--devices: give at least one device id")
+    grouped = [n for n in names if ":" in n and not n.endswith(".toml")]
+    if grouped:
+        raise UsageError(f"--devices {grouped[0]}: placements sizes each stage's group itself (the smallest layout of "
+                         f"its family that holds the stage), so it takes device ids such as "
+                         f"{grouped[0].partition(':')[0]}; pareto --placement takes explicit groups")
+    devices = [resolve_device(n) for n in names]
     wi.check_used(devices)
     devices = [wi.apply(d) for d in devices]
     acc = acceptance(args) if args.draft else None
