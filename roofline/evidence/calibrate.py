@@ -450,8 +450,8 @@ def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
     """What ``--stack`` chose, for the JSON ``stack`` record and the line under the tables: the stack, the build
     the GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with
     the value used and whether it sits at a bound of the fit)."""
-    loose = {name: {"value": getattr(choice.params, name), "at_bound": bound_side(name, getattr(choice.params, name))}
-             for name in prof.not_identified(choice.fitted)}
+    values = {name: getattr(choice.params, name) for name in prof.not_identified(choice.fitted)}
+    loose = {name: {"value": v, "at_bound": bound_side(name, v)} for name, v in values.items()}
     return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
             "fitted_on_other_platform": choice.other_platform, "not_identified": loose}
 

@@ -465,8 +465,9 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None)
-    chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, whole=p.chunked_prefill is False) if mixed else None
-    budget = _token_budget(placement, request, chunk, B=B, G=G, E=E, whole=p.chunked_prefill is False) if mixed else None
+    whole = p.chunked_prefill is False
+    chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, whole=whole) if mixed else None
+    budget = _token_budget(placement, request, chunk, B=B, G=G, E=E, whole=whole) if mixed else None
     rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
                     extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks.tokens if chunks else None,
                     chunk_prefix=chunks.prefix if chunks else 0.0,

@@ -195,7 +195,7 @@ def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> E
     is kept in ``args.stack_note`` for the output: :func:`roofline.evidence.calibrate.stack_record`), else the
     profile's default set."""
     if getattr(args, "stack", None) is not None:
-        from ..evidence.calibrate import stack_record  # lazily: calibration code needs scipy only when fitting
+        from ..evidence.calibrate import stack_record  # lazily: only --stack needs the evidence layer
         try:
             prof = profile(args)
             choice = prof.for_gpus(args.stack, devices)
