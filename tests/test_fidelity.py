@@ -725,3 +725,40 @@ def test_hierarchical_allreduce_is_the_sum_of_its_steps():
     # (four per node), TP1 x PP32 three times (four nodes), TP16 x PP2 at its one boundary; inside a node never
     assert [_domain_crossings(tp, pp, 8) for tp, pp in ((8, 2), (4, 4), (2, 8), (1, 32), (16, 2), (2, 4))] == [
         1, 1, 1, 3, 1, 0]
+
+
+def test_a_full_mesh_drives_one_link_per_peer():
+    """MI300X links to each of its seven peers directly (a full mesh): a collective over p GPUs moves its data
+    over p - 1 links at once. A detailed count: p - 1 concurrent rings each carry M / (p - 1) over their own link,
+    2 (p - 1) / p of it per rank, so a TP8 pass costs a seventh of the one-link charge; two GPUs share one link
+    either way; a stage crossing is one link."""
+    from roofline.physics.comms import group_communication_s
+    from roofline.specs.devices import override
+    dev = rl.load_device("mi300x")
+    assert dev.scale_up.peers == 7 and rl.load_device("h100-sxm").scale_up.peers is None   # NVLink is switched
+    m, fmt, tokens = rl.load_model("llama-3.1-70b"), get_format("bf16"), 8192.0
+    p = attrs.evolve(shipped_profile().default, collective="ring", collective_base_s=0.0, link_hop_latency_s=0.0)
+
+    def comm(device, tp, pp=1):
+        return float(group_communication_s(m, rl.DeviceGroup(device=device, tp=tp, pp=pp), fmt, tokens, p))
+    one_link = override(dev, "scale_up.peers", 1)
+    link = dev.get("scale_up.bandwidth") * p.link_bandwidth_fraction
+    message = tokens * m.hidden_size * 2
+    rings = [2 * 7 / 8 * (message / 7) / link] * 7              # seven rings at once: the pass waits for one
+    assert comm(dev, 8) == pytest.approx(2 * m.num_layers * max(rings))
+    assert comm(one_link, 8) == pytest.approx(7 * comm(dev, 8))
+    assert comm(dev, 2) == pytest.approx(comm(one_link, 2))
+    assert comm(dev, 1, pp=2) == pytest.approx(comm(one_link, 1, pp=2)) == pytest.approx(message / link)
+
+
+def test_mesh_peers_are_a_sourced_whole_number(run_cli, tmp_path):
+    """``peers`` is a whole number of links with a source in a spec file and in a what-if; anything else is one
+    line naming the field."""
+    code, out, err = run_cli("stage", "llama-3.1-70b", "mi300x:8", "--set", "mi300x.scale_up.peers=2.5")
+    assert code == 1 and "peers" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    from roofline.specs.devices import specs_dir
+    text = (specs_dir() / "mi300x.toml").read_text().replace('peers = { value = 7, source = "xgmi"', 'peers = { value = 7')
+    bad = tmp_path / "mi300x.toml"
+    bad.write_text(text)
+    code, out, err = run_cli("show", str(bad))
+    assert code == 1 and "scale_up.peers" in err and "source" in err and len(err.strip().splitlines()) == 1

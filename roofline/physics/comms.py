@@ -89,7 +89,11 @@ def _collectives(profile: EngineParams) -> tuple[Any, Any]:
 def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Format, tokens: Any,
                           profile: EngineParams) -> Any:
     """Exposed communication of one pass over ``tokens`` tokens: TP collectives (with the family's
-    algorithm) and PP stage crossings (one hop each, ``pipeline_hop_s`` or the link's latency)."""
+    algorithm) and PP stage crossings (one hop each, ``pipeline_hop_s`` or the link's latency). On a full mesh
+    (a scale-up link with ``peers``: every MI300X links to its seven peers directly, 64 GB/s per link,
+    https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html) a collective over p
+    devices moves its data over p - 1 links at once, so W = (p - 1) x the link's bandwidth; a stage crossing
+    uses one link."""
     tp, pp, dev = group.tp, group.pp, group.device
     if tp == 1 and pp == 1:
         return 0.0
@@ -122,14 +126,16 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
         # data-parallel (dp > 1) tokens live on their own ranks and are dispatched to and combined from the
         # experts' ranks: two all-to-alls of their top-k copies
         att_tp = group.attention_tp
-        att = model.num_layers * allreduce(hidden_bytes / group.dp, att_tp, bw, hop, profile.collective_base_s) \
-            if att_tp > 1 else 0.0
+        links = dev.scale_up.links_used   # a mesh (AMD Infinity Fabric) drives p - 1 direct links at once
+        att = model.num_layers * allreduce(hidden_bytes / group.dp, att_tp, bw * links(att_tp), hop,
+                                           profile.collective_base_s) if att_tp > 1 else 0.0
         dispatch = group.ep > 1 and group.dp > 1
         n_mlp = model.num_layers - (model.num_moe_layers if dispatch else 0)
-        comm = att + n_mlp * allreduce(hidden_bytes, tp, bw, hop, profile.collective_base_s)
+        comm = att + n_mlp * allreduce(hidden_bytes, tp, bw * links(tp), hop, profile.collective_base_s)
         if dispatch:
             routed = hidden_bytes * model.experts_per_token
-            comm = comm + 2 * model.num_moe_layers * alltoall(routed, group.ep, bw, hop, profile.collective_base_s)
+            comm = comm + 2 * model.num_moe_layers * alltoall(routed, group.ep, bw * links(group.ep), hop,
+                                                              profile.collective_base_s)
     if pp > 1:  # each pass crosses pp - 1 stage boundaries with the tokens' activations
         stage_hop = profile.pipeline_hop_s if profile.pipeline_hop_s is not None else hop
         crossing = _domain_crossings(tp, pp, domain) if out is not None else 0

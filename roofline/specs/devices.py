@@ -44,6 +44,13 @@ _ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
 _positive_or_none = in_range(0, lo_strict=True, optional=True)
 
 
+def _whole_peers(value: Any) -> int:
+    v = float(value)
+    if not (math.isfinite(v) and v >= 1 and v == int(v)):
+        raise ValueError(f"peers = {value!r}: must be a whole number of links >= 1")
+    return int(v)
+
+
 @attrs.frozen(kw_only=True)
 class MemoryTier:
     """One memory tier (fastest first in a device): capacity and peak bandwidth."""
@@ -55,10 +62,18 @@ class MemoryTier:
 
 @attrs.frozen(kw_only=True)
 class Link:
-    """A link: bandwidth per direction and one-hop latency."""
+    """A link: bandwidth per direction and one-hop latency. ``peers``: the device's direct links to as many peers
+    in a full mesh (AMD Infinity Fabric); ``bandwidth`` is then one peer link's, and a collective over p devices
+    drives min(p - 1, peers) of them at once (:meth:`links_used`). None: a switched fabric
+    (NVLink switches, ICI), whose ``bandwidth`` is the device's whole injection bandwidth."""
 
     bandwidth_bytes_per_s: float | None = attrs.field(validator=_positive_or_none)
     latency_s: float | None = attrs.field(validator=_positive_or_none)
+    peers: int | None = attrs.field(default=None, converter=lambda v: None if v is None else _whole_peers(v))
+
+    def links_used(self, p: int) -> int:
+        """Direct links a collective over ``p`` devices drives at once: min(p - 1, peers) in a mesh, else 1."""
+        return max(1, min(p - 1, self.peers)) if self.peers else 1
 
 
 @attrs.frozen(kw_only=True)
@@ -191,7 +206,9 @@ def _link_fields(name: str) -> list[Field]:
         return lambda d, v: attrs.evolve(d, **{name: attrs.evolve(getattr(d, name), **{key: v})})
     return [Field(f"{name}.bandwidth", "bytes_per_s", lambda d: getattr(d, name).bandwidth_bytes_per_s,
                   write("bandwidth_bytes_per_s")),
-            Field(f"{name}.latency", "s", lambda d: getattr(d, name).latency_s, write("latency_s"))]
+            Field(f"{name}.latency", "s", lambda d: getattr(d, name).latency_s, write("latency_s"))] + (
+        [Field(f"{name}.peers", "count", lambda d: getattr(d, name).peers, write("peers"))]
+        if name == "scale_up" else [])
 
 
 def _execution_field(name: str, kind: str, attr: str | None = None) -> Field:
@@ -384,6 +401,15 @@ class _Reader:
             self.fail(field, source, "source must be a URL or a key of [sources]")
         return url
 
+    def peers(self, link: dict[str, Any], field: str) -> int | None:
+        """A mesh link's count of direct peers (optional; None = a switched fabric)."""
+        if link.get("peers") is None:
+            return None
+        n = self.quantity(link, "peers", field, "count")
+        if n is None or n != int(n):
+            self.fail(field, link["peers"].get("value"), "must be a whole number of direct peer links")
+        return int(n)
+
     def quantity(self, parent: dict[str, Any], key: str, field: str, kind: str, *,
                  required: bool = True, fraction: bool = False) -> float | None:
         entry = parent.get(key)
@@ -469,7 +495,8 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
         link_objs[name] = Link(bandwidth_bytes_per_s=r.quantity(lt, "bandwidth", f"{name}.bandwidth", "bytes_per_s",
                                                                 required=bool(lt) or name != "scale_out"),
                                latency_s=r.quantity(lt, "latency", f"{name}.latency", "s",
-                                                    required=name != "scale_out"))
+                                                    required=name != "scale_out"),
+                               peers=r.peers(lt, f"{name}.peers") if name == "scale_up" else None)
     family, overrides = _execution(r, data)
     try:
         return Device(

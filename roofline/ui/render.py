@@ -79,7 +79,8 @@ def device_dict(dev: Device) -> dict[str, Any]:
                    for t in dev.memory],
         "peak_flop_per_s": dict(dev.peak_flop_per_s), "native": list(dev.native),
         "tdp_w": dev.tdp_w, "idle_w": dev.idle_w,
-        "scale_up": {"bandwidth_bytes_per_s": dev.scale_up.bandwidth_bytes_per_s, "latency_s": dev.scale_up.latency_s},
+        "scale_up": {"bandwidth_bytes_per_s": dev.scale_up.bandwidth_bytes_per_s, "latency_s": dev.scale_up.latency_s,
+                     "peers": dev.scale_up.peers},
         "host": {"bandwidth_bytes_per_s": dev.host.bandwidth_bytes_per_s, "latency_s": dev.host.latency_s},
         "scale_out": {"bandwidth_bytes_per_s": dev.scale_out.bandwidth_bytes_per_s, "latency_s": dev.scale_out.latency_s},
         "family": dev.family, "execution_overrides": {k: v for k, v in dev.execution.items()},
@@ -167,6 +168,8 @@ def device_table(dev: Device) -> Table:
                 "" if cls in dev.native else " (not native)")
         elif f.path.startswith("execution.") and value is None:
             continue   # the family's value applies: shown in the profile table
+        elif f.path == "scale_up.peers" and value is None:
+            continue   # a switched fabric: no per-peer links to count
         elif f.kind == "choice":
             shown = str(value)
         elif f.kind == "bytes":
