@@ -178,6 +178,17 @@ def test_elasticities_of_memory_bound_decode():
     assert el["compute.bf16"] == pytest.approx(0, abs=1e-9) and el["hbm.capacity"] == pytest.approx(0, abs=1e-9)
 
 
+def test_elasticities_skip_a_count_of_links(run_cli):
+    """A mesh's count of peer links is a whole number with no 1% step: elasticities leave it out (the link's
+    bandwidth keeps its elasticity) and `compare --elasticity` on an AMD group runs."""
+    mi300x = rl.load_device("mi300x")
+    el = elasticities(lambda d: float(rl.prefill("llama-3.1-70b", rl.DeviceGroup(device=d, tp=8), prompt=8192).time_s),
+                      mi300x)
+    assert "scale_up.peers" not in el and el["scale_up.bandwidth"] < 0
+    code, out, err = run_cli("compare", "llama-3.1-70b", "mi300x:8", "--elasticity")
+    assert code == 0 and not err and "scale_up.bandwidth" in out
+
+
 def test_enumerate_placements_lists_infeasible_with_reason():
     cands = enumerate_placements("llama-3.1-70b", ["h100-sxm", "corsair", "sohu"], Request(input_tokens=2048,
                                  output_tokens=256), batch=4)

@@ -96,8 +96,8 @@ def elasticities(metric: Callable[[Device], float], device: Device, fields: Sequ
     out: dict[str, float] = {}
     base = metric(device)
     for path in fields or field_paths(device):
-        if path.startswith("execution."):   # profile fields are not spec-sheet numbers
-            continue
+        if path.startswith("execution.") or find_field(device, path).kind == "count":
+            continue   # profile fields are not spec-sheet numbers; a count of links has no 1% step
         try:
             v = device.get(path)
         except RooflineError:  # unknown or unpublished fields have no elasticity
