@@ -90,11 +90,17 @@ def test_stage_command_matches_python_api(run_cli):
         assert row["fits"] == bool(fits) and row["bound"] == bound
         assert (row["time_s"] is None and not fits) or row["time_s"] == pytest.approx(float(t))
     assert decode["formats"]["experts"] == "mxfp4"
+    assert data["device"] == "h200-sxm" and data["group"] == "h200-sxm"
+    code, out, _ = run_cli("stage", "llama-3.1-70b", "h100-sxm:4", "--batch", "1", "--json")
+    assert code == 0 and json.loads(out)["group"] == "h100-sxm:4"   # the group, not only its device
     code, out, _ = run_cli("stage", "gpt-oss-120b", "h200-sxm", "--batch", "1,64,256", "--context", "8192")
     assert code == 0 and "decode" in out and "prefill" in out
     from roofline.ui.render import short_bound
     for bound in {str(b) for b in api.bound}:   # the table shows each bound, abbreviated
         assert short_bound(bound) in out
+    from roofline.specs.params import shipped_profile
+    half = shipped_profile().default.compute_half_tokens   # small matmuls' shortfall, said with its size
+    assert f"times T / (T + {half:.0f}) for a matmul over T tokens" in " ".join(out.split())
 
 
 def test_stage_what_if_set(run_cli):

@@ -348,6 +348,17 @@ def test_size_command_json_and_table(run_cli):
     assert code == 0 and "lower bound" in out and "vllm serve openai/gpt-oss-120b" in out
 
 
+def test_size_exits_one_when_nothing_meets_the_target(run_cli):
+    """No option reaches the speed: the table and JSON still say why, and the exit status says no (1)."""
+    argv = ("size", "llama-3.1-8b", "--devices", "h100-sxm:1", "--users", "4", "--min-tokens-per-s-per-user", "1e6")
+    code, out, err = run_cli(*argv)
+    assert code == 1 and "no option meets the target" in out and not err
+    code, out, _ = run_cli(*argv, "--json")
+    assert code == 1 and not any(o["feasible"] for o in json.loads(out)["options"])
+    code, _, _ = run_cli(*argv[:-1], "1")
+    assert code == 0
+
+
 def test_size_command_bad_input_is_one_line(run_cli):
     base = ("size", "gpt-oss-120b", "--users", "500", "--min-tokens-per-s-per-user", "50")
     for argv, status in [((*base, "--devices", "b200", "--usd-per-device-hour", "b200"), 2),
@@ -365,6 +376,9 @@ def test_pareto_cost_axis_and_compare_cost(run_cli):
             "--activations", "fp16")
     code, _, err = run_cli(*args)
     assert code == 2 and "groq-lpu" in err and "--usd-per-device-hour" in err
+    code, out, err = run_cli(*args, "--usd-per-device-hour", "groq-lpu=0.5")
+    # each frontier says whose workload it is
+    assert code == 0 and "llama-3.1-8b, 8192 in / 1024 out, continuous" in " ".join(out.split())
     code, out, err = run_cli(*args, "--usd-per-device-hour", "groq-lpu=0.5", "--json")
     assert code == 0, err
     data = json.loads(out)

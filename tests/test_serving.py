@@ -234,6 +234,10 @@ def test_placements_and_compare_commands(run_cli):
     data = json.loads(out)
     assert any(p["feasible"] for p in data["placements"])
     assert all(p["reason"] for p in data["placements"] if not p["feasible"])
+    assert data["gamma"] == 5   # the default draft length the speculative placements ran at, said
+    code, out, _ = run_cli("placements", "--target", "gpt-oss-120b", "--devices", "b200,corsair", "--draft",
+                           "gpt-oss-draft-1.6b", "--alpha", "0.926", "--batch", "4", "--gamma", "3")
+    assert code == 0 and "gamma 3 (speculative)" in " ".join(out.split())
     code, out, err = run_cli("compare", "gpt-oss-120b", "h200-sxm", "b200", "fast=h200-sxm.hbm.bandwidth=9.6TB/s",
                              "--batch", "1", "--json")
     assert code == 0, err

@@ -25,6 +25,7 @@ from ..serving.serve import ServingResult
 from ..serving.speculation import SpecResult
 from ..specs.devices import Device, fields
 from ..specs.execution import family_profile, resolve_profile
+from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams
 from ..units import format_capacity, format_quantity
@@ -409,8 +410,8 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
     return out
 
 
-def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "") -> Table:
-    t = _table(title=f"frontier: {name}", caption=caption or None)
+def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "", workload: str = "") -> Table:
+    t = _table(title=f"frontier: {name}" + (f" ({workload})" if workload else ""), caption=caption or None)
     for c in ("tok/s\n/user", "tok/s\n/kW", "$/Mtok\nout", "E2E\ns", "TTFT\nms", "J/\ntoken", "batch", "gamma"):
         t.add_column(c, justify="right")
     for p in points:
@@ -660,9 +661,9 @@ def formula_view(name: str, text: str, latex: str) -> View:
                 rows=[{"name": name, "text": text, "latex": latex}])
 
 
-def stage_view(model: str, device: str, results: Sequence[StageResult], caption: str,
+def stage_view(model: str, group: DeviceGroup, results: Sequence[StageResult], caption: str,
                overrides: Sequence[str] = ()) -> View:
-    data = {"model": model, "device": device, "overrides": list(overrides),
+    data = {"model": model, "device": group.device.id, "group": group.shape, "overrides": list(overrides),
             "stages": [stage_dict(r) for r in results]}
     rows = [{"stage": r.stage, **row} for r in results for row in stage_rows(r)]
     return View(tables=[stage_table(r, caption) for r in results], data=data, rows=rows)
@@ -689,7 +690,11 @@ def serving_rows_view(title: str, caption: str, items: list[dict[str, Any]], ext
 
 def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]], baseline: str,
                 extra: dict[str, Any]) -> View:
-    tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"]) for c in configs]
+    req = extra.get("request") or {}
+    workload = (f"{extra['target']}, {req['isl']} in / {req['osl']} out, {req['mode']}"
+                if extra.get("target") and req else "")
+    tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"], workload)
+                                    for c in configs]
     if comparisons:
         tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))
     rows = [{"configuration": c["name"], **p} for c in configs for p in c["frontier"]]

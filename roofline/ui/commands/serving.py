@@ -122,8 +122,8 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                 reason = str(e)
         items.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
                       "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point})
-    title = (f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}, {args.mode}"
-             + scheduler_note(args))
+    title = (f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}"
+             + (f", gamma {args.gamma} (speculative)" if args.draft else "") + f", {args.mode}" + scheduler_note(args))
     caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
                "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
                "by the share of time they are busy.")
@@ -131,6 +131,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                    for (dev, reason), stages in cannot.items()]
     emit(console, render.serving_rows_view(title, caption, items, {
         "target": args.target, "request": _request_dict(args), "batch": args.batch,
+        "gamma": args.gamma if args.draft else None,
         "overrides": wi.describe(), "infeasible_devices": unplaceable}), args)
     return 0
 

@@ -42,6 +42,11 @@ def _launch(engine: str, model: Any, option: Any, request: Request) -> dict[str,
     return item
 
 
+#: Exit status when no option meets the target (the table or JSON still says why, option by option): a script
+#: can branch on it, as on grep's 1 for no match; 2 stays for usage errors.
+NOTHING_MEETS_TARGET = 1
+
+
 def cmd_size(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
@@ -68,7 +73,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
                    formats=formats(args), params=engine_params(args, [getattr(d, 'device', d) for d in devices]), prices=prices)
     commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []
     emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe()), args)
-    return 0
+    return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 
 def register(add: Adder) -> None:

@@ -88,6 +88,8 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
             f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
             f"{params.compute_fraction:.0%} of peak FLOP/s"
             + _prefill_share(params)
+            + (f", times T / (T + {params.compute_half_tokens:.0f}) for a matmul over T tokens"
+               if params.compute_half_tokens > 0 else "")
             + f", {_fixed_costs(params)}; "
             f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
             f"{params.usable_memory_fraction:.0%} of memory usable. Spec: {device_path}")
@@ -129,7 +131,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
         caption += " What-if: " + ", ".join(wi.describe()) + "."
     caption += "".join(" " + n for n in notes) + _beyond_domain(group, params) + context_note(
         model, max(float(prompt), float(args.context) + (args.gamma or 0)))
-    emit(console, render.stage_view(model.id, group.device.id, results, caption, wi.describe()), args)
+    emit(console, render.stage_view(model.id, group, results, caption, wi.describe()), args)
     return 0
 
 
