@@ -90,10 +90,17 @@ def test_memory_time_non_decreasing_in_bytes_per_parameter():
 
 
 def test_memory_bound_time_ignores_flops():
-    r = stages.decode_step("llama-3.1-8b", H100, batch=1, context=1024)
+    """With full overlap (eta = 1) a memory-bound step's time does not see the FLOP rate; with the GPU profile's
+    partial overlap it sees only the exposed share (1 - eta) of the compute it saves."""
+    from roofline.specs.params import shipped_profile
+    full = attrs.evolve(shipped_profile().default, overlap_efficiency=1.0)
+    r = stages.decode_step("llama-3.1-8b", H100, batch=1, context=1024, params=full)
     assert r.bound == "memory:hbm"
     fast = rl.override(H100, "compute.bf16", 10 * H100.get("compute.bf16"))
-    assert stages.decode_step("llama-3.1-8b", fast, batch=1, context=1024).time_s == r.time_s
+    assert stages.decode_step("llama-3.1-8b", fast, batch=1, context=1024, params=full).time_s == r.time_s
+    part = attrs.evolve(full, overlap_efficiency=0.25)
+    slow, quick = (stages.decode_step("llama-3.1-8b", d, batch=1, context=1024, params=part) for d in (H100, fast))
+    assert float(slow.time_s - quick.time_s) == pytest.approx(0.75 * 0.9 * float(slow.compute_s), rel=1e-9)
 
 
 def test_array_call_equals_stacked_scalar_calls():

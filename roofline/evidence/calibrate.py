@@ -6,8 +6,9 @@ per pass, per request and per running sequence (fitted per serving-stack family:
 their kernels and schedulers differ; a ROCm build, one per ISA, also fits its own
 fixed cost per kernel, and with few rows only that and its efficiencies), and
 shared by all stacks the fixed cost per kernel (the CUDA stacks) and per
-collective, the token count at which matmuls reach half their peak efficiency
-and what FP8 and FP4 matmuls keep of it. Weight-only unpacking is not fitted
+collective, the token count at which matmuls reach half their peak efficiency,
+what FP8 and FP4 matmuls keep of it, and how much of the shorter of a kernel's
+compute and memory time hides under the longer (``overlap_efficiency``). Weight-only unpacking is not fitted
 (the GPU family file pins it from a measurement). Residuals are log(predicted /
 measured), so a row 2x too fast weighs as much as one 2x too slow. The fit
 reports each parameter with its standard error (Jacobian at the optimum) and, on
@@ -59,6 +60,7 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "prefill_compute_scale": (0.2, 1.0, 1.0),
     "request_overhead_s": (0.0, 0.2, 0.01),
     "sequence_overhead_s": (0.0, 200e-6, 1e-5),
+    "overlap_efficiency": (0.0, 1.0, 1.0),
 }
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
               "request_overhead_s", "sequence_overhead_s")

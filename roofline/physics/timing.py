@@ -17,7 +17,9 @@ the attention kernels',
 
 with T_attn the attention core's compute and T_kv the KV cache's traffic (the
 two-group form of LLM-Viewer's per-operator roofline, https://arxiv.org/abs/2402.16363 §2); it lies
-between the two forms above.
+between the two forms above. Each max(c, m) is the perfect-overlap roofline; a profile's
+``overlap_efficiency`` eta < 1 adds (1 - eta) min(c, m) to it (:func:`overlapped`: the shorter term
+hides under the longer only in part), which still lies between the two bounds.
 T_mem,i is the traffic from memory tier i at the achieved bandwidth
 (:mod:`roofline.physics.memory`). T_compute runs each component at the rate of
 its compute class, the wider operand's (weight-only and non-native formats, and
@@ -509,13 +511,24 @@ def _ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
     return peak / bw if peak and bw else math.nan
 
 
+def overlapped(compute: Any, memory: Any, eta: float) -> Any:
+    """One roofline's time: max(c, m) + (1 - eta) min(c, m), the shorter term hiding under the longer to the
+    share ``eta`` (1: the roofline's lower bound max(c, m); 0: the serial upper bound c + m; the scaling book's
+    two bounds, https://jax-ml.github.io/scaling-book/roofline/; docs/theory.md §1.2)."""
+    longer = np.maximum(compute, memory)
+    if eta >= 1:
+        return longer
+    return longer + (1.0 - eta) * np.minimum(compute, memory)
+
+
 def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Formats, shape: tuple[int, ...],
              batch: Any, new_tokens: Any, context: Any, compute: Any, by_tier: dict[str, Any], comm: Any,
              overhead: Any, fits: Any, weights: Any, usable: float, footprint: PassFootprint,
              profile: EngineParams, attention_s: tuple[Any, Any] | None = None) -> StageResult:
-    """A :class:`StageResult` from the terms of one pass: max(compute, memory) + comm + fixed, or with
-    ``attention_s`` = (its compute, its KV traffic time) the matmuls' and the attention kernels' rooflines in
-    turn, max(compute - a, memory - m) + max(a, m) (the profile's ``overlap = "kernel"``)."""
+    """A :class:`StageResult` from the terms of one pass: the roofline of compute and memory + comm + fixed, or
+    with ``attention_s`` = (its compute, its KV traffic time) the matmuls' and the attention kernels' rooflines
+    in turn (the profile's ``overlap = "kernel"``); each roofline is :func:`overlapped` at the profile's
+    ``overlap_efficiency``."""
     def full(x: Any) -> Array:
         return np.broadcast_to(np.asarray(x, dtype=float), shape)
 
@@ -524,11 +537,12 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
     mem = list(by_tier.values()) or [0.0]
     memory = memory_serial = mem[0] if len(mem) == 1 else sum(mem)
     fits = np.broadcast_to(np.asarray(fits, dtype=bool), shape)
+    eta = profile.overlap_efficiency
     if attention_s is None:
-        lower = _owned(np.maximum(compute, memory), shape)   # a fresh full-size array, written in place below
+        lower = _owned(overlapped(compute, memory, eta), shape)   # a fresh full-size array, written in place below
     else:
         a, m = attention_s
-        lower = _owned(np.maximum(compute - a, memory - m) + np.maximum(a, m), shape)
+        lower = _owned(overlapped(compute - a, memory - m, eta) + overlapped(a, m, eta), shape)
     lower += comm + overhead
     if not fits.all():
         np.putmask(lower, ~fits, np.nan)

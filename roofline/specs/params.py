@@ -146,6 +146,11 @@ class EngineParams:
       compute-bound and whose attention is bound by KV reads pays both. A prompt chunk riding a decode step
       shares the step's attention roofline (one varlen attention kernel, as vLLM's V1 engine runs; an engine
       with separate prefill and decode attention kernels pays somewhat more).
+    * ``overlap_efficiency`` (eta): the share of the shorter of a roofline's compute and memory times that hides
+      under the longer: T = max(c, m) + (1 - eta) min(c, m) for each roofline ``overlap`` forms. 1 is the
+      roofline's lower bound max(c, m), 0 its serial upper bound c + m (the scaling book's two bounds,
+      https://jax-ml.github.io/scaling-book/roofline/); a kernel near its ridge point keeps neither its tensor
+      cores nor its memory system busy all the time, so real kernels sit between them.
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
       or a launch-bound GPU is not at idle power).
@@ -182,6 +187,7 @@ class EngineParams:
     windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
     overlap: str = attrs.field(default="pass", validator=one_of(OVERLAPS))
+    overlap_efficiency: float = _p(1.0, [in_range(0, 1)])
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
@@ -215,6 +221,7 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "usable_memory_fraction": ("usable_memory_fraction", "fraction"),
     "expert_imbalance": ("expert_imbalance", "number"),
     "busy_floor_fraction": ("busy_floor_fraction", "share"),
+    "overlap_efficiency": ("overlap_efficiency", "share"),
     "max_tp": ("max_tp", "number"),
     "collective": ("collective", "choice"),
     "overlap": ("overlap", "choice"),

@@ -68,9 +68,17 @@ def _tiers(params: EngineParams) -> str:
 
 def _overlap(params: EngineParams) -> str:
     """How the profile overlaps compute and memory traffic, as the caption's formula."""
+    roof = "max" if params.overlap_efficiency >= 1 else "R"
     if params.overlap == "kernel":
-        return "max(matmul compute, weight reads) + max(attention compute, KV reads)"
-    return "max(compute, memory)"
+        return f"{roof}(matmul compute, weight reads) + {roof}(attention compute, KV reads)"
+    return f"{roof}(compute, memory)"
+
+
+def _roof(params: EngineParams) -> str:
+    """The partial-overlap roofline R the formula uses, where the profile does not overlap fully."""
+    if params.overlap_efficiency >= 1:
+        return ""
+    return f", R(c, m) = max(c, m) + {1 - params.overlap_efficiency:.2f} min(c, m)"
 
 
 def _prefill_share(params: EngineParams) -> str:
@@ -83,8 +91,9 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
-            f"time = {_overlap(params)} + comm + fixed (--json: overhead_s, bound 'overhead'; the serial upper bound "
-            f"is time_serial_s); fixed = per-pass, per-layer and per-kernel costs + weight-only dequantisation. {family} "
+            f"time = {_overlap(params)} + comm + fixed{_roof(params)} (--json: overhead_s, bound 'overhead'; the "
+            "serial upper bound is time_serial_s); fixed = per-pass, per-layer and per-kernel costs + weight-only "
+            f"dequantisation. {family} "
             f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
             f"{params.compute_fraction:.0%} of peak FLOP/s"
             + _prefill_share(params)
