@@ -348,6 +348,16 @@ def test_size_command_json_and_table(run_cli):
     assert code == 0 and "lower bound" in out and "vllm serve openai/gpt-oss-120b" in out
 
 
+def test_size_lists_an_option_once_when_two_device_names_find_it(run_cli):
+    """``h100-sxm`` (searched over shapes) and ``h100-sxm:1`` (that shape) beside it find the same one-GPU
+    option: it is listed once."""
+    code, out, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm,h100-sxm:1", "--users", "100",
+                             "--min-tokens-per-s-per-user", "50", "--json")
+    assert code == 0, err
+    keys = [(o["group"], o["placement"], o["replicas"]) for o in json.loads(out)["options"] if o["feasible"]]
+    assert len(keys) == len(set(keys)) and ("h100-sxm", "disaggregated", 1) in keys
+
+
 def test_size_exits_one_when_nothing_meets_the_target(run_cli):
     """No option reaches the speed: the table and JSON still say why, and the exit status says no (1)."""
     argv = ("size", "llama-3.1-8b", "--devices", "h100-sxm:1", "--users", "4", "--min-tokens-per-s-per-user", "1e6")

@@ -231,4 +231,5 @@ def size(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: Targ
             continue
         out += [_kind_option(model, shapes, kind, target, draft=draft, acceptance=acceptance, formats=fmt,
                              params=params, prices=prices) for kind in kinds]
-    return sorted(out, key=lambda o: (not o.feasible, o.devices, -np.nan_to_num(o.tokens_per_s_per_user)))
+    unique = list(dict.fromkeys(out))   # an ID searched over shapes may find the same option as ID:N given beside it
+    return sorted(unique, key=lambda o: (not o.feasible, o.devices, -np.nan_to_num(o.tokens_per_s_per_user)))
