@@ -100,7 +100,9 @@ def test_stage_command_matches_python_api(run_cli):
         assert short_bound(bound) in out
     from roofline.specs.params import shipped_profile
     half = shipped_profile().default.compute_half_tokens   # small matmuls' shortfall, said with its size
-    assert f"times T / (T + {half:.0f}) for a matmul over T tokens" in " ".join(out.split())
+    said = " ".join(out.split())
+    assert f"times T / (T + {half:.0f}) for a matmul over T tokens" in said
+    assert "bound mem:, comm, fixed there: memory:, communication, overhead" in said   # table -> JSON names
 
 
 def test_stage_what_if_set(run_cli):

@@ -91,7 +91,8 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}. "
-            f"time = {_overlap(params)} + comm + fixed{_roof(params)} (--json: overhead_s, bound 'overhead'; the "
+            f"time = {_overlap(params)} + comm + fixed{_roof(params)} (--json: overhead_s; bound mem:, comm, fixed "
+            "there: memory:, communication, overhead; the "
             "serial upper bound is time_serial_s); fixed = per-pass, per-layer and per-kernel costs + weight-only "
             f"dequantisation. {family} "
             f"profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
