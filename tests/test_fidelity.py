@@ -808,3 +808,6 @@ def test_mesh_peers_are_a_sourced_whole_number(run_cli, tmp_path):
     bad.write_text(text)
     code, out, err = run_cli("show", str(bad))
     assert code == 1 and "scale_up.peers" in err and "source" in err and len(err.strip().splitlines()) == 1
+    bad.write_text((specs_dir() / "mi300x.toml").read_text().replace("peers = { value = 7,", "peers = { value = 6.5,"))
+    code, out, err = run_cli("show", str(bad))
+    assert code == 1 and "'scale_up.peers' = 6.5" in err and "whole number" in err and len(err.strip().splitlines()) == 1

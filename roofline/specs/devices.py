@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -360,7 +360,7 @@ class _Reader:
             self.fail("sources", refs, "must be a table of name = \"https://...\" entries")
         self.refs: dict[str, str] = refs
 
-    def fail(self, field: str, value: Any, why: str) -> None:
+    def fail(self, field: str, value: Any, why: str) -> NoReturn:
         shown = repr(value)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         raise SpecError(f"{self.origin}: field {field!r} = {shown}: {why}")
@@ -406,9 +406,10 @@ class _Reader:
         if link.get("peers") is None:
             return None
         n = self.quantity(link, "peers", field, "count")
-        if n is None or n != int(n):
-            self.fail(field, link["peers"].get("value"), "must be a whole number of direct peer links")
-        return int(n)
+        try:
+            return _whole_peers(n)   # the one whole-number rule, here with the file and field named
+        except (TypeError, ValueError) as e:
+            self.fail(field, link["peers"].get("value"), str(e).partition(": ")[2] or str(e))
 
     def quantity(self, parent: dict[str, Any], key: str, field: str, kind: str, *,
                  required: bool = True, fraction: bool = False) -> float | None:
