@@ -35,6 +35,10 @@ ENERGY_NAMES = {"power_w": "power (fits the busy floor)", "energy_per_token_j": 
 FAMILY_NAMES = {"groq": "Groq LPU, batch-1 decode", "cerebras": "Cerebras WSE-3, batch-1 decode"}
 
 
+#: Held-out rows whose stack build no row outside their fold has (written with docs/heldout_errors.json).
+UNSEEN_FILE = ROOT / "docs" / "heldout_unseen_builds.json"
+
+
 def sh(*cmd: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True, env=ENV, cwd=ROOT).stdout.rstrip()
 
@@ -83,6 +87,10 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         if mine:
             rows.append(f"| GPU: {name} | {three(mine)}")
     rows.append(f"| **GPU: all time rows** | {three([r for r in gpu if r['kind'] == 'time'])}")
+    left_out = set(json.loads(UNSEEN_FILE.read_text())) if UNSEEN_FILE.exists() else set()
+    for name, unseen in (("other publications measured", False), ("only its own publication measured", True)):
+        mine = [r for r in gpu if r["kind"] == "time" and r["id"] in held and (r["id"] in left_out) == unseen]
+        rows.append(f"| GPU time rows whose stack build {name} | {three(mine)}")
     for key, name in ENERGY_NAMES.items():
         mine = [r for r in gpu if r["metric"] == key]
         if mine:
@@ -93,6 +101,33 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         rows.append(f"| {name} | {len(mine)} | {med([r['error'] for r in mine])} | — | {med(h)} ({len(h)} held-out "
                     f"rows) |")
     return "\n".join(rows)
+
+
+#: The stack and device table's rows: a label and the stack families (or device ids) of each part it splits into.
+STACK_ROWS = (("TensorRT-LLM (incl. NIM, MLPerf)", (("tensorrt-llm",),)), ("vLLM", (("vllm",),)),
+              ("SGLang", (("sglang",),)), ("SGLang on ROCm, gfx942 / gfx950", (("sglang-rocm-gfx942",),
+                                                                               ("sglang-rocm-gfx950",))),
+              ("vLLM on ROCm", (("vllm-rocm-gfx942", "vllm-rocm-gfx950"),)), ("gpt-fast", (("gpt-fast",),)))
+DEVICE_ROWS = (("H100", (("h100-sxm",),)), ("H200", (("h200-sxm",),)), ("B200 / GB200", (("b200",), ("gb200",))),
+               ("MI300X / MI325X / MI355X", (("mi300x",), ("mi325x",), ("mi355x",))), ("A100", (("a100-sxm-80gb",),)))
+
+
+def stack_device_table(v: dict, held: dict[str, float]) -> str:
+    """Median |error| in-sample and held out by publication of the GPU time rows, per serving stack and device."""
+    gpu = [r for r in v["rows"] if r["family"] == "gpu" and r["kind"] == "time"]
+
+    def cells(key: str, parts: tuple[tuple[str, ...], ...]) -> list[str]:
+        groups = [[r for r in gpu if r[key] in part] for part in parts]
+        out = [[str(len(g)) for g in groups],
+               [f"{np.median(np.abs([r['error'] for r in g])):.0%}" for g in groups],
+               [f"{np.median(np.abs([held[r['id']] for r in g if r['id'] in held])):.0%}" for g in groups]]
+        return [" / ".join(c) for c in out]
+    stacks = [[name, *cells("stack_family", parts)] for name, parts in STACK_ROWS]
+    devices = [[name, *cells("hardware", parts)] for name, parts in DEVICE_ROWS]
+    devices += [[""] * 4] * (len(stacks) - len(devices))
+    lines = ["| serving stack | rows | median abs error | held out | | device | rows | median abs error | held out |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    return "\n".join(lines + [f"| {' | '.join(a)} | | {' | '.join(b)} |" for a, b in zip(stacks, devices)])
 
 
 def refresh_readme(heldout: dict[str, float], loo: dict[str, float]) -> None:
@@ -107,14 +142,15 @@ def refresh_readme(heldout: dict[str, float], loo: dict[str, float]) -> None:
     table = accuracy_table(v, heldout, held, loo)
     (ROOT / "README.md").write_text(between_markers(readme, table))
     doc = ROOT / "docs" / "validation.md"
-    doc.write_text(between_markers(doc.read_text(), table))
+    doc.write_text(between_markers(between_markers(doc.read_text(), stack_device_table(v, heldout), "stack table"),
+                                   table))
 
 
-def between_markers(text: str, table: str) -> str:
-    """Replace what lies between the accuracy-table markers."""
-    i = text.index("<!-- accuracy table")
+def between_markers(text: str, table: str, name: str = "accuracy table") -> str:
+    """Replace what lies between the ``name`` markers."""
+    i = text.index(f"<!-- {name}")
     i = text.index("\n", i) + 1
-    j = text.index("<!-- end accuracy table -->")
+    j = text.index(f"<!-- end {name} -->")
     return text[:i] + table + "\n" + text[j:]
 
 
@@ -186,6 +222,7 @@ def main() -> None:
         fit = json.loads(sh(*RL, "calibrate", *(("--folds", "5", "--jobs", "2") if args.heldout else ()), "--json"))
         if args.heldout:
             (ROOT / "docs" / "heldout_errors.json").write_text(json.dumps(fit["heldout_errors"], indent=1) + "\n")
+            UNSEEN_FILE.write_text(json.dumps(fit["heldout_unseen_builds"], indent=1) + "\n")
         (ROOT / "docs" / "loo_errors.json").write_text(json.dumps(fit["loo_approx_errors"], indent=1) + "\n")
     heldout = json.loads((ROOT / "docs" / "heldout_errors.json").read_text())
     loo = json.loads((ROOT / "docs" / "loo_errors.json").read_text())

@@ -103,6 +103,7 @@ def test_stage_command_matches_python_api(run_cli):
     said = " ".join(out.split())
     assert f"times T / (T + {half:.0f}) for a matmul over T tokens" in said
     assert "bound mem:, comm, fixed there: memory:, communication, overhead" in said   # table -> JSON names
+    assert said.count("Spec: ") == 1 and said.index("Spec: ") > said.index("decode:")   # once, under the last stage
 
 
 def test_stage_what_if_set(run_cli):

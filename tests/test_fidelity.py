@@ -10,7 +10,7 @@ from conftest import validate_rows
 import roofline as rl
 from roofline.evidence.validate import predict_row, read_rows, shipped_data
 from roofline.physics.comms import allreduce_s, auto_allreduce_s, oneshot_allreduce_s
-from roofline.physics.timing import attention_class, compute_class, evaluate_pass, mix, overlapped
+from roofline.physics.timing import activation_bytes_per_device, attention_class, compute_class, evaluate_pass, mix, overlapped
 from roofline.physics.work import count_work, expert_shard_imbalance, kernels_per_pass, with_prompt_chunks
 from roofline.serving.serve import Placement, Request, evaluate_serving, offline_tokens_per_s, prefill_queue_s
 from roofline.specs.execution import resolve_profile
@@ -645,6 +645,8 @@ def test_gpu_kernels_overlap_only_their_own_traffic():
     expected = (overlapped(float(one.compute_s) - core_s, float(one.memory_s) - kv_s, eta) + overlapped(core_s, kv_s, eta)
                 + float(one.communication_s) + float(one.overhead_s))
     assert float(per_kernel.time_s) == pytest.approx(expected, rel=0.02)
+    # with the roofline's max inside each group (the fit's eta is near the serial end, where both near the sum)
+    one, per_kernel = _decode("h200-sxm", "pass", 192, 1024, eta=1), _decode("h200-sxm", "kernel", 192, 1024, eta=1)
     assert float(one.time_s) < float(per_kernel.time_s) < float(per_kernel.time_serial_s)
 
 
@@ -703,7 +705,7 @@ def test_overlap_efficiency_is_a_what_if_with_a_clear_error(run_cli):
     """``--set DEVICE.execution.overlap_efficiency=0`` times every kernel group serially: the time becomes the
     serial upper bound the JSON reports beside it; 1 is the roofline's max; a value outside [0, 1] is one line."""
     def row(value):
-        code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--batch", "64", "--context", "4096", "--json",
+        code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--batch", "128", "--context", "1024", "--json",
                                  "--set", f"h100-sxm.execution.overlap_efficiency={value}")
         assert code == 0, err
         return json.loads(out)["stages"][1]["rows"][0]
@@ -811,3 +813,39 @@ def test_mesh_peers_are_a_sourced_whole_number(run_cli, tmp_path):
     bad.write_text((specs_dir() / "mi300x.toml").read_text().replace("peers = { value = 7,", "peers = { value = 6.5,"))
     code, out, err = run_cli("show", str(bad))
     assert code == 1 and "'scale_up.peers' = 6.5" in err and "whole number" in err and len(err.strip().splitlines()) == 1
+
+
+def _megatron_rank_elements(m, tp, ep=1, dp=1):
+    """Activation elements one rank reads and writes per token per layer, kernel by kernel, under Megatron
+    tensor parallelism: (input width, output width) of each; column-parallel matmuls read the whole input,
+    row-parallel ones write a whole-width partial sum, norms run whole on every rank; routed experts see 1/ep
+    of the routed tokens, attention 1/dp of the tokens."""
+    d, hd = m.hidden_size, m.head_dim
+    norms = m.norms_per_layer * [(2 * d / dp, 2 * d / dp)]   # fused add + RMSNorm: x and the residual, in and out
+    attention = [(d / dp, hd * (m.num_heads + 2 * m.num_kv_heads) / tp), (hd * m.num_heads / tp, d / dp)]
+    if not m.is_moe:
+        i = m.intermediate_size
+        mlp = [(d, 2 * i / tp), (2 * i / tp, i / tp), (i / tp, d)]   # gate/up, SiLU-and-mul, down
+    else:   # router; per routed token gate/up, SiLU-and-mul, down over its expert slice; the weighted combine
+        k, i = m.experts_per_token, m.expert_intermediate_size
+        mlp = [(d / ep, m.num_experts / ep)] + k * [(d / ep, 2 * i / tp), (2 * i / tp, i / tp), (i / tp, d / ep)]
+        mlp += [(k * d / ep, d / ep)]
+    return sum(a + b for a, b in norms + attention + mlp)
+
+
+@pytest.mark.parametrize("model,tp,ep,dp", [("llama-3.1-70b", 1, 1, 1), ("llama-3.1-70b", 8, 1, 1),
+                                            ("qwen3-235b-a22b", 8, 1, 1), ("qwen3-235b-a22b", 8, 8, 8)])
+def test_tensor_parallel_ranks_move_the_whole_width_activations(model, tp, ep, dp):
+    """Tensor parallelism splits the inner widths of a layer's activations but not its d-wide inputs and
+    outputs: each rank moves what a kernel-by-kernel count of Megatron's layout says (a layer's traffic divided
+    by tp undercounts Qwen3-235B's under TP8 5.3x)."""
+    m = rl.load_model(model)
+    group = rl.DeviceGroup(device=rl.load_device("h200-sxm"), tp=tp, ep=ep, dp=dp)
+    fmt = Formats.for_model(m)
+    tokens = 1000.0
+    work = count_work(m, fmt, batch=1.0, new_tokens=tokens, prefix_tokens=0.0, logits_per_seq=0.0)
+    per_rank = float(activation_bytes_per_device(work, group))
+    expected = tokens * m.num_layers * _megatron_rank_elements(m, tp, ep, dp) * fmt.activation.bytes_per_element
+    assert per_rank == pytest.approx(expected, rel=1e-9)
+    if tp > 1 and ep == 1:
+        assert per_rank > 1.5 * float(work.activation_bytes) / tp

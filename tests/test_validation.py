@@ -10,7 +10,7 @@ from conftest import validate_rows
 
 import roofline as rl
 from roofline.errors import SpecError
-from roofline.evidence.calibrate import BOUNDS, calibrate, save_profile
+from roofline.evidence.calibrate import BOUNDS, Fit, builds_left_out, calibrate, fit_record, save_profile
 from roofline.evidence.validate import ENERGY_METRICS, METRICS, UNMODELLED, read_rows, shipped_data, validate
 from roofline.specs.params import load_profile, shipped_profile, shipped_profile_path, stack_family
 from roofline.ui import render
@@ -401,3 +401,20 @@ def test_approximate_leave_one_out_matches_exact_refits():
         assert np.max(np.abs(approx - exact)) < 0.15 * np.max(np.abs(full.fun - exact))
         assert np.max(np.abs(approx - exact)) < 0.006
         assert np.median(np.abs(approx)) > np.median(np.abs(full.fun))   # held out is worse than in-sample
+
+
+def test_held_out_error_says_which_rows_left_with_their_whole_stack_build():
+    """A fold that takes every row of a stack build (SGLang's gfx942 build is one publication) predicts those rows
+    with another build's parameters: the calibration names them and reports their error apart."""
+    rows = [r for r in read_rows(shipped_data()) if r.get("hardware") not in ("groq-lpu", "cerebras-wse3")]
+    gfx942 = {r.id for r in rows if r.get("stack").startswith("SGLang") and r.get("hardware") in ("mi300x", "mi325x")}
+    one_trt = next(r.id for r in rows if r.get("stack").startswith("TensorRT-LLM"))
+    assert gfx942
+    assert builds_left_out(rows, [gfx942 | {one_trt}]) == gfx942
+    fit = Fit(profile=shipped_profile(), standard_errors={}, rows=["a", "b", "c", "d"], skipped=[],
+              median_abs_error=0.05, loo_median_abs_error=0.2, loo_errors={"a": 0.1, "b": -0.3, "c": 0.6, "d": 0.2},
+              holdout="5-fold by source", heldout_unseen_builds=frozenset({"c"}))
+    assert fit.heldout_split() == {"seen": pytest.approx(0.2), "unseen": pytest.approx(0.6)}
+    record = fit_record(fit, data="x.csv")
+    assert (record["heldout_seen_build_rows"], record["heldout_unseen_build_rows"]) == (3, 1)
+    assert "60.0% on 1 of builds only their own publication measured" in render.fit_errors(record)

@@ -89,9 +89,22 @@ class Fit:
     loo_median_abs_error: float | None     # held-out error (``holdout`` says how rows were held out)
     loo_errors: dict[str, float] | None
     holdout: str = ""
+    #: held-out rows whose stack build (:func:`roofline.evidence.validate.row_stack_family`) no training row of
+    #: their fold shares: predicted with the parameters of the family the build specialises, or the pooled ones
+    heldout_unseen_builds: frozenset[str] = frozenset()
     #: row id -> (predicted - measured) / measured under the fit without that row, estimated by one Newton step
     #: from the full fit (:func:`approximate_loo`); NaN for a row too influential to estimate that way
     approx_loo_errors: dict[str, float] = attrs.field(factory=dict)
+
+    def heldout_split(self) -> dict[str, float | None]:
+        """Median held-out |error| of the rows whose stack build other rows in training share (``seen``) and of
+        those whose build left with their fold (``unseen``): a publication of a known build or a new build."""
+        errs = self.loo_errors or {}
+        out: dict[str, float | None] = {}
+        for name, keep in (("seen", False), ("unseen", True)):
+            mine = [abs(e) for k, e in errs.items() if (k in self.heldout_unseen_builds) == keep]
+            out[name] = float(np.median(mine)) if mine else None
+        return out
 
     @property
     def approx_loo_median_abs_error(self) -> float | None:
@@ -336,6 +349,7 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
                skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
                loo_median_abs_error=float(np.median(np.abs(list(held.values())))) if held else None,
                loo_errors=held or None, holdout=_holdout_name(holdout, fold_by),
+               heldout_unseen_builds=frozenset(builds_left_out(ok, folds)),
                approx_loo_errors={r.id: float(e) for r, e in zip(ok, np.expm1(approximate_loo(res)))})
 
 
@@ -411,6 +425,15 @@ def _folds(rows: list[Row], holdout: str | int | None, fold_by: str = "source") 
     for ids in sorted(sources.values(), key=len, reverse=True):
         min(folds, key=len).update(ids)
     return folds
+
+
+def builds_left_out(rows: list[Row], folds: list[set[str]]) -> set[str]:
+    """Ids of held-out rows whose stack build (:func:`row_stack_family`) no row outside their fold has."""
+    out: set[str] = set()
+    for fold in folds:
+        trained = {row_stack_family(r) for r in rows if r.id not in fold}
+        out |= {r.id for r in rows if r.id in fold and row_stack_family(r) not in trained}
+    return out
 
 
 def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[str, float]:
@@ -499,6 +522,12 @@ def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
     if fit.loo_median_abs_error is not None:
         record["heldout_median_abs_error"] = round(fit.loo_median_abs_error, 4)
         record["heldout"] = fit.holdout
+        split = fit.heldout_split()
+        for name in ("seen", "unseen"):
+            if split[name] is not None:
+                record[f"heldout_{name}_build_median_abs_error"] = round(split[name], 4)
+                record[f"heldout_{name}_build_rows"] = sum(
+                    (k in fit.heldout_unseen_builds) == (name == "unseen") for k in fit.loo_errors or {})
     missing = sorted(f"{name}.{k}" for name, notes in uncertainty(fit).items() for k, note in notes.items()
                      if note.startswith("not identified"))
     if missing:

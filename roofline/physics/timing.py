@@ -436,7 +436,7 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
                     + np.asarray(rider[0], dtype=float) * workspace_per_sequence_bytes(model, formats, tp, rider[1], 0.0),
                     kv_sequences=batch / shards, kv_sequence_bytes=model.kv_cache_bytes(
                         prefix_tokens + new_tokens, formats.kv, windowed=params.windowed_kv is not False))
-    act_bytes = work.activation_bytes / (tp * pp)
+    act_bytes = activation_bytes_per_device(work, group)
     kv_write = work.kv_write_bytes / shards
     placed = place(group.device, res, weight_read=w_read, kv_read=work.kv_read_bytes, kv_share=1 / shards,
                    kv_write=kv_write, activation=act_bytes, pp=pp, bandwidth_fraction=params.bandwidth_fraction,
@@ -444,6 +444,18 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
     footprint = PassFootprint(work=work, small_bytes=add(w_read, act_bytes, kv_write), kv_read_scale=1 / shards,
                               residency=res)
     return placed, res, footprint, w_read
+
+
+def activation_bytes_per_device(work: Work, group: DeviceGroup) -> Any:
+    """Activation bytes one device moves in a pass: the inner widths split tp ways, the d-wide ends of each
+    block (:attr:`Work.activation_ends_bytes`) whole on every rank that sees the block's tokens: all tp ranks
+    for tensor-parallel blocks, 1/dp of the tokens under data-parallel attention, 1/ep of the routed tokens
+    under expert parallelism; pipeline stages hold 1/pp of the layers each."""
+    ends = work.activation_ends_bytes
+    inner = work.activation_bytes - add(*ends.values())
+    whole = add(ends.get("attention", 0.0) / group.dp, ends.get("mlp", 0.0), ends.get("experts", 0.0) / group.ep,
+                ends.get("lm_head", 0.0))
+    return (inner / group.tp + whole) / group.pp
 
 
 def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any, new_tokens: Any,

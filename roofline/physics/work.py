@@ -79,6 +79,10 @@ class Work:
     tokens: Array
     experts_touched_per_layer: Array
     experts_per_token: int = 0
+    #: The part of ``activation_bytes`` at the model-width ends of each layer part ("attention", "mlp",
+    #: "experts", "lm_head"): a block's input read and its output written, d elements per token, which every
+    #: tensor-parallel rank moves whole (:func:`count_work`).
+    activation_ends_bytes: dict[str, Array] = attrs.field(factory=dict)
 
     @property
     def flop_total(self) -> Array:
@@ -205,7 +209,12 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
       elements); the LM head is read once and costs 2*d*V per logit position.
     * KV: the prefix is read once per sequence (all new queries share it), the
       new tokens' K/V are written once; sliding layers read min(p, W).
-    * Activations: every matmul reads its input and writes its output once.
+    * Activations: every kernel of a layer (matmuls, norms, the MLP's activation, the experts' combine)
+      reads its input and writes its output once (:func:`_activation_bytes`). The model-width (d) terms
+      (``activation_ends_bytes``) are not split by tensor parallelism: Megatron's column-parallel first
+      matmul reads the whole replicated input on every rank, the row-parallel last one writes a whole-width
+      partial sum before the all-reduce, and norms run on the whole hidden state on every rank (Shoeybi et
+      al., https://arxiv.org/abs/1909.08053 §3); only the inner widths (heads, I) are split.
 
     Terms that depend only on batch (or only on context) stay small arrays; only the products that need
     the full grid (KV reads, attention) are materialised at its shape.
@@ -214,7 +223,7 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
     logits = np.asarray(logits_per_seq, dtype=float)
     T = B * n
     m = model
-    d, nh, nL = m.hidden_size, m.num_heads, m.num_layers
+    d, nL = m.hidden_size, m.num_layers
     bw = formats.weight.bytes_per_element
     bkv, ba = formats.kv_format.bytes_per_element, formats.activation.bytes_per_element
     n_moe = m.num_moe_layers
@@ -248,18 +257,34 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
     kv_read = (B * (kv_elems * bkv)) * (n_full * p + m.num_sliding_layers * np.minimum(p, window))
     kv_write = T * nL * kv_elems * bkv
 
-    # activations: each matmul reads its input and writes its output (elements per token)
-    if m.is_mla:
-        attn_io = 2 * d + 2 * nh * (m.qk_head_dim + m.attn_v_head_dim)
-    else:
-        attn_io = 2 * d + 2 * m.head_dim * (nh + m.num_kv_heads)
-    mlp_io = (2 * d + (3 if m.mlp_gated else 2) * m.intermediate_size) if n_dense else 0
-    moe_io = (m.experts_per_token * (2 * d + 3 * m.expert_intermediate_size)
-              + m.num_shared_experts * (2 * d + 3 * m.shared_intermediate_size) + d + m.num_experts)
-    act = ba * (T * (nL * attn_io + n_dense * mlp_io + n_moe * moe_io) + B * logits * (d + m.vocab_size))
+    act, ends = _activation_bytes(m, T, B * logits, ba)
     return Work(flop=flop, weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
                 activation_bytes=act, tokens=T, experts_touched_per_layer=touched,
-                experts_per_token=m.experts_per_token if m.is_moe else 0)
+                experts_per_token=m.experts_per_token if m.is_moe else 0, activation_ends_bytes=ends)
+
+
+def _activation_bytes(m: ModelSpec, T: Any, logit_rows: Any, ba: float) -> tuple[Any, dict[str, Any]]:
+    """(activation bytes of a pass over T tokens with ``logit_rows`` logit positions, their d-wide ends by
+    layer part). Each kernel a layer launches reads its input and writes its output, per token: the matmuls;
+    the fused add + RMSNorm before each block (reads the input and the residual, writes both: 4d); the MLP's
+    activation (a gated one reads the gate and up outputs and writes their product: 3I, else 2I); the
+    experts' weighted combine (reads k expert outputs, writes their sum: (k + 1)d). Not counted: the q and o
+    of fused attention, rotary in place, the router's top-k. The ends are the d-wide terms."""
+    d, nh, nL, n_moe, k = m.hidden_size, m.num_heads, m.num_layers, m.num_moe_layers, m.experts_per_token
+    n_dense, mlp = nL - n_moe, 3 if m.mlp_gated else 2
+    if m.is_mla:
+        attention = 2 * nh * (m.qk_head_dim + m.attn_v_head_dim)
+    else:
+        attention = 2 * m.head_dim * (nh + m.num_kv_heads)
+    # inner widths: each matmul's and the activation kernel's (routed and shared experts are gated)
+    inner = (nL * attention + n_dense * 2 * mlp * m.intermediate_size
+             + n_moe * 6 * (k * m.expert_intermediate_size + m.num_shared_experts * m.shared_intermediate_size))
+    ends = {"attention": T * nL * (2 + 4 * m.norms_per_layer) * d, "mlp": T * n_dense * 2 * d,
+            # routed and shared experts' inputs and outputs, the router (reads d, writes E logits), the combine
+            "experts": T * n_moe * ((k + m.num_shared_experts) * 2 * d + d + m.num_experts + (k + 1) * d) if k else 0.0,
+            "lm_head": logit_rows * d}
+    ends = {key: ba * v for key, v in ends.items()}
+    return ba * (T * inner + logit_rows * m.vocab_size) + add(*ends.values()), ends
 
 
 def _expert_weight_bytes(model: ModelSpec, formats: Formats, touched: Any) -> Any:
@@ -288,7 +313,9 @@ def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks
                         kv_read_bytes=work.kv_read_bytes + extra.kv_read_bytes,
                         kv_write_bytes=work.kv_write_bytes + extra.kv_write_bytes,
                         activation_bytes=work.activation_bytes + extra.activation_bytes, tokens=T,
-                        experts_touched_per_layer=touched)
+                        experts_touched_per_layer=touched, activation_ends_bytes={
+                            k: work.activation_ends_bytes[k] + extra.activation_ends_bytes[k]
+                            for k in work.activation_ends_bytes})
 
 
 def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: bool) -> Any:

@@ -285,13 +285,14 @@ def _gb(v: float) -> str:
     return f"{v / 1e6:.0f} MB" if v < 1e9 else f"{v / 1e9:.1f} GB" if v < 10e9 else f"{v / 1e9:,.0f} GB"
 
 
-def stage_table(r: StageResult, caption: str) -> Table:
+def stage_table(r: StageResult, caption: str | None) -> Table:
     """One stage, a row per batch; the communication column only where the group communicates."""
     per_user = r.stage.startswith(("decode", "draft", "verify"))
     rows = stage_rows(r)
     n, ctx = rows[0]["new_tokens"], rows[0]["context"]
     where = f"{n:.0f} new tokens/seq after {ctx:.0f} cached" if r.stage != "decode" else f"context {ctx:.0f}"
-    t = _table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption)
+    t = _table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption,
+               caption_justify="left")
     comm = any(row["communication_s"] for row in rows if row["fits"])
     cols = ["batch", "time", "comp", "mem", *(["comm"] if comm else []), "fixed", "bound", "FLOP\n/B",
             "mem/\ndev", "tok/s\n/user" if per_user else "tok/s\n/seq", "tok/s"]
@@ -521,9 +522,18 @@ def fit_errors(fit: Mapping[str, Any]) -> str:
     parts = [f"in-sample {fit['median_abs_error']:.1%}" if "median_abs_error" in fit else "",
              f"leave-one-out {fit['loo_approx_median_abs_error']:.1%} ({fit.get('loo_approx', 'approximate')})"
              if "loo_approx_median_abs_error" in fit else "",
-             f"held out ({fit.get('heldout', '?')}) {fit['heldout_median_abs_error']:.1%}"
+             f"held out ({fit.get('heldout', '?')}) {fit['heldout_median_abs_error']:.1%}{_build_split(fit)}"
              if "heldout_median_abs_error" in fit else ""]
     return ", ".join(p for p in parts if p)
+
+
+def _build_split(fit: Mapping[str, Any]) -> str:
+    """The held-out error split by whether other publications measured the row's stack build ("" if no split)."""
+    if "heldout_unseen_build_median_abs_error" not in fit or "heldout_seen_build_median_abs_error" not in fit:
+        return ""
+    return (f" ({fit['heldout_seen_build_median_abs_error']:.1%} on {fit['heldout_seen_build_rows']} rows of stack "
+            f"builds other publications measured, {fit['heldout_unseen_build_median_abs_error']:.1%} on "
+            f"{fit['heldout_unseen_build_rows']} of builds only their own publication measured)")
 
 
 def calibration_record(fit: Mapping[str, Any]) -> str:
@@ -666,7 +676,9 @@ def stage_view(model: str, group: DeviceGroup, results: Sequence[StageResult], c
     data = {"model": model, "device": group.device.id, "group": group.shape, "overrides": list(overrides),
             "stages": [stage_dict(r) for r in results]}
     rows = [{"stage": r.stage, **row} for r in results for row in stage_rows(r)]
-    return View(tables=[stage_table(r, caption) for r in results], data=data, rows=rows)
+    # the caption (formats, formula, profile) holds for every stage: said once, under the last table
+    return View(tables=[stage_table(r, caption if i == len(results) - 1 else None) for i, r in enumerate(results)],
+                data=data, rows=rows)
 
 
 def spec_view(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), note: str = "") -> View:

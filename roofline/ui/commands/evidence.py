@@ -115,7 +115,8 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
     data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
             "heldout": fit.holdout or None, "heldout_median_abs_error": fit.loo_median_abs_error,
-            "heldout_errors": fit.loo_errors,
+            "heldout_errors": fit.loo_errors, "heldout_unseen_builds": sorted(fit.heldout_unseen_builds),
+            "heldout_by_build": fit.heldout_split() if fit.loo_errors else None,
             "loo_approx_median_abs_error": fit.approx_loo_median_abs_error, "loo_approx_errors": fit.approx_loo_errors,
             "default": render.params_dict(fit.profile.default),
             "families": {k: render.params_dict(v) for k, v in fit.profile.families.items()},
