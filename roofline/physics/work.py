@@ -79,9 +79,9 @@ class Work:
     tokens: Array
     experts_touched_per_layer: Array
     experts_per_token: int = 0
-    #: The part of ``activation_bytes`` at the model-width ends of each layer part ("attention", "mlp",
-    #: "experts", "lm_head"): a block's input read and its output written, d elements per token, which every
-    #: tensor-parallel rank moves whole (:func:`count_work`).
+    #: The part of ``activation_bytes`` that is model-width (d) by layer part ("attention", "mlp", "experts",
+    #: "lm_head"): a block's input and output, the norms, the experts' router input and combine, which every
+    #: tensor-parallel rank moves whole (:func:`_activation_bytes`, :func:`count_work`).
     activation_ends_bytes: dict[str, Array] = attrs.field(factory=dict)
 
     @property
