@@ -414,7 +414,8 @@ def test_held_out_error_says_which_rows_left_with_their_whole_stack_build():
     fit = Fit(profile=shipped_profile(), standard_errors={}, rows=["a", "b", "c", "d"], skipped=[],
               median_abs_error=0.05, loo_median_abs_error=0.2, loo_errors={"a": 0.1, "b": -0.3, "c": 0.6, "d": 0.2},
               holdout="5-fold by source", heldout_unseen_builds=frozenset({"c"}))
-    assert fit.heldout_split() == {"seen": pytest.approx(0.2), "unseen": pytest.approx(0.6)}
+    assert fit.heldout_split() == {"seen": {"median_abs_error": pytest.approx(0.2), "rows": 3},
+                                   "unseen": {"median_abs_error": pytest.approx(0.6), "rows": 1}}
     record = fit_record(fit, data="x.csv")
     assert (record["heldout_seen_build_rows"], record["heldout_unseen_build_rows"]) == (3, 1)
     assert "60.0% on 1 of builds only their own publication measured" in render.fit_errors(record)

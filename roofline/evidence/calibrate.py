@@ -96,14 +96,16 @@ class Fit:
     #: from the full fit (:func:`approximate_loo`); NaN for a row too influential to estimate that way
     approx_loo_errors: dict[str, float] = attrs.field(factory=dict)
 
-    def heldout_split(self) -> dict[str, float | None]:
-        """Median held-out |error| of the rows whose stack build other rows in training share (``seen``) and of
-        those whose build left with their fold (``unseen``): a publication of a known build or a new build."""
+    def heldout_split(self) -> dict[str, dict[str, float]]:
+        """Median held-out |error| and row count of the rows whose stack build other rows in training share
+        (``seen``) and of those whose build left with their fold (``unseen``): a publication of a known build or
+        a new build. A group without rows is left out."""
         errs = self.loo_errors or {}
-        out: dict[str, float | None] = {}
+        out: dict[str, dict[str, float]] = {}
         for name, keep in (("seen", False), ("unseen", True)):
             mine = [abs(e) for k, e in errs.items() if (k in self.heldout_unseen_builds) == keep]
-            out[name] = float(np.median(mine)) if mine else None
+            if mine:
+                out[name] = {"median_abs_error": float(np.median(mine)), "rows": len(mine)}
         return out
 
     @property
@@ -522,12 +524,9 @@ def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
     if fit.loo_median_abs_error is not None:
         record["heldout_median_abs_error"] = round(fit.loo_median_abs_error, 4)
         record["heldout"] = fit.holdout
-        split = fit.heldout_split()
-        for name in ("seen", "unseen"):
-            if split[name] is not None:
-                record[f"heldout_{name}_build_median_abs_error"] = round(split[name], 4)
-                record[f"heldout_{name}_build_rows"] = sum(
-                    (k in fit.heldout_unseen_builds) == (name == "unseen") for k in fit.loo_errors or {})
+        for name, part in fit.heldout_split().items():
+            record[f"heldout_{name}_build_median_abs_error"] = round(part["median_abs_error"], 4)
+            record[f"heldout_{name}_build_rows"] = part["rows"]
     missing = sorted(f"{name}.{k}" for name, notes in uncertainty(fit).items() for k, note in notes.items()
                      if note.startswith("not identified"))
     if missing:
