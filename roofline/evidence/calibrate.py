@@ -8,8 +8,9 @@ fixed cost per kernel, and with few rows only that and its efficiencies), and
 shared by all stacks the fixed cost per kernel (the CUDA stacks) and per
 collective, the token count at which matmuls reach half their peak efficiency,
 what FP8 and FP4 matmuls keep of it, and how much of the shorter of a kernel's
-compute and memory time hides under the longer (``overlap_efficiency``). Weight-only unpacking is not fitted
-(the GPU family file pins it from a measurement). Residuals are log(predicted /
+compute and memory time hides under the longer (``overlap_efficiency``), and the vector ops that unpack one
+weight element of a weight-only format (``dequant_ops_per_element``: hidden in the weight stream at small
+batches, paid once per 64-row slice at large ones). Residuals are log(predicted /
 measured), so a row 2x too fast weighs as much as one 2x too slow. The fit
 reports each parameter with its standard error (Jacobian at the optimum) and, on
 request, the held-out error: each row predicted by a fit that never saw it
@@ -61,6 +62,7 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "request_overhead_s": (0.0, 0.2, 0.01),
     "sequence_overhead_s": (0.0, 200e-6, 1e-5),
     "overlap_efficiency": (0.0, 1.0, 1.0),
+    "dequant_ops_per_element": (0.0, 32.0, 1.0),
 }
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
               "request_overhead_s", "sequence_overhead_s")
@@ -372,12 +374,17 @@ def _pool_blind(per: dict[str, EngineParams], blind: dict[str, set[str]], pooled
     return out
 
 
+#: Where the fit starts the weight-unpacking ops per element: at 0 the unpacking hides under every row's weight
+#: stream, so no row responds to a small step and the fit could not leave 0.
+DEQUANT_START = 6.0
+
+
 def _gpu_base() -> EngineParams:
     """Where a GPU calibration starts: the generic parameters with the GPU family file's set values for what it
-    does not fit (per-layer costs 0: kernel gaps are counted per kernel; weight unpacking 0, from Marlin)."""
+    does not fit (per-layer costs 0: kernel gaps are counted per kernel), unpacking at DEQUANT_START."""
     fam = family_profile("gpu").profile
-    return EngineParams(**{k: getattr(fam, k) for k in ("layer_overhead_s", "moe_layer_overhead_s",
-                                                        "dequant_ops_per_element")})
+    return EngineParams(**{k: getattr(fam, k) for k in ("layer_overhead_s", "moe_layer_overhead_s")},
+                        dequant_ops_per_element=DEQUANT_START)
 
 
 def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, jobs: int, tick: Any) -> dict[str, float]:

@@ -25,9 +25,10 @@ T_mem,i is the traffic from memory tier i at the achieved bandwidth
 its compute class, the wider operand's (weight-only and non-native formats, and
 4-bit weights beside 16-bit activations, are unpacked and multiplied at the
 activation rate, docs/theory.md §0, §8; :func:`compute_class`). T_comm is the
-exposed communication (:mod:`roofline.physics.comms`). T_fixed is the per-pass
-and per-layer overhead plus the dequantisation work of weight-only formats,
-which kernels do not hide behind the weight stream.
+exposed communication (:mod:`roofline.physics.comms`). T_fixed is the per-pass,
+per-layer and per-kernel overhead. Unpacking weight-only formats runs in the
+weight stream: the matmuls' memory term is the longer of their weight traffic
+and the unpacking (:func:`compute_time_s`, :func:`assemble`).
 
 Points that do not fit in memory come back as NaN with ``fits == False``; a
 call whose workload arguments are all scalars raises :class:`InfeasibleError`.
@@ -192,6 +193,9 @@ class StageResult(ArrayRecord):
     attention_compute_s: Array
     kv_memory_s: Array
     kernel_overlap: bool
+    #: unpacking weight-only formats on the vector units, in the weight stream: the matmuls' memory term is the
+    #: longer of their weight traffic and this (0 where every format is multiplied natively)
+    dequant_s: Array
     ridge_flop_per_byte: float
     weights_per_device_bytes: Array
     usable_per_device_bytes: float
@@ -208,7 +212,8 @@ class StageResult(ArrayRecord):
     @functools.cached_property
     def time_serial_s(self) -> Array:
         """Upper bound: compute + memory from every tier in turn + communication + fixed (NaN where infeasible)."""
-        t = self._full(add(self.compute_s, self.communication_s, self.overhead_s, self.memory_serial_s))
+        t = self._full(add(self.compute_s, self.communication_s, self.overhead_s, self.memory_serial_s,
+                           self.dequant_s))
         return t if self.fits.all() else np.where(self.fits, t, np.nan)
 
     @functools.cached_property
@@ -239,12 +244,14 @@ class StageResult(ArrayRecord):
         if self.kernel_overlap:   # the largest term of the two kernel groups' rooflines (matmuls, attention)
             first = tiers[0] if tiers else "memory"
             terms = [self.compute_s - self.attention_compute_s, self.memory_s - self.kv_memory_s,
-                     self.attention_compute_s, self.kv_memory_s, self.communication_s, self.overhead_s]
+                     self.attention_compute_s, self.kv_memory_s, self.communication_s, self.overhead_s,
+                     self.dequant_s]
             labels = np.array(["compute", f"memory:{first}", "compute", f"memory:{first}", "communication",
-                               "overhead"])
+                               "overhead", "dequant"])
         else:
-            terms = [self.compute_s, *self.memory_by_tier_s.values(), self.communication_s, self.overhead_s]
-            labels = np.array(["compute", *(f"memory:{t}" for t in tiers), "communication", "overhead"])
+            terms = [self.compute_s, *self.memory_by_tier_s.values(), self.communication_s, self.overhead_s,
+                     self.dequant_s]
+            labels = np.array(["compute", *(f"memory:{t}" for t in tiers), "communication", "overhead", "dequant"])
         best = np.nan_to_num(np.asarray(terms[0], dtype=float), nan=-1.0)
         code = np.zeros(best.shape, dtype=np.int8)
         for i, t in enumerate(terms[1:], start=1):
@@ -358,11 +365,26 @@ def _expert_slowdown(work: Work, params: EngineParams) -> Any:
     """How much slower the routed experts' matmuls run than a matmul over all the pass's tokens: each expert
     multiplies only the tokens routed to it, T k / E_u(T) rows (about 40 at batch 1,278 for gpt-oss's 4 of 128),
     so its row efficiency is that of a much smaller matmul (grouped-GEMM MoE kernels, docs/theory.md §2.7)."""
-    touched = np.maximum(work.experts_touched_per_layer, 1e-12)
-    per_expert = np.maximum(work.tokens * work.experts_per_token / touched, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = _row_efficiency(work.tokens, params) / _row_efficiency(per_expert, params)
+        ratio = _row_efficiency(work.tokens, params) / _row_efficiency(_tokens_per_expert(work), params)
     return np.where(work.experts_touched_per_layer > 0, np.nan_to_num(ratio, nan=1.0, posinf=1.0), 1.0)
+
+
+def _tokens_per_expert(work: Work) -> Any:
+    """Mean tokens each routed expert a pass touches multiplies (at least 1)."""
+    touched = np.maximum(work.experts_touched_per_layer, 1e-12)
+    return np.maximum(work.tokens * work.experts_per_token / touched, 1.0)
+
+
+def _matmul_rows(work: Work, comp: str, elements: Any) -> Any:
+    """Token rows the matmuls of weight component ``comp`` (``elements`` weight elements) multiply in one pass:
+    each routed expert its share of the routed tokens, the LM head its logit positions (2 FLOP per element
+    per row), every other weight all the pass's tokens."""
+    if comp == "experts":
+        return _tokens_per_expert(work)
+    if comp == "lm_head":
+        return work.flop["lm_head"] / (2 * np.maximum(elements, 1.0))
+    return work.tokens
 
 
 def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: EngineParams) -> tuple[Any, Any, Any]:
@@ -374,9 +396,14 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     low-precision scale for 8-/6-/4-bit classes; with ``overlap = "kernel"`` (GPUs) the attention core keeps
     compute_fraction x the scale (its kernels do not tile over the pass's tokens). A matmul unit with tiles of
     ``m_tile`` rows computes ceil(T / m_tile) x m_tile rows (1: matrix-vector native, nothing padded). Weight-only
-    formats are
-    unpacked on the vector units at the fp32 rate, ``dequant_ops_per_element`` ops per weight element,
-    serially with the weight stream. ``params`` is the device's resolved execution profile.
+    formats are unpacked on the vector units at the fp32 rate x compute_fraction, ``dequant_ops_per_element``
+    ops per weight element, once per slice of ``dequant_tile_rows`` token rows (per expert: its share of the
+    routed tokens): Marlin, the W4A16 kernel vLLM and SGLang use, runs a batch in slices of at most 64 rows, each
+    thread block unpacking its own copy of the weight tiles
+    (https://github.com/IST-DASLab/marlin/blob/0f102e119bddf2f03cff9f944d065b04952028fa/marlin/marlin_cuda_kernel.cu,
+    ``marlin_cuda``). The unpacking runs in the weight stream, overlapped with the loads (:func:`assemble`), so a
+    small batch hides it under the weight traffic and a large one pays it beside the tensor-core work.
+    ``params`` is the device's resolved execution profile.
     """
     dev, act = group.device, formats.activation
     vector_fraction = params.compute_fraction
@@ -405,8 +432,9 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     compute = add(core_s, *(seconds(cls, flops) for cls, flops in by_class.items()))
     elements: Any = 0.0
     for fmt, dequantised, comps in zip((formats.weight, formats.expert), (w_deq, e_deq), _COMPONENT_WEIGHTS):
-        if dequantised:
-            elements = elements + sum(work.weight_bytes[c] for c in comps) / fmt.bytes_per_element
+        for comp in comps if dequantised else ():   # each slice of token rows unpacks the weights it reads once
+            n = work.weight_bytes[comp] / fmt.bytes_per_element
+            elements = elements + np.ceil(_matmul_rows(work, comp, n) / params.dequant_tile_rows) * n
     if not (np.any(elements > 0) and params.dequant_ops_per_element > 0):
         return compute, 0.0, core_s
     if dev.peak_flop_per_s.get("fp32") is None:
@@ -502,11 +530,11 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     # and per kernel (GPU launch gaps, by layer kind)
     overhead = (params.step_overhead_s + params.layer_overhead_s * model.num_layers
                 + params.moe_layer_overhead_s * model.num_moe_layers + params.kernel_overhead_s * kernels_per_pass(model)
-                + params.sequence_overhead_s * B + dequant_s)
+                + params.sequence_overhead_s * B)
     footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
     return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
                     context=p, compute=compute, by_tier=placed.time_by_tier_s, comm=comm, overhead=overhead,
-                    attention_s=(core_s, placed.kv_time_s) if params.overlap == "kernel" else None,
+                    attention_s=(core_s, placed.kv_time_s) if params.overlap == "kernel" else None, dequant_s=dequant_s,
                     fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint,
                     profile=params)
 
@@ -536,11 +564,14 @@ def overlapped(compute: Any, memory: Any, eta: float) -> Any:
 def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Formats, shape: tuple[int, ...],
              batch: Any, new_tokens: Any, context: Any, compute: Any, by_tier: dict[str, Any], comm: Any,
              overhead: Any, fits: Any, weights: Any, usable: float, footprint: PassFootprint,
-             profile: EngineParams, attention_s: tuple[Any, Any] | None = None) -> StageResult:
+             profile: EngineParams, attention_s: tuple[Any, Any] | None = None, dequant_s: Any = 0.0) -> StageResult:
     """A :class:`StageResult` from the terms of one pass: the roofline of compute and memory + comm + fixed, or
     with ``attention_s`` = (its compute, its KV traffic time) the matmuls' and the attention kernels' rooflines
     in turn (the profile's ``overlap = "kernel"``); each roofline is :func:`overlapped` at the profile's
-    ``overlap_efficiency``."""
+    ``overlap_efficiency``. Unpacking weight-only formats (``dequant_s``) happens as the weights stream in, in
+    the same pipeline stage as the loads (Marlin issues its weight loads asynchronously to all compute,
+    https://github.com/IST-DASLab/marlin/blob/2f6d7c10e124b3c5fa29ff8d77d568bd7af3274c/README.md): the
+    matmuls' memory term is the longer of the two."""
     def full(x: Any) -> Array:
         return np.broadcast_to(np.asarray(x, dtype=float), shape)
 
@@ -551,10 +582,10 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
     fits = np.broadcast_to(np.asarray(fits, dtype=bool), shape)
     eta = profile.overlap_efficiency
     if attention_s is None:
-        lower = _owned(overlapped(compute, memory, eta), shape)   # a fresh full-size array, written in place below
+        lower = _owned(overlapped(compute, np.maximum(memory, dequant_s), eta), shape)   # a fresh array, written below
     else:
         a, m = attention_s
-        lower = _owned(overlapped(compute - a, memory - m, eta) + overlapped(a, m, eta), shape)
+        lower = _owned(overlapped(compute - a, np.maximum(memory - m, dequant_s), eta) + overlapped(a, m, eta), shape)
     lower += comm + overhead
     if not fits.all():
         np.putmask(lower, ~fits, np.nan)
@@ -565,6 +596,7 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
         communication_s=full(comm), overhead_s=full(overhead),
         attention_compute_s=full(attention_s[0] if attention_s else 0.0),
         kv_memory_s=full(attention_s[1] if attention_s else 0.0), kernel_overlap=attention_s is not None,
+        dequant_s=full(dequant_s),
         ridge_flop_per_byte=_ridge(model, group, formats),
         weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, footprint=footprint,
         family=profile.family, busy_floor_fraction=profile.busy_floor_fraction)
@@ -601,7 +633,7 @@ def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> Stag
         compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
         memory_by_tier_s=by_tier, communication_s=total("communication_s"), overhead_s=total("overhead_s"),
         attention_compute_s=total("attention_compute_s"), kv_memory_s=total("kv_memory_s"),
-        weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape),
+        dequant_s=total("dequant_s"), weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape),
         fits=np.broadcast_to(fits, shape), passes=len(results),
         footprint=StagesFootprint(parts=tuple(results), masks=tuple(masks)))
 
@@ -664,5 +696,5 @@ def accumulate(steps: list[StageResult], count: Any, *, stage: str) -> StageResu
                           for t in tiers},
         communication_s=total("communication_s"), overhead_s=total("overhead_s"),
         attention_compute_s=total("attention_compute_s"), kv_memory_s=total("kv_memory_s"),
-        weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape), fits=fits,
+        dequant_s=total("dequant_s"), weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape), fits=fits,
         passes=len(steps), footprint=PrefixFootprint(parts=tuple(steps), count=count))

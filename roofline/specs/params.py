@@ -110,6 +110,9 @@ class EngineParams:
       a spec file's link latency replaces the hop value.
     * ``dequant_ops_per_element``: vector ops to dequantise one weight element in
       weight-only kernels, executed at the device's fp32 rate.
+    * ``dequant_tile_rows``: token rows one dequantised weight tile serves: a weight-only matmul over T
+      tokens unpacks its weights ceil(T / dequant_tile_rows) times (Marlin runs a batch in slices of at most
+      4 x 16 = 64 rows, each thread block unpacking its own copy of the weight tiles).
     * ``usable_memory_fraction``: share of each tier an engine may fill with
       weights, KV and workspace; vLLM's ``gpu_memory_utilization`` defaults to
       0.9 (https://docs.vllm.ai/en/latest/configuration/engine_args.html).
@@ -173,6 +176,7 @@ class EngineParams:
     collective_base_s: float = _p(5e-6, _nonneg)
     link_hop_latency_s: float = _p(1e-6, _nonneg)
     dequant_ops_per_element: float = _p(4.0, _nonneg)
+    dequant_tile_rows: float = _p(64.0, [in_range(1)])
     usable_memory_fraction: float = _p(0.95, _frac)
     expert_imbalance: float = _p(1.0, [in_range(1)])
     family: str = attrs.field(default="gpu", validator=one_of(FAMILIES))
@@ -218,6 +222,7 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "link_hop_latency": ("link_hop_latency_s", "s"),
     "pipeline_hop": ("pipeline_hop_s", "s"),
     "dequant_ops_per_element": ("dequant_ops_per_element", "number"),
+    "dequant_tile_rows": ("dequant_tile_rows", "number"),
     "usable_memory_fraction": ("usable_memory_fraction", "fraction"),
     "expert_imbalance": ("expert_imbalance", "number"),
     "busy_floor_fraction": ("busy_floor_fraction", "share"),
@@ -452,8 +457,8 @@ def stack_name(text: str) -> str:
 #: The settings a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
 STACK_SET = tuple(STACK_SETTINGS)
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
-NOT_IN_PROFILE_FILES = ("family", "m_tile", "tier_bandwidth_fraction", *STACK_SET, "overlap", "pipeline_hop_s",
-                        "busy_floor_fraction", "max_tp")
+NOT_IN_PROFILE_FILES = ("family", "m_tile", "dequant_tile_rows", "tier_bandwidth_fraction", *STACK_SET, "overlap",
+                        "pipeline_hop_s", "busy_floor_fraction", "max_tp")
 
 
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:

@@ -236,7 +236,7 @@ def model_table(m: ModelSpec) -> Table:
 
 # ------------------------------------------------------------------- stages
 STAGE_FIELDS = ("batch", "new_tokens", "context", "time_s", "time_serial_s", "compute_s", "memory_s",
-                "attention_compute_s", "kv_memory_s", "communication_s", "overhead_s", "bound",
+                "attention_compute_s", "kv_memory_s", "communication_s", "overhead_s", "dequant_s", "bound",
                 "intensity_flop_per_byte", "memory_per_device_bytes", "weights_per_device_bytes",
                 "kv_per_device_bytes", "fits", "flop_per_device", "bytes_per_device")
 
@@ -294,14 +294,17 @@ def stage_table(r: StageResult, caption: str | None) -> Table:
     t = _table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption,
                caption_justify="left")
     comm = any(row["communication_s"] for row in rows if row["fits"])
-    cols = ["batch", "time", "comp", "mem", *(["comm"] if comm else []), "fixed", "bound", "FLOP\n/B",
+    deq = any(row["dequant_s"] for row in rows if row["fits"])
+    cols = ["batch", "time", "comp", "mem", *(["dequant"] if deq else []), *(["comm"] if comm else []), "fixed",
+            "bound", "FLOP\n/B",
             "mem/\ndev", "tok/s\n/user" if per_user else "tok/s\n/seq", "tok/s"]
     for c in cols:
         t.add_column(c, justify="left" if c == "bound" else "right", overflow="fold")
     for row in rows:
         part = _ms if row["fits"] else (lambda v: "—")  # components of a point that does not fit: not shown
         t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), part(row["compute_s"]),
-                  part(row["memory_s"]), *([part(row["communication_s"])] if comm else []), part(row["overhead_s"]),
+                  part(row["memory_s"]), *([part(row["dequant_s"])] if deq else []),
+                  *([part(row["communication_s"])] if comm else []), part(row["overhead_s"]),
                   short_bound(row["bound"]), _intensity(row["intensity_flop_per_byte"]),
                   _gb(row["memory_per_device_bytes"]), _rate(row["per_sequence_tokens_per_s"]),
                   _rate(row["tokens_per_s"]))

@@ -92,13 +92,14 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}.\n"
             f"time = {_overlap(params)} + comm + fixed{_roof(params)}; fixed = per-pass, per-layer and per-kernel "
-            "costs + weight-only dequantisation (--json: overhead_s; bound mem:, comm, fixed there: memory:, "
-            "communication, overhead; the serial upper bound is time_serial_s).\n"
+            "costs; unpacking weight-only formats (dequant) runs in the weight stream, m = the longer of the two "
+            "(--json: overhead_s, dequant_s; bound mem:, comm, fixed there: memory:, communication, overhead; "
+            "the serial upper bound is time_serial_s).\n"
             f"{family} profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
             f"{params.compute_fraction:.0%} of peak FLOP/s"
             + _prefill_share(params)
             + (f", times T / (T + {params.compute_half_tokens:.0f}) for a matmul over T tokens"
-               if params.compute_half_tokens > 0 else "")
+               if params.compute_half_tokens >= 0.5 else "")
             + f", {_fixed_costs(params)}; "
             f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
             f"{params.usable_memory_fraction:.0%} of memory usable.\nSpec: {device_path}")
