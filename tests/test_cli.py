@@ -1,6 +1,7 @@
 """The command line: listings, JSON shape, one-line errors with the right exit status."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -346,3 +347,20 @@ def test_stack_option_runs_the_gpus_with_a_serving_stacks_fit(run_cli):
                          (("validate", "--stack", "vllm"), "unrecognized arguments")):
         code, _, err = run_cli(*args)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_captions_show_spec_files_relative_to_the_working_directory(run_cli, monkeypatch, tmp_path):
+    """Inside a checkout a caption names ``hardware_specs/h100-sxm.toml``, not the machine's absolute path (a
+    transcript in the README stays the same on every machine); outside it, the whole path; JSON keeps it whole."""
+    dev = rl.load_device("h100-sxm")
+    root = os.path.dirname(os.path.dirname(dev.path))
+    monkeypatch.chdir(root)
+    code, out, _ = run_cli("stage", "llama-3.1-8b", "h100-sxm")
+    assert code == 0 and "Spec: " + os.path.join("hardware_specs", "h100-sxm.toml") in out
+    code, out, _ = run_cli("show", "h100-sxm")
+    assert code == 0 and "Spec file: " + os.path.join("hardware_specs", "h100-sxm.toml") in out
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli("stage", "llama-3.1-8b", "h100-sxm")
+    assert code == 0 and "Spec: " + dev.path in out
+    code, out, _ = run_cli("show", "h100-sxm", "--json")
+    assert json.loads(out)["path"] == dev.path

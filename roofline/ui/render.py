@@ -8,6 +8,7 @@ the three never disagree.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -108,11 +109,22 @@ def _profile_cell(name: str, value: Any) -> str:
     return value if isinstance(value, str) else f"{value:g}"
 
 
+def shown_path(path: str) -> str:
+    """A file path as a table caption shows it: relative to the working directory when the file lies under it
+    (``hardware_specs/h200-sxm.toml`` in a checkout), else whole (an installed package's copy); JSON keeps it
+    whole."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:   # another drive (Windows)
+        return path
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 def profile_table(dev: Device) -> Table:
     """Every field of the device's execution profile with where its value comes from."""
     fam = family_profile(dev.family)
     t = _table(title=f"execution profile: {fam.name} (family {dev.family})",
-              caption=f"Family file: {fam.path}. A device's \\[execution] table overrides a field; so does "
+              caption=f"Family file: {shown_path(fam.path)}. A device's \\[execution] table overrides a field; so does "
                       f"--set {dev.id}.execution.FIELD=VALUE.")
     for c in ("field", "value", "provenance"):
         t.add_column(c, justify="right" if c == "value" else "left", overflow="fold")
@@ -155,7 +167,7 @@ def devices_table(devices: list[Device]) -> Table:
 
 def device_table(dev: Device) -> Table:
     isa = f", {dev.isa}" if dev.isa else ""
-    t = _table(title=f"{dev.name} ({dev.id}{isa}, {dev.status})", caption=f"Spec file: {dev.path}")
+    t = _table(title=f"{dev.name} ({dev.id}{isa}, {dev.status})", caption=f"Spec file: {shown_path(dev.path)}")
     t.add_column("field")
     t.add_column("value", justify="right")
     t.add_column("source")

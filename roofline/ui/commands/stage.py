@@ -136,7 +136,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
         w = main_compute_class(model, group.device, results[0].formats)
         plot_roofline(group.device, results, args.plot, compute_class=w if w in group.device.peak_flop_per_s else "bf16",
                       title=f"{model.id} on {group.describe()}")
-    caption = _caption(results, resolve_profile(group.device, params), group.device.path, bool(wi))
+    caption = _caption(results, resolve_profile(group.device, params), render.shown_path(group.device.path), bool(wi))
     if wi:
         caption += " What-if: " + ", ".join(wi.describe()) + "."
     caption += "".join(" " + n for n in notes) + _beyond_domain(group, params) + context_note(
