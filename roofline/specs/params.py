@@ -109,7 +109,7 @@ class EngineParams:
       constant and ~1 us per hop (https://github.com/abhibambhaniya/GenZ-LLM-Analyzer);
       a spec file's link latency replaces the hop value.
     * ``dequant_ops_per_element``: vector ops to dequantise one weight element in
-      weight-only kernels, executed at the device's fp32 rate.
+      weight-only kernels, executed at the device's fp32 rate x ``compute_fraction``.
     * ``dequant_tile_rows``: token rows one dequantised weight tile serves: a weight-only matmul over T
       tokens unpacks its weights ceil(T / dequant_tile_rows) times (Marlin runs a batch in slices of at most
       4 x 16 = 64 rows, each thread block unpacking its own copy of the weight tiles).
