@@ -329,8 +329,8 @@ def test_fixed_cost_grows_with_kernels_by_layer_kind():
 def test_weight_unpacking_is_identified_by_the_fit():
     """The unpacking cost of weight-only formats is fitted (hidden under the weight stream at small batch, paid
     per 64-row slice at large batch, the rows now tell it apart) and the shipped fit identifies it: its standard
-    error is well below its value, and it lies in the range a W4A16 microbenchmark gives (torchao's HQQ kernel:
-    ~14 ops per element under this model)."""
+    error is well below its value, and it is within a factor of two of what a W4A16 microbenchmark implies
+    (torchao's HQQ Triton kernel on an A6000: ~14 ops per element under this model, cited in gpu.toml)."""
     from roofline.evidence.calibrate import BOUNDS, DEQUANT_START, _gpu_base
     from roofline.specs.execution import family_profile
     assert "dequant_ops_per_element" in BOUNDS and _gpu_base().dequant_ops_per_element == DEQUANT_START > 0
@@ -341,7 +341,7 @@ def test_weight_unpacking_is_identified_by_the_fit():
     params = open(prof.path).read().split("\n[params]\n")[1].split("\n[")[0]   # the pooled set, with uncertainties
     value, se = re.search(r"^dequant_ops_per_element = (\S+)  # \+/- (\S+)$", params, re.M).groups()
     assert float(value) == prof.default.dequant_ops_per_element
-    assert 2 < float(value) < 32 and float(se) < float(value) / 2
+    assert 14 / 2 < float(value) < 14 * 2 and float(se) < float(value) / 2
 
 
 def _pass(model, group, fmt, params, tokens, stage):
