@@ -318,8 +318,8 @@ def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks
                         kv_write_bytes=work.kv_write_bytes + extra.kv_write_bytes,
                         activation_bytes=work.activation_bytes + extra.activation_bytes, tokens=T,
                         experts_touched_per_layer=touched, activation_ends_bytes={
-                            k: work.activation_ends_bytes[k] + extra.activation_ends_bytes[k]
-                            for k in work.activation_ends_bytes})
+                            k: work.activation_ends_bytes.get(k, 0.0) + extra.activation_ends_bytes.get(k, 0.0)
+                            for k in sorted(work.activation_ends_bytes.keys() | extra.activation_ends_bytes.keys())})
 
 
 def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: bool) -> Any:
