@@ -13,8 +13,9 @@ It measures
 
 The decode rows are written in roofline's measurements format (``roofline/validation/README.md``) so
 ``roofline validate --data measured.csv`` predicts them; the micro-benchmarks go to the setup JSON with the
-GPU name, driver, CUDA and PyTorch versions. Not run in this repository's CI (no GPU there): untested until a
-session with a GPU runs it.
+GPU name, driver, CUDA and PyTorch versions. Not run in this repository's CI (no GPU there): the measurements
+themselves are untested until a session with a GPU runs it; the rows it writes are checked by the tests
+(``tests/test_validation.py``) to be ones ``roofline validate`` predicts.
 """
 
 from __future__ import annotations
@@ -34,6 +35,30 @@ def timed(fn, sync, repeat: int = 20, warmup: int = 5) -> float:
         fn()
     sync()
     return (time.perf_counter() - t) / repeat
+
+
+#: The measurements format's columns this script fills (roofline/validation/README.md).
+COLUMNS = ["id", "source", "stack", "hardware", "n_devices", "tp", "ep", "model", "weight_dtype", "expert_dtype",
+           "kv_dtype", "batch", "serving", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
+           "value", "grade", "notes"]
+
+
+def decode_rows(steps: list[dict], *, ctx: int, hardware: str, torch_version: str, gpu: str) -> list[dict]:
+    """The decode loop's timings (``{"batch", "ms_per_step"}`` each) as measurement rows: one ITL row per batch."""
+    return [{"id": f"MH{r['batch']}", "source": "scripts/measure_h200.py",
+             "stack": f"PyTorch {torch_version} eager + CUDA graphs", "hardware": hardware, "n_devices": 1, "tp": 1,
+             "ep": 1, "model": "llama-3.1-8b", "weight_dtype": "bf16", "expert_dtype": "", "kv_dtype": "bf16",
+             "batch": r["batch"], "serving": "static", "isl": ctx - 1, "osl": 2, "spec_method": "none",
+             "draft_len": 0, "acceptance_length": "", "metric": "itl_ms", "value": f"{r['ms_per_step']:.4f}",
+             "grade": "A", "notes": f"random weights; one decode step at {ctx} tokens of context; {gpu}"}
+            for r in steps]
+
+
+def write_rows(path: str, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=COLUMNS)
+        out.writeheader()
+        out.writerows(rows)
 
 
 def main() -> None:
@@ -109,20 +134,8 @@ def main() -> None:
     setup["decode"] = rows
     with open(args.setup, "w") as f:
         json.dump(setup, f, indent=1)
-    cols = ["id", "source", "stack", "hardware", "n_devices", "tp", "ep", "model", "weight_dtype", "expert_dtype",
-            "kv_dtype", "batch", "serving", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
-            "value", "grade", "notes"]
-    with open(args.out, "w", newline="") as f:
-        out = csv.DictWriter(f, fieldnames=cols)
-        out.writeheader()
-        for r in rows:
-            out.writerow({"id": f"MH{r['batch']}", "source": "scripts/measure_h200.py",
-                          "stack": f"PyTorch {torch.__version__} eager + CUDA graphs", "hardware": args.hardware,
-                          "n_devices": 1, "tp": 1, "ep": 1, "model": "llama-3.1-8b", "weight_dtype": "bf16",
-                          "expert_dtype": "", "kv_dtype": "bf16", "batch": r["batch"], "serving": "static",
-                          "isl": ctx - 1, "osl": 2, "spec_method": "none", "draft_len": 0, "acceptance_length": "",
-                          "metric": "itl_ms", "value": f"{r['ms_per_step']:.4f}", "grade": "A",
-                          "notes": f"random weights; one decode step at {ctx} tokens of context; {setup['gpu']}"})
+    write_rows(args.out, decode_rows(rows, ctx=ctx, hardware=args.hardware, torch_version=torch.__version__,
+                                     gpu=setup["gpu"]))
     print(json.dumps(setup, indent=1))
 
 

@@ -364,3 +364,58 @@ def test_captions_show_spec_files_relative_to_the_working_directory(run_cli, mon
     assert code == 0 and "Spec: " + dev.path in out
     code, out, _ = run_cli("show", "h100-sxm", "--json")
     assert json.loads(out)["path"] == dev.path
+
+
+def test_stack_on_an_unmeasured_build_says_whose_kernel_costs_it_borrows(run_cli, tmp_path):
+    """A profile without SGLang's gfx942 build answers SGLang on MI300X with SGLang's own set and vLLM's gfx942
+    kernel efficiencies and gap; the JSON record and the line under the table say so."""
+    import re
+
+    from roofline.specs.params import shipped_profile_path
+    text = shipped_profile_path().read_text()
+    cut = re.sub(r'(?ms)^\[stacks\."sglang-rocm-gfx942"\]\n.*?(?=^\[)', "", text)   # a fit that never saw it
+    cut = re.sub(r'(?m)^(builds = .*)"sglang-rocm-gfx942", ', r"\1", cut)
+    assert "sglang-rocm-gfx942\"" not in cut and "stacks.\"sglang-rocm-gfx942" not in cut
+    path = tmp_path / "no-gfx942-sglang.toml"
+    path.write_text(cut)
+    args = ("stage", "llama-3.1-8b", "mi300x", "--batch", "1", "--stack", "sglang", "--profile", str(path))
+    code, out, _ = run_cli(*args, "--json")
+    note = json.loads(out)["stack"]
+    assert code == 0 and (note["build"], note["parameters"], note["platform_parameters_from"]) == (
+        "sglang-rocm-gfx942", "sglang", ["vllm-rocm-gfx942"])
+    # vLLM's gfx942 kernel gap and bandwidth are at bounds in the shipped fit: named as loose ends
+    assert {"kernel_overhead_s", "memory_bandwidth_fraction"} <= set(note["not_identified"])
+    code, out, _ = run_cli(*args)
+    assert code == 0 and "with the efficiencies and kernel gap of vllm-rocm-gfx942" in " ".join(out.split())
+
+
+def test_stage_caption_states_the_overlap_the_profile_fits(run_cli):
+    """The caption's formula says how much of the shorter of compute and memory hides under the longer: the sum
+    at eta ~ 0 (the shipped GPU fit), the partial form between, the plain max at 1."""
+    def formula(*extra):
+        code, out, _ = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--batch", "1", *extra)
+        assert code == 0
+        return " ".join(out.split())
+    eta = rl.resolve_profile(rl.load_device("h100-sxm"), rl.DEFAULT_PARAMS).overlap_efficiency
+    shipped = formula()
+    assert ("R(c, m) = c + m" in shipped) == (eta < 0.005) and "1.00 min(c, m)" not in shipped
+    assert "R(c, m) = max(c, m) + 0.50 min(c, m)" in formula("--set", "h100-sxm.execution.overlap_efficiency=0.5")
+    full = formula("--set", "h100-sxm.execution.overlap_efficiency=1")
+    assert "time = max(matmul compute, weight reads) + max(attention compute, KV reads)" in full and "R(c" not in full
+
+
+def test_show_says_what_the_calibration_knows_of_each_fitted_field(run_cli):
+    """`roofline show` prints each fitted GPU field with its standard error, or says its rows do not identify it
+    or that the fit stopped at a bound; bracketed provenance ("[params]") is printed, not eaten as markup."""
+    from roofline.evidence.calibrate import bound_side
+    from roofline.specs.params import shipped_profile
+    code, out, _ = run_cli("show", "h100-sxm")
+    text = " ".join(out.split())
+    assert code == 0 and "roofline/profiles/default.toml [params]" in text
+    prof = shipped_profile()
+    loose = prof.not_identified("default")
+    assert "compute_half_tokens" in loose and "fitted (not identified by its rows" in text
+    mbu = prof.default.memory_bandwidth_fraction   # identified, inside its bounds: printed with its error
+    se = prof.standard_error("memory_bandwidth_fraction")
+    assert "memory_bandwidth_fraction" not in loose and not bound_side("memory_bandwidth_fraction", mbu)
+    assert se is not None and 0 < se < mbu and f"fitted (+/- {se:.2g})" in text

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -30,12 +31,15 @@ import numpy as np
 from ..errors import RooflineError
 from ..specs.execution import family_profile
 from ..specs.params import (
+    PLATFORM_OWN,
     EngineParams,
     Profile,
     StackChoice,
     family_chain,
     parent_family,
+    platform_donors,
     profile_toml,
+    with_platform_of,
     with_values,
     write_profile,
 )
@@ -69,10 +73,8 @@ PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_
 #: A stack's platform build (``sglang-rocm-gfx942``) is fitted apart from the family it specialises only with at
 #: least this many rows; fewer rows fit with that family (:func:`_stack_layout`).
 MIN_PLATFORM_ROWS = 4
-#: What a platform build with MIN_PLATFORM_ROWS or more rows, but fewer than twice PLATFORM_FULL, fits of its own:
-#: the efficiencies its kernels reach and the gap each kernel leaves (its own launch path and kernel library:
-#: HIP graphs, AITER; the CUDA stacks share one).
-PLATFORM_OWN = ("memory_bandwidth_fraction", "compute_fraction", "kernel_overhead_s")
+#: A platform build with MIN_PLATFORM_ROWS or more rows, but fewer than twice PLATFORM_FULL, fits PLATFORM_OWN of
+#: its own (the CUDA stacks share one kernel gap).
 SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
 #: What a platform build with rows for each of these twice over fits of its own.
 PLATFORM_FULL = PER_FAMILY + tuple(k for k in PLATFORM_OWN if k not in PER_FAMILY)
@@ -92,11 +94,14 @@ class Fit:
     loo_errors: dict[str, float] | None
     holdout: str = ""
     #: held-out rows whose stack build (:func:`roofline.evidence.validate.row_stack_family`) no training row of
-    #: their fold shares: predicted with the parameters of the family the build specialises, or the pooled ones
+    #: their fold shares: predicted with the parameters of the family the build specialises (or the pooled ones), with
+    #: the kernel efficiencies and gap of the same ISA's other builds where the training rows fit any (platform_donors)
     heldout_unseen_builds: frozenset[str] = frozenset()
     #: row id -> (predicted - measured) / measured under the fit without that row, estimated by one Newton step
     #: from the full fit (:func:`approximate_loo`); NaN for a row too influential to estimate that way
     approx_loo_errors: dict[str, float] = attrs.field(factory=dict)
+    #: the stack builds the rows measured (:func:`roofline.evidence.validate.row_stack_family`), sorted
+    builds: tuple[str, ...] = ()
 
     def heldout_split(self) -> dict[str, dict[str, float]]:
         """Median held-out |error| and row count of the rows whose stack build other rows in training share
@@ -354,7 +359,8 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
                loo_median_abs_error=float(np.median(np.abs(list(held.values())))) if held else None,
                loo_errors=held or None, holdout=_holdout_name(holdout, fold_by),
                heldout_unseen_builds=frozenset(builds_left_out(ok, folds)),
-               approx_loo_errors={r.id: float(e) for r, e in zip(ok, np.expm1(approximate_loo(res)))})
+               approx_loo_errors={r.id: float(e) for r, e in zip(ok, np.expm1(approximate_loo(res)))},
+               builds=tuple(sorted({row_stack_family(r) for r in ok})))
 
 
 def _pool_blind(per: dict[str, EngineParams], blind: dict[str, set[str]], pooled: EngineParams,
@@ -449,6 +455,7 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
     """Fit on every row outside ``fold`` and predict the fold's rows (a stack family the training rows lack
     gets the training rows' pooled parameters)."""
     train = [r for r in rows if r.id not in fold]
+    trained = {row_stack_family(r) for r in train}
     layout = _stack_layout(train)
     res = _solve(train, base, layout)
     per = layout.params(base, res.x)
@@ -466,8 +473,11 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
         per = _pool_blind(per, blind, pooled(), layout.ties)
     out = {}
     for r in (r for r in rows if r.id in fold):
-        fam = layout.fitted_as(row_stack_family(r))   # a platform the training rows lack: the family it specialises
-        out[r.id] = float(predict_row(r, per[fam] if fam is not None else pooled()) / float(r.get("value")) - 1)
+        build = row_stack_family(r)
+        fam = layout.fitted_as(build)   # a platform the training rows lack: the family it specialises
+        donors = platform_donors(build, fam, per, trained)   # and the same ISA's other builds' kernel costs
+        params = with_platform_of(per[fam] if fam is not None else pooled(), [per[d] for d in donors])
+        out[r.id] = float(predict_row(r, params) / float(r.get("value")) - 1)
     return out
 
 
@@ -483,11 +493,18 @@ def bound_side(name: str, value: float) -> str | None:
 def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
     """What ``--stack`` chose, for the JSON ``stack`` record and the line under the tables: the stack, the build
     the GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with
-    the value used and whether it sits at a bound of the fit)."""
-    values = {name: getattr(choice.params, name) for name in prof.not_identified(choice.fitted)}
+    the value used and whether it sits at a bound of the fit); ``platform_parameters_from``, the same ISA's
+    builds whose efficiencies and kernel gap it borrowed (:func:`roofline.specs.params.platform_donors`), whose
+    own loose ends then count for those parameters."""
+    names = set(prof.not_identified(choice.fitted))
+    if choice.platform_from:
+        names = (names - set(PLATFORM_OWN)) | {k for d in choice.platform_from for k in prof.not_identified(d)
+                                                if k in PLATFORM_OWN}
+    values = {name: getattr(choice.params, name) for name in sorted(names)}
     loose = {name: {"value": v, "at_bound": bound_side(name, v)} for name, v in values.items()}
     return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
-            "fitted_on_other_platform": choice.other_platform, "not_identified": loose}
+            "fitted_on_other_platform": choice.other_platform,
+            "platform_parameters_from": list(choice.platform_from), "not_identified": loose}
 
 
 def _notes(name: str, value: float, se: float | None) -> str:
@@ -538,7 +555,16 @@ def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
                      if note.startswith("not identified"))
     if missing:
         record["not_identified"] = missing
+    if fit.builds:
+        record["builds"] = list(fit.builds)
+    record["standard_errors"] = standard_error_record(fit.standard_errors.get("default", {}))
     return record
+
+
+def standard_error_record(errors: Mapping[str, float]) -> dict[str, float]:
+    """The default set's finite standard errors, to three significant figures (the ``[fit]`` record's
+    ``standard_errors``, what `roofline show` prints beside a fitted value)."""
+    return {k: float(f"{se:.3g}") for k, se in sorted(errors.items()) if math.isfinite(se)}
 
 
 def profile_text(fit: Fit, *, data: str) -> str:

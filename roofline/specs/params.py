@@ -318,6 +318,41 @@ def family_chain(family: str) -> list[str]:
     return chain
 
 
+#: What a platform build fits of its own when it has few rows, and what a build no calibration row measured
+#: borrows from another stack's build for the same ISA (:func:`platform_donors`): the efficiencies its kernels
+#: reach and the gap each kernel leaves. These belong to the platform's launch path and kernel libraries (the HIP
+#: runtime and graphs, hipBLASLt, AITER, RCCL on ROCm), which every stack built for that ISA runs; the scheduler
+#: and host costs (per request, sequence and step) belong to the stack.
+PLATFORM_OWN = ("memory_bandwidth_fraction", "compute_fraction", "kernel_overhead_s")
+
+
+def platform_of(family: str) -> str | None:
+    """The platform and ISA a build is for (``rocm-gfx942`` for ``sglang-rocm-gfx942``); None for a stack's own
+    family (its CUDA build)."""
+    return family[len(family_chain(family)[-1]) + 1:] or None
+
+
+def platform_donors(build: str, answered_by: str | None, fitted: Iterable[str],
+                    measured: Iterable[str] = ()) -> list[str]:
+    """The builds whose platform parameters (:data:`PLATFORM_OWN`) a stack's ``build`` takes: where no calibration
+    row measured it (not in ``measured``) and the set that answers for it (``answered_by``; None for the pooled
+    default) was not fitted on its platform, the other stacks' builds for the same platform and ISA among
+    ``fitted``, sorted. Held out by publication, SGLang's gfx942 rows run 63% off (median) with SGLang's CUDA
+    build's kernel gap and efficiencies and 21% with vLLM's gfx942 build's (docs/validation.md); another ISA's
+    build of the same stack does worse than either (50%), so a stack's build for another ISA is never a donor."""
+    plat = platform_of(build)
+    if plat is None or build in set(measured) or (answered_by is not None and parent_family(answered_by)):
+        return []
+    return sorted(f for f in fitted if f != build and platform_of(f) == plat)
+
+
+def with_platform_of(params: EngineParams, donors: list[EngineParams]) -> EngineParams:
+    """``params`` with each :data:`PLATFORM_OWN` parameter the mean of the ``donors``' (unchanged without any)."""
+    if not donors:
+        return params
+    return attrs.evolve(params, **{k: math.fsum(getattr(d, k) for d in donors) / len(donors) for k in PLATFORM_OWN})
+
+
 def with_stack_settings(params: EngineParams, stack: str) -> EngineParams:
     """``params`` with the settings of the serving stack that ran a measurement (:data:`STACK_SETTINGS`: its
     all-reduce algorithm, KV admission, prompt chunking and sliding-window KV), each unless already set."""
@@ -387,9 +422,22 @@ class Profile:
         """The parameters of a stack's build for a device's platform and ISA, else of the nearest family it
         specialises (:func:`family_chain`: the platform's build, then the stack's), else the default set; with
         the stack's all-reduce algorithm and KV admission."""
+        _chain, fitted, donors = self._answer(stack, vendor, isa)
+        base = self.families[fitted] if fitted is not None else self.default
+        return with_stack_settings(with_platform_of(base, [self.families[d] for d in donors]), stack)
+
+    def _answer(self, stack: str, vendor: str, isa: str) -> tuple[list[str], str | None, list[str]]:
+        """A stack's build chain on a platform, the fitted set that answers for it (None: the default) and the
+        builds it borrows its platform parameters from (:func:`platform_donors`; the ``[fit]`` record's
+        ``builds`` are the builds the calibration measured)."""
         chain = family_chain(stack_family(stack, vendor, isa))
-        base = next((self.families[f] for f in chain if f in self.families), self.default)
-        return with_stack_settings(base, stack)
+        fitted = next((f for f in chain if f in self.families), None)
+        return chain, fitted, platform_donors(chain[0], fitted, self.families, self.fit.get("builds", ()))
+
+    def standard_error(self, name: str) -> float | None:
+        """The standard error of the default set's parameter ``name`` (the ``[fit]`` record's ``standard_errors``);
+        None where the record gives none (not fitted, not identified, or a profile written by hand)."""
+        return self.fit.get("standard_errors", {}).get(name)
 
     def not_identified(self, name: str) -> list[str]:
         """The parameters of set ``name`` (``default`` or a stack family) the fit recorded as not identified by
@@ -416,23 +464,25 @@ class Profile:
         if name in NVIDIA_ONLY_STACKS and vendor != "NVIDIA":
             raise WorkloadError(f"serving stack {name} runs on NVIDIA GPUs only ({NVIDIA_ONLY_STACKS[name]}), "
                                 f"not on {vendor} {isa}".rstrip())
-        chain = family_chain(stack_family(name, vendor, isa))
-        fitted = next((f for f in chain if f in self.families), "default")
-        return StackChoice(name=name, build=chain[0], fitted=fitted, params=self.for_stack(name, vendor, isa),
-                           other_platform=vendor != "NVIDIA" and fitted != "default" and parent_family(fitted) is None)
+        chain, fitted, donors = self._answer(name, vendor, isa)
+        return StackChoice(name=name, build=chain[0], fitted=fitted or "default", platform_from=tuple(donors),
+                           params=self.for_stack(name, vendor, isa),
+                           other_platform=vendor != "NVIDIA" and fitted is not None and parent_family(fitted) is None)
 
 
 @attrs.frozen(kw_only=True)
 class StackChoice:
     """What :meth:`Profile.for_gpus` chose: the stack, the build the GPUs run, the parameter set that answers for
     it and its parameters; ``other_platform`` when that set was fitted on another platform's GPUs (an AMD GPU
-    answered by a stack's CUDA build, for want of a fitted ROCm build)."""
+    answered by a stack's CUDA build, for want of a fitted ROCm build); ``platform_from``, the same ISA's other
+    builds that lent it their efficiencies and kernel gap (:func:`platform_donors`)."""
 
     name: str
     build: str
     fitted: str
     params: EngineParams
     other_platform: bool = False
+    platform_from: tuple[str, ...] = ()
 
 
 #: The names ``--stack`` takes for each serving-stack family (case-insensitive).
@@ -497,9 +547,28 @@ def load_profile(path: str | Path, *, base: EngineParams | None = None) -> Profi
                                               for k, v in stacks.items()}, path=str(p), fit=fit)
 
 
-#: The ``[fit]`` record's fields and their types (what `roofline calibrate` writes; other keys are kept as given).
-_FIT_FIELDS = {"data": str, "rows": int, "median_abs_error": float, "loo_approx_median_abs_error": float,
-               "loo_approx": str, "heldout_median_abs_error": float, "heldout": str, "not_identified": list}
+def _is_error(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _is_names(v: Any, sep: str = "") -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) and x and sep in x for x in v)
+
+
+#: What each kind of ``[fit]`` field must be, and how the error says it.
+_FIT_KINDS: dict[str, tuple[Any, str]] = {
+    "text": (lambda v: isinstance(v, str), "a string"),
+    "count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "a whole number of rows > 0"),
+    "error": (_is_error, "a finite error >= 0"),
+    "parameters": (lambda v: _is_names(v, "."), 'a list of "set.parameter" strings'),
+    "builds": (_is_names, "a list of stack build names"),
+    "errors by name": (lambda v: isinstance(v, dict) and all(_is_error(x) for x in v.values()),
+                       "a table of finite standard errors >= 0 by parameter name"),
+}
+#: The ``[fit]`` record's fields and their kinds (what `roofline calibrate` writes; other keys are kept as given).
+_FIT_FIELDS = {"data": "text", "rows": "count", "median_abs_error": "error", "loo_approx_median_abs_error": "error",
+               "loo_approx": "text", "heldout_median_abs_error": "error", "heldout": "text",
+               "not_identified": "parameters", "builds": "builds", "standard_errors": "errors by name"}
 
 
 def _fit_record(fit: Any, path: Path) -> dict[str, Any]:
@@ -507,16 +576,9 @@ def _fit_record(fit: Any, path: Path) -> dict[str, Any]:
     if not isinstance(fit, dict):
         raise SpecError(f"{path}: [fit] must be a table (the record `roofline calibrate` writes)")
     for k, kind in _FIT_FIELDS.items():
-        if k not in fit:
-            continue
-        v = fit[k]
-        ok = (isinstance(v, str) if kind is str else isinstance(v, int) and not isinstance(v, bool) and v > 0
-              if kind is int else isinstance(v, list) and all(isinstance(x, str) and "." in x for x in v)
-              if kind is list else isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
-        if not ok:
-            raise SpecError(f"{path} [fit] {k} = {v!r}: expected " + {
-                str: "a string", int: "a whole number of rows > 0", float: "a finite error >= 0",
-                list: 'a list of "set.parameter" strings'}[kind])
+        ok, expected = _FIT_KINDS[kind]
+        if k in fit and not ok(fit[k]):
+            raise SpecError(f"{path} [fit] {k} = {fit[k]!r}: expected {expected}")
     return fit
 
 
@@ -555,10 +617,19 @@ def profile_toml(profile: Profile, *, uncertainty: dict[str, dict[str, str]], fi
         lines += ["", *block(f"[stacks.{_toml_string(fam)}]", p, uncertainty.get(fam, {}))]
     lines += ["", "[fit]"]
     for k, v in fit.items():
-        text = (_toml_string(v) if isinstance(v, str) else "[" + ", ".join(map(_toml_string, v)) + "]"
-                if isinstance(v, list) else repr(v))
-        lines.append(f"{k} = {text}")
+        lines.append(f"{k} = {_toml_value(v)}")
     return "\n".join(lines) + "\n"
+
+
+def _toml_value(v: Any) -> str:
+    """A [fit] value as TOML: a string, a list of strings, a table of numbers (inline) or a number."""
+    if isinstance(v, str):
+        return _toml_string(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(map(_toml_string, v)) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {x!r}" for k, x in v.items()) + "}"
+    return repr(v)
 
 
 def write_profile(path: str | Path, text: str) -> None:

@@ -62,6 +62,9 @@ def stack_line(note: dict[str, Any]) -> str:
             f"GPUs run {build}; the calibration fits no set for it, so its nearest, {used}, answers")
     if note["fitted_on_other_platform"]:
         text += " (fitted on NVIDIA GPUs)"
+    if note["platform_parameters_from"]:
+        text += (", with the efficiencies and kernel gap of " + " and ".join(note["platform_parameters_from"]) +
+                 " (the same ISA's kernel libraries and launch path; their mean where several)")
     loose = [f"{k} = {x['value']:.3g}" + (f", at its {x['at_bound']} bound" if x["at_bound"] else "")
              for k, x in note["not_identified"].items()]
     if loose:

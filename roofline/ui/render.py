@@ -133,9 +133,29 @@ def profile_table(dev: Device) -> Table:
             continue
         attr = PROFILE_FIELDS.get(name, (f"tier:{name.removesuffix('_bandwidth_fraction')}",))[0]
         where = f"this device: {dev.sources.get('execution.' + name, '')}" if attr in dev.execution else \
-            fam.provenance.get(name, "")
-        t.add_row(name, _profile_cell(name, value), where)
+            _fitted_how(attr, value, fam.provenance.get(name, ""))
+        t.add_row(name, _profile_cell(name, value), Text(where))   # Text: no markup ("[params]")
     return t
+
+
+def _fitted_how(attr: str, value: Any, provenance: str) -> str:
+    """A fitted field's provenance with what the shipped calibration says of it: its standard error, that its
+    rows do not identify it, or that the fit stopped at a bound (other provenance unchanged)."""
+    if not provenance.startswith("fitted:"):
+        return provenance
+    from ..evidence.calibrate import bound_side  # lazily: the evidence layer is not needed otherwise
+    from ..specs.params import shipped_profile
+    prof = shipped_profile()
+    se, side = prof.standard_error(attr), bound_side(attr, value)
+    if attr in prof.not_identified("default"):
+        how = "not identified by its rows" + (f", at its {side} bound" if side else "") + ": set in place"
+    elif side:
+        how = f"at its {side} bound"
+    elif se is not None:
+        how = "+/- " + (format_quantity(se, "s") if attr.endswith("_s") else f"{se:.2g}")
+    else:
+        return provenance
+    return f"fitted ({how}):" + provenance.removeprefix("fitted:")
 
 
 _WIDTHS = {"16-bit": ("bf16", "fp16"), "8-bit": ("fp8", "int8"), "4-bit": ("fp4", "int4")}
@@ -191,7 +211,7 @@ def device_table(dev: Device) -> Table:
             shown = f"{value:.3g}"
         else:
             shown = _q(value, f.kind)
-        t.add_row(f.path, shown, dev.sources.get(f.path, ""))
+        t.add_row(f.path, shown, Text(dev.sources.get(f.path, "")))
     return t
 
 
@@ -583,7 +603,7 @@ def skipped_table(skipped: Sequence[dict[str, str]]) -> Table:
     for c in ("rows", "ids", "reason"):
         t.add_column(c, justify="right" if c == "rows" else "left")
     for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
-        t.add_row(str(len(ids)), ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""), reason)
+        t.add_row(str(len(ids)), ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""), Text(reason))
     return t
 
 

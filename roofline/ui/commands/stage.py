@@ -78,6 +78,8 @@ def _roof(params: EngineParams) -> str:
     """The partial-overlap roofline R the formula uses, where the profile does not overlap fully."""
     if params.overlap_efficiency >= 1:
         return ""
+    if params.overlap_efficiency < 0.005:   # the shipped GPU fit: nothing of the shorter hides under the longer
+        return ", R(c, m) = c + m (within a kernel group nothing of the shorter hides under the longer)"
     return f", R(c, m) = max(c, m) + {1 - params.overlap_efficiency:.2f} min(c, m)"
 
 
