@@ -419,3 +419,8 @@ def test_show_says_what_the_calibration_knows_of_each_fitted_field(run_cli):
     se = prof.standard_error("memory_bandwidth_fraction")
     assert "memory_bandwidth_fraction" not in loose and not bound_side("memory_bandwidth_fraction", mbu)
     assert se is not None and 0 < se < mbu and f"fitted (+/- {se:.2g})" in text
+    code, out, _ = run_cli("show", "h100-sxm", "--json")   # the JSON carries the same provenance
+    where = json.loads(out)["execution_provenance"]
+    assert code == 0 and where["memory_bandwidth_fraction"].startswith(f"fitted (+/- {se:.2g})")
+    assert where["compute_half_tokens"].startswith("fitted (not identified by its rows")
+    assert where["link_bandwidth_fraction"].startswith("source: http")

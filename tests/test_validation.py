@@ -333,6 +333,29 @@ def test_small_isa_builds_join_and_tie_to_a_rocm_build(monkeypatch):
     assert set(PER_FAMILY) < set(PLATFORM_FULL) and _Layout(["all"]).own("all") == PER_FAMILY
 
 
+def test_a_parameter_hidden_under_a_longer_cost_keeps_its_fitted_value(monkeypatch):
+    """A zero Jacobian column at the optimum is pooled only where the pooled value leaves the stack's rows as
+    they were: a host cost hidden under the GPU's step at the fitted value but not at the pooled one keeps the
+    fitted value (so the profile predicts its rows as the fit did), and the profile says why."""
+    import roofline.evidence.calibrate as cal
+    from roofline.evidence.calibrate import _blind_note, _pool_blind, _stack_layout, _unseen_by_rows
+    rows = [attrs.evolve(ROWS[0], id=f"x#{i}") for i in range(30)]
+    monkeypatch.setattr(cal, "row_stack_family", lambda r: "x")
+    # a step of 1 s of GPU work with the host's per-sequence cost (64 sequences) overlapped under it
+    monkeypatch.setattr(cal, "predict_row", lambda r, p: max(1.0, 64 * p.sequence_overhead_s) + p.request_overhead_s * 0)
+    layout = _stack_layout(rows)
+    blind = {"x": {"sequence_overhead_s", "request_overhead_s"}}
+    per = {"x": rl.EngineParams(sequence_overhead_s=1e-3, request_overhead_s=0.0)}
+    hidden = attrs.evolve(per["x"], sequence_overhead_s=0.02, request_overhead_s=0.03)   # 64 x 20 ms > 1 s
+    assert _unseen_by_rows(blind, per, hidden, rows, layout) == {"x": {"request_overhead_s"}}
+    out = _pool_blind(per, _unseen_by_rows(blind, per, hidden, rows, layout), hidden)
+    assert out["x"].sequence_overhead_s == 1e-3 and out["x"].request_overhead_s == 0.03
+    quiet = attrs.evolve(hidden, sequence_overhead_s=2e-3)   # 64 x 2 ms < 1 s: still hidden, so pooled
+    assert _unseen_by_rows(blind, per, quiet, rows, layout) == blind
+    assert _blind_note("sequence_overhead_s", 1e-3, 1e-3).endswith("the pooled value")
+    assert _blind_note("sequence_overhead_s", 1e-3, 0.02).startswith("hidden under a longer cost")
+
+
 def test_uncertainty_notes_say_when_a_fit_stopped_at_a_bound():
     """A parameter at one of its physical bounds has a standard error that means nothing: the profile says so
     instead of printing it (and says it beside "not identified")."""
@@ -525,3 +548,19 @@ def test_the_h200_measurement_script_writes_rows_validate_predicts(run_cli, tmp_
     data = json.loads(out)
     assert code == 0 and sorted(r["id"] for r in data["rows"]) == ["MH1", "MH256", "MH64", "MH8"]
     assert all(r["metric"] == "itl_ms" and r["predicted"] > 0 for r in data["rows"])
+
+
+def test_static_batches_are_timed_in_process_without_request_overhead():
+    """A static batch is one engine session timed end to end (TensorRT-LLM's v0.5-0.7 blogs: total_latency of the
+    batch), so no per-request API cost enters it whatever the stack is called; a served request pays it before its
+    first token. Charged to static rows, that cost let the blogs' throughput rows pull TensorRT-LLM's request
+    overhead to its 200 ms bound in the held-out fold without its TTFT publications."""
+    from roofline.evidence.validate import predict_row, timed_in_process
+    rows = {r.id: r for r in ROWS}
+    static, served = rows["SB09"], rows["IM087"]
+    assert static.get("serving") == "static" and "bench" not in static.get("stack").lower()
+    assert timed_in_process(static) and not timed_in_process(served)
+    base = shipped_profile().default
+    slow = attrs.evolve(base, request_overhead_s=0.2)
+    assert predict_row(static, slow) == pytest.approx(predict_row(static, base), rel=1e-12)
+    assert predict_row(served, slow) > predict_row(served, base) + 100   # TTFT in ms: +200 ms less its share

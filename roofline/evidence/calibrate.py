@@ -352,7 +352,7 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
-    per = _pool_blind(per, _blind(res, layout), default, layout.ties)
+    per = _pool_blind(per, _unseen_by_rows(_blind(res, layout), per, default, ok, layout), default, layout.ties)
     held = _held_out(ok, folds, base, jobs=jobs, tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
                skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
@@ -361,6 +361,35 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
                heldout_unseen_builds=frozenset(builds_left_out(ok, folds)),
                approx_loo_errors={r.id: float(e) for r, e in zip(ok, np.expm1(approximate_loo(res)))},
                builds=tuple(sorted({row_stack_family(r) for r in ok})))
+
+
+def _unseen_by_rows(blind: dict[str, set[str]], per: dict[str, EngineParams], pooled: EngineParams,
+                    rows: list[Row], layout: _Layout) -> dict[str, set[str]]:
+    """Of the parameters no row responds to at the optimum (:func:`_blind`), those whose rows still do not
+    respond at the pooled value. A zero Jacobian column can mean a cost hidden under a longer one (a host cost
+    under the GPU's step): the rows then say "at most this much", and the pooled value, above it, would change
+    them; such a parameter keeps its fitted value, so the profile predicts its rows as the fit did."""
+    out: dict[str, set[str]] = {}
+    for fam, names in blind.items():
+        for k in sorted(names & set(PLATFORM_FULL)):
+            trial = _pool_blind(per, {fam: {k}}, pooled, layout.ties)
+            moved = {f for f in per if trial[f] != per[f]}
+            hit = [r for r in rows if _family(layout, r) in moved]
+            if all(_same(_prediction(r, per[_family(layout, r)]), _prediction(r, trial[_family(layout, r)]))
+                   for r in hit):
+                out.setdefault(fam, set()).add(k)
+    return out
+
+
+def _prediction(row: Row, params: EngineParams) -> float:
+    try:
+        return predict_row(row, params)
+    except RooflineError:   # infeasible under these parameters
+        return math.nan
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 
 def _pool_blind(per: dict[str, EngineParams], blind: dict[str, set[str]], pooled: EngineParams,
@@ -470,7 +499,7 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[s
             pooled_params.append(one.params(base, _solve(train, base, one).x)["all"])
         return pooled_params[0]
     if any(blind.get(f, set()) & set(PLATFORM_FULL) for f in wanted):
-        per = _pool_blind(per, blind, pooled(), layout.ties)
+        per = _pool_blind(per, _unseen_by_rows(blind, per, pooled(), train, layout), pooled(), layout.ties)
     out = {}
     for r in (r for r in rows if r.id in fold):
         build = row_stack_family(r)
@@ -518,6 +547,15 @@ def _notes(name: str, value: float, se: float | None) -> str:
     return f"+/- {se:.3g}"
 
 
+def _blind_note(name: str, value: float, pooled: float) -> str:
+    """The note on a parameter no row of its stack responds to at the optimum (:func:`_unseen_by_rows`)."""
+    if value == pooled:
+        return "no row of this stack responds to it: the pooled value"
+    side = bound_side(name, value)
+    return ("hidden under a longer cost in every row of this stack (no row responds to a small change, the "
+            "pooled value would move them): kept where the fit left it" + (f", at its {side} bound" if side else ""))
+
+
 def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
     """Per parameter set and name: ``+/- se``; ``not identified by this data`` where the standard error exceeds
     the value itself (the data cannot tell the parameter from zero); ``at its ... bound`` where the fit stopped
@@ -530,7 +568,7 @@ def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
         up = next((f for f in family_chain(fam)[1:] if f in full), None) if fam not in full else None
         tied = {k: f"as {up} (too few rows to fit it apart)" for k in PER_FAMILY if k not in PLATFORM_OWN} if up else {}
         ses = {**fit.standard_errors.get("*", {}), **fit.standard_errors.get(fam, {})}
-        blind = {k: "no row of this stack responds to it: the pooled value" for k, se in
+        blind = {k: _blind_note(k, getattr(p, k), getattr(fit.profile.default, k)) for k, se in
                  fit.standard_errors.get(fam, {}).items() if not math.isfinite(se) and k in PLATFORM_FULL}
         out[fam] = {**{k: _notes(k, getattr(p, k), se) for k, se in ses.items()}, **tied, **blind}
     return out

@@ -48,6 +48,18 @@ TP_CHOICES = (1, 2, 4, 8, 16, 32)
 ENERGY_METRICS = ("energy_per_token_j", "power_w")
 #: Stacks timed in-process (an offline benchmark or harness, no HTTP server): their TTFT has no request overhead.
 IN_PROCESS = re.compile(r"bench|gptsession|mlperf|gpt-fast|torchao", re.IGNORECASE)
+
+
+def timed_in_process(row: Row) -> bool:
+    """Whether a row was timed inside the engine, with no API server before its first token: a stack named as an
+    offline benchmark or harness (:data:`IN_PROCESS`), or a static batch, which an engine's own benchmark runs
+    as one session of ``batch`` sequences timed together (TensorRT-LLM's blogs of v0.5-0.7 give
+    ``out_tps=output_seqlen*batch_size/total_latency/tp``, https://github.com/NVIDIA/TensorRT-LLM/blob/
+    3c44cb974badec8966108b16054a99c0923e410d/docs/source/blogs/Falcon180B-H200.md): a serving API admits requests
+    one by one and batches them continuously."""
+    return bool(IN_PROCESS.search(row.get("stack"))) or row.get("serving") == "static"
+
+
 #: Metrics some publications give that the model does not predict, with why.
 UNMODELLED = {"system_power_w": "whole-system wall power (CPUs, fans, power supplies) is not modelled: only the "
                                 "accelerators' power is"}
@@ -241,7 +253,7 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
         raise RooflineError("the load is the largest that meets the publication's latency limits (MLPerf Server and "
                             "Interactive), which the format does not carry")
     params = with_stack_settings(params, row.get("stack"))
-    if IN_PROCESS.search(row.get("stack")):   # timed inside the engine: no API server before the first token
+    if timed_in_process(row):   # no API server before the first token
         params = attrs.evolve(params, request_overhead_s=0.0)
     model = resolve_model(row.get("model"))
     dev = _device_memory(resolve_device(row.get("hardware")))

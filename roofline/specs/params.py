@@ -436,7 +436,8 @@ class Profile:
 
     def standard_error(self, name: str) -> float | None:
         """The standard error of the default set's parameter ``name`` (the ``[fit]`` record's ``standard_errors``);
-        None where the record gives none (not fitted, not identified, or a profile written by hand)."""
+        None where the record gives none (a parameter no row responds to, or a profile written by hand). A parameter
+        the fit could not identify has one, larger than its value (:meth:`not_identified` lists those)."""
         return self.fit.get("standard_errors", {}).get(name)
 
     def not_identified(self, name: str) -> list[str]:

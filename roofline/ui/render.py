@@ -128,14 +128,24 @@ def profile_table(dev: Device) -> Table:
                       f"--set {dev.id}.execution.FIELD=VALUE.")
     for c in ("field", "value", "provenance"):
         t.add_column(c, justify="right" if c == "value" else "left", overflow="fold")
+    values = profile_dict(dev)
+    for name, where in profile_provenance(dev).items():
+        t.add_row(name, _profile_cell(name, values[name]), Text(where))   # Text: no markup ("[params]")
+    return t
+
+
+def profile_provenance(dev: Device) -> dict[str, str]:
+    """Where each field of the device's execution profile comes from: the device's own file, or the family
+    file's provenance (for a fitted field, with what the shipped calibration says of it: :func:`_fitted_how`)."""
+    fam = family_profile(dev.family)
+    out = {}
     for name, value in profile_dict(dev).items():
         if name == "family":
             continue
         attr = PROFILE_FIELDS.get(name, (f"tier:{name.removesuffix('_bandwidth_fraction')}",))[0]
-        where = f"this device: {dev.sources.get('execution.' + name, '')}" if attr in dev.execution else \
+        out[name] = f"this device: {dev.sources.get('execution.' + name, '')}" if attr in dev.execution else \
             _fitted_how(attr, value, fam.provenance.get(name, ""))
-        t.add_row(name, _profile_cell(name, value), Text(where))   # Text: no markup ("[params]")
-    return t
+    return out
 
 
 def _fitted_how(attr: str, value: Any, provenance: str) -> str:
@@ -656,7 +666,7 @@ def devices_view(devices: Sequence[Device]) -> View:
 
 
 def device_view(dev: Device) -> View:
-    d = device_dict(dev)
+    d = {**device_dict(dev), "execution_provenance": profile_provenance(dev)}
     return View(tables=[device_table(dev), profile_table(dev)], data=d,
                 rows=[{"field": f.path, "value": f.read(dev), "source": dev.sources.get(f.path, "")} for f in fields(dev)])
 
