@@ -366,6 +366,24 @@ def test_captions_show_spec_files_relative_to_the_working_directory(run_cli, mon
     assert json.loads(out)["path"] == dev.path
 
 
+def test_stack_names_identified_parameters_stopped_at_a_physical_bound(run_cli, tmp_path):
+    """A stack's fitted parameter at a bound of its physical range (the rows would push it further: the model
+    misses something there) is named under the table and in the JSON, beside the unidentified ones."""
+    from roofline.evidence.calibrate import BOUNDS
+    path = tmp_path / "p.toml"
+    hi = BOUNDS["compute_fraction"][1]
+    path.write_text(f"[params]\ncompute_fraction = 0.6\n[stacks.vllm]\ncompute_fraction = {hi}\n"
+                    "kernel_overhead_s = 3e-6\n")
+    args = ("stage", "llama-3.1-8b", "h100-sxm", "--batch", "1", "--stack", "vllm", "--profile", str(path))
+    code, out, _ = run_cli(*args, "--json")
+    note = json.loads(out)["stack"]
+    assert code == 0 and note["at_bound"]["compute_fraction"] == {"value": hi, "bound": "upper"}
+    assert "kernel_overhead_s" not in note["at_bound"]
+    code, out, _ = run_cli(*args)
+    assert "At a bound of its physical range (its rows would go further): compute_fraction = 1 (upper)" in \
+        " ".join(out.split())
+
+
 def test_stack_on_an_unmeasured_build_says_whose_kernel_costs_it_borrows(run_cli, tmp_path):
     """A profile without SGLang's gfx942 build answers SGLang on MI300X with SGLang's own set and vLLM's gfx942
     kernel efficiencies and gap; the JSON record and the line under the table say so."""

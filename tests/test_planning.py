@@ -47,6 +47,20 @@ def test_sizing_hand_checked():
     assert o.usd_per_million_output_tokens == pytest.approx(2 * 10 / 3600 / (90 * per_user(g, 90)) * 1e6)
 
 
+def test_disaggregated_sizing_deploys_whole_prefill_groups():
+    """The replicas' prefill share (a fraction of a group each, provisioned to the request rate) adds up and rounds
+    up to whole prefill groups of the decode group's shape: the devices a deployment can actually run, and what
+    the emitted launch command's note tells the user to start."""
+    g = rl.resolve_group("b200:2")
+    o = option(size(MODEL, [g], Target(users=200, min_tokens_per_s_per_user=20.0, request=REQ)), "disaggregated")
+    r = evaluate_serving(MODEL, Placement(name="d", decode=g, prefill=g), REQ, batch=float(o.batch_per_replica))
+    share = (float(r.devices) - g.count) / g.count   # prefill groups per replica, a fraction
+    assert 0 < share < 1 and o.prefill_groups == math.ceil(o.replicas * share)
+    assert o.devices == (o.replicas + o.prefill_groups) * g.count
+    note = " ".join(launch_command("vllm", MODEL, o, request=REQ).notes)
+    assert f"runs {o.prefill_groups} prefill instance(s) of the same command, on b200:2 each" in note
+
+
 def test_sizing_search_is_the_fewest_devices_over_shapes():
     """Against a brute force over every TP of the layout: no shape serves the users with fewer devices."""
     target = Target(users=300, min_tokens_per_s_per_user=30.0, request=REQ)

@@ -522,7 +522,9 @@ def bound_side(name: str, value: float) -> str | None:
 def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
     """What ``--stack`` chose, for the JSON ``stack`` record and the line under the tables: the stack, the build
     the GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with
-    the value used and whether it sits at a bound of the fit); ``platform_parameters_from``, the same ISA's
+    the value used and whether it sits at a bound of the fit); ``at_bound``, its identified parameters the fit
+    stopped at a bound of their physical range (:data:`BOUNDS`: its rows would push them further, so the model
+    misses something there); ``platform_parameters_from``, the same ISA's
     builds whose efficiencies and kernel gap it borrowed (:func:`roofline.specs.params.platform_donors`), whose
     own loose ends then count for those parameters."""
     names = set(prof.not_identified(choice.fitted))
@@ -531,9 +533,11 @@ def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
                                                 if k in PLATFORM_OWN}
     values = {name: getattr(choice.params, name) for name in sorted(names)}
     loose = {name: {"value": v, "at_bound": bound_side(name, v)} for name, v in values.items()}
+    at_bound = {k: {"value": getattr(choice.params, k), "bound": side} for k in BOUNDS
+                if k not in names and (side := bound_side(k, getattr(choice.params, k)))}
     return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
             "fitted_on_other_platform": choice.other_platform,
-            "platform_parameters_from": list(choice.platform_from), "not_identified": loose}
+            "platform_parameters_from": list(choice.platform_from), "not_identified": loose, "at_bound": at_bound}
 
 
 def _notes(name: str, value: float, se: float | None) -> str:
@@ -577,20 +581,21 @@ def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
 def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
     """What a fit says of itself (a profile's ``[fit]`` table): the data, rows and median |error| in-sample,
     estimated leave-one-out and held out, and the parameters its data do not identify (``set.name``)."""
-    record: dict[str, Any] = {"data": data, "rows": len(fit.rows), "median_abs_error": round(fit.median_abs_error, 4)}
+    # five decimals: a percentage printed to one decimal from the record is not rounded twice (0.09548 -> 9.5%)
+    record: dict[str, Any] = {"data": data, "rows": len(fit.rows), "median_abs_error": round(fit.median_abs_error, 5)}
     if fit.approx_loo_median_abs_error is not None:
-        record["loo_approx_median_abs_error"] = round(fit.approx_loo_median_abs_error, 4)
+        record["loo_approx_median_abs_error"] = round(fit.approx_loo_median_abs_error, 5)
         unestimated = sum(1 for e in fit.approx_loo_errors.values() if not math.isfinite(e))
         record["loo_approx"] = "one Newton step per row from this fit" + (
             f"; {unestimated} rows too influential to estimate, left out of the median" if unestimated else "")
     if fit.loo_median_abs_error is not None:
-        record["heldout_median_abs_error"] = round(fit.loo_median_abs_error, 4)
+        record["heldout_median_abs_error"] = round(fit.loo_median_abs_error, 5)
         record["heldout"] = fit.holdout
         for name, part in fit.heldout_split().items():
-            record[f"heldout_{name}_build_median_abs_error"] = round(part["median_abs_error"], 4)
+            record[f"heldout_{name}_build_median_abs_error"] = round(part["median_abs_error"], 5)
             record[f"heldout_{name}_build_rows"] = part["rows"]
     missing = sorted(f"{name}.{k}" for name, notes in uncertainty(fit).items() for k, note in notes.items()
-                     if note.startswith("not identified"))
+                     if note.startswith(("not identified", "hidden under")))
     if missing:
         record["not_identified"] = missing
     if fit.builds:

@@ -132,8 +132,9 @@ def launch_command(engine: str, model: ModelSpec, option: Any, *, request: Reque
             "memory": _memory_fraction(model, option, fmt, engine == "trtllm"), "spec": spec,
             "windows": _attention_windows(model, request.input_tokens + request.output_tokens)}
     if p.prefill is not None:
-        notes.append("disaggregated: run prefill instances with the same command and the engine's KV-transfer "
-                     "settings; the prefill/decode wiring is not emitted")
+        notes.append(f"disaggregated: the deployment runs {option.prefill_groups} prefill instance(s) of the same "
+                     f"command, on {option.group} each, with the engine's KV-transfer settings (the prefill/decode "
+                     "wiring is not emitted)")
     argv, files = _BUILDERS[engine](args)
     return LaunchCommand(engine=engine, argv=tuple(argv), files=files, notes=tuple(notes))
 

@@ -63,6 +63,9 @@ class Option:
     placement: str
     replicas: int = 0
     devices: int = 0
+    #: whole prefill groups (each of ``group``'s shape) the deployment needs when disaggregated: the replicas'
+    #: prefill share added up and rounded up, so ``devices`` is what can be deployed, not a fraction of a group
+    prefill_groups: int = 0
     batch_per_replica: int = 0
     gamma: int = 0
     group: str = ""
@@ -176,8 +179,10 @@ def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, dra
     i = int(np.argmax(np.where(r.fits, np.nan_to_num(r.tokens_per_s_per_user, nan=-1), -1)))
     at = {k: float(np.ravel(getattr(r, k))[i]) for k in ("tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw",
                                                          "usd_per_million_output_tokens", "devices", "gamma")}
-    return Option(device=g.device.id, placement=kind, replicas=replicas,
-                  devices=math.ceil(replicas * at["devices"] - 1e-9), batch_per_replica=batch, gamma=int(at["gamma"]),
+    prefill = math.ceil(replicas * (at["devices"] - g.count) / g.count - 1e-9) if p.prefill is not None else 0
+    devices = (replicas + prefill) * g.count if p.prefill is not None else math.ceil(replicas * at["devices"] - 1e-9)
+    return Option(device=g.device.id, placement=kind, replicas=replicas, devices=devices, prefill_groups=prefill,
+                  batch_per_replica=batch, gamma=int(at["gamma"]),
                   group=g.shape, tokens_per_s_per_user=at["tokens_per_s_per_user"], ttft_s=at["ttft_s"],
                   tokens_per_s_per_kw=at["tokens_per_s_per_kw"],
                   usd_per_million_output_tokens=at["usd_per_million_output_tokens"], placement_record=p,

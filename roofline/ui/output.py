@@ -69,6 +69,9 @@ def stack_line(note: dict[str, Any]) -> str:
              for k, x in note["not_identified"].items()]
     if loose:
         text += f". Its rows do not pin down {'; '.join(loose)}: uncertain"
+    pinned = [f"{k} = {x['value']:.3g} ({x['bound']})" for k, x in note.get("at_bound", {}).items()]
+    if pinned:
+        text += f". At a bound of its physical range (its rows would go further): {'; '.join(pinned)}"
     return text + "."
 
 

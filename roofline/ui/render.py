@@ -852,7 +852,7 @@ def power_fit_view(fit: Any, path: str) -> View:
 
 
 # ------------------------------------------------------------------- sizing
-SIZE_FIELDS = ("device", "placement", "feasible", "replicas", "group", "devices", "batch_per_replica", "gamma",
+SIZE_FIELDS = ("device", "placement", "feasible", "replicas", "group", "devices", "prefill_groups", "batch_per_replica", "gamma",
                "tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw", "usd_per_million_output_tokens", "reason")
 
 
@@ -902,7 +902,8 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
              f"{req.input_tokens} in / {req.output_tokens} out")
     priced = sorted({o.device for o in options} & set(prices.by_device))
     caption = ("A lower bound: steady-state continuous batching with every user active, no queueing or arrival "
-               "bursts. devices = replicas x group (+ prefill groups when disaggregated). "
+               "bursts. devices = replicas x group (+ whole prefill groups of the same shape, shared by the replicas, "
+               "when disaggregated). "
                + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h ({prices.by_device[d].date})"
                                           for d in priced) + "." if priced else "No device here has a price: "
                   "give --usd-per-device-hour ID=USD."))

@@ -17,6 +17,7 @@ from ...specs.groups import DeviceGroup
 from ...specs.hf_config import load_model
 from ...specs.params import EngineParams
 from ...specs.resolve import resolve_group
+from ...units import format_quantity
 from .. import render
 from ..options import (
     Adder,
@@ -37,10 +38,10 @@ from ..output import emit
 
 
 def _fixed_costs(params: EngineParams) -> str:
-    """The profile's fixed costs that are not zero, e.g. ``30 us/pass + 3.5 us/kernel``."""
+    """The profile's fixed costs that are not zero, e.g. ``30 µs/pass + 3.5 µs/kernel``."""
     parts = [(params.step_overhead_s, "pass"), (params.layer_overhead_s, "layer"),
              (params.moe_layer_overhead_s, "MoE layer"), (params.kernel_overhead_s, "kernel")]
-    shown = [f"{v * 1e6:.3g} us/{what}" for v, what in parts if v > 0]
+    shown = [f"{format_quantity(v, 's')}/{what}" for v, what in parts if v > 0]
     return " + ".join(shown) or "no fixed costs"
 
 
