@@ -442,3 +442,17 @@ def test_show_says_what_the_calibration_knows_of_each_fitted_field(run_cli):
     assert code == 0 and where["memory_bandwidth_fraction"].startswith(f"fitted (+/- {se:.2g})")
     assert where["compute_half_tokens"].startswith("fitted (not identified by its rows")
     assert where["link_bandwidth_fraction"].startswith("source: http")
+
+
+def test_spec_caption_explains_gamma_zero_on_separate_draft_devices(run_cli):
+    """γ 0 on a placement with its own draft devices costs more J/token than the baseline (the idle draft
+    devices are powered); the caption says why, and only when the draft has devices of its own."""
+    base = ("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--alpha", "0.9", "--gamma", "0..1")
+    code, out, _ = run_cli(*base, "--draft-on", "corsair:2", "--verify-on", "b200:8", "--json")
+    rows = json.loads(out)["rows"]
+    zero = next(r for r in rows if r["gamma"] == 0)
+    assert code == 0 and zero["energy_per_token_j"] > json.loads(out)["baseline_energy_per_token_j"]
+    code, out, _ = run_cli(*base, "--draft-on", "corsair:2", "--verify-on", "b200:8")
+    assert "γ 0 is plain decode with the draft's devices idle but powered" in " ".join(out.split())
+    code, out, _ = run_cli(*base, "--draft-on", "b200:8", "--verify-on", "b200:8")
+    assert code == 0 and "idle but powered" not in " ".join(out.split())

@@ -392,6 +392,8 @@ def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), no
            f"Baseline: plain decode on {r.target_group} at {base}"
            + (f", {base_e:.3g} J/token" if math.isfinite(base_e) and not several else "")
            + (". * = most tok/s/user" + (" at that batch" if several else "") + ".")
+           + (" γ 0 is plain decode with the draft's devices idle but powered (their idle power in J/token)."
+              if r.draft_group != r.target_group and any(row["gamma"] == 0 for row in d["rows"]) else "")
            + (f" What-if: {', '.join(overrides)}." if overrides else "")
            + (f" {r.energy_note}" if r.energy_note else "") + note)
     t = _table(title=f"speculative decoding: {r.target} with {r.draft}, batch {','.join(map(str, batches))}",
