@@ -32,6 +32,8 @@ def count(text: str, *, minimum: int = 0) -> int:
     """A whole count with an optional k/M suffix: ``128k`` = 128,000, ``1M`` = 1,000,000, ``8192``."""
     m = _COUNT.match(str(text))
     if not m:
+        if _below(text, minimum):   # a number, out of range: say so, not that it cannot be read
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
         raise argparse.ArgumentTypeError(f"expected a whole number such as 8192 or 128k, got {text!r}")
     value = float(m.group(1)) * _SUFFIX[m.group(2)]
     if value != int(value) or not math.isfinite(value):
@@ -41,6 +43,13 @@ def count(text: str, *, minimum: int = 0) -> int:
     if value > MAX_COUNT:
         raise argparse.ArgumentTypeError(f"{text} is beyond any workload (at most {MAX_COUNT:.0e})")
     return int(value)
+
+
+def _below(text: str, minimum: int) -> bool:
+    try:
+        return float(text) < minimum
+    except ValueError:
+        return False
 
 
 def positive(text: str) -> int:
@@ -85,7 +94,9 @@ def parse_ints(text: str, what: str, *, minimum: int = 1) -> list[int]:
                 out.extend(range(lo, hi + 1))
             else:
                 out.append(count(part, minimum=minimum))
-        except (ValueError, argparse.ArgumentTypeError):
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f"{what}: {e} (a list such as 1,8,64 or 1..8)") from None
+        except ValueError:
             raise UsageError(f"{what}: cannot read {text!r} (expected e.g. 1,8,64 or 1..8, each >= {minimum})") from None
     if not out or len(out) > 100_000:
         raise UsageError(f"{what}: {text!r} gives no values or too many")
