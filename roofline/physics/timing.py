@@ -668,8 +668,8 @@ def require_feasible(r: StageResult) -> StageResult:
         f"{r.model_id} does not fit on {r.group} for {r.stage}: needs {format_quantity(need, 'bytes')} per device "
         f"(weights {format_quantity(weights, 'bytes')}, KV {format_quantity(kv, 'bytes')}, activations and "
         f"workspace {format_quantity(max(need - weights - kv, 0.0), 'bytes')}) but "
-        f"{format_quantity(r.usable_per_device_bytes, 'bytes')} is usable; use more devices (--tp), "
-        f"a smaller format, or a smaller batch/context")
+        f"{format_quantity(r.usable_per_device_bytes, 'bytes')} is usable; use more devices (a larger group, "
+        f"DEVICE:N), a smaller format, or a smaller batch/context")
 
 
 def accumulate(steps: list[StageResult], count: Any, *, stage: str) -> StageResult:
