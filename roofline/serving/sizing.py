@@ -179,8 +179,10 @@ def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, dra
     i = int(np.argmax(np.where(r.fits, np.nan_to_num(r.tokens_per_s_per_user, nan=-1), -1)))
     at = {k: float(np.ravel(getattr(r, k))[i]) for k in ("tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw",
                                                          "usd_per_million_output_tokens", "devices", "gamma")}
-    prefill = math.ceil(replicas * (at["devices"] - g.count) / g.count - 1e-9) if p.prefill is not None else 0
-    devices = (replicas + prefill) * g.count if p.prefill is not None else math.ceil(replicas * at["devices"] - 1e-9)
+    prefill, devices = 0, math.ceil(replicas * at["devices"] - 1e-9)
+    if p.prefill is not None:   # the replicas' prefill shares (of groups shaped like g) in whole groups
+        prefill = math.ceil(replicas * (at["devices"] - g.count) / g.count - 1e-9)
+        devices = (replicas + prefill) * g.count
     return Option(device=g.device.id, placement=kind, replicas=replicas, devices=devices, prefill_groups=prefill,
                   batch_per_replica=batch, gamma=int(at["gamma"]),
                   group=g.shape, tokens_per_s_per_user=at["tokens_per_s_per_user"], ttft_s=at["ttft_s"],

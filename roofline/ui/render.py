@@ -129,17 +129,18 @@ def profile_table(dev: Device) -> Table:
     for c in ("field", "value", "provenance"):
         t.add_column(c, justify="right" if c == "value" else "left", overflow="fold")
     values = profile_dict(dev)
-    for name, where in profile_provenance(dev).items():
+    for name, where in profile_provenance(dev, values).items():
         t.add_row(name, _profile_cell(name, values[name]), Text(where))   # Text: no markup ("[params]")
     return t
 
 
-def profile_provenance(dev: Device) -> dict[str, str]:
-    """Where each field of the device's execution profile comes from: the device's own file, or the family
-    file's provenance (for a fitted field, with what the shipped calibration says of it: :func:`_fitted_how`)."""
+def profile_provenance(dev: Device, values: dict[str, Any]) -> dict[str, str]:
+    """Where each field of the device's execution profile (``values``, :func:`profile_dict`) comes from: the
+    device's own file, or the family file's provenance (for a fitted field, with what the shipped calibration
+    says of it: :func:`_fitted_how`)."""
     fam = family_profile(dev.family)
     out = {}
-    for name, value in profile_dict(dev).items():
+    for name, value in values.items():
         if name == "family":
             continue
         attr = PROFILE_FIELDS.get(name, (f"tier:{name.removesuffix('_bandwidth_fraction')}",))[0]
@@ -668,7 +669,8 @@ def devices_view(devices: Sequence[Device]) -> View:
 
 
 def device_view(dev: Device) -> View:
-    d = {**device_dict(dev), "execution_provenance": profile_provenance(dev)}
+    d = device_dict(dev)
+    d["execution_provenance"] = profile_provenance(dev, d["execution"])
     return View(tables=[device_table(dev), profile_table(dev)], data=d,
                 rows=[{"field": f.path, "value": f.read(dev), "source": dev.sources.get(f.path, "")} for f in fields(dev)])
 
