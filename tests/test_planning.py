@@ -61,6 +61,26 @@ def test_disaggregated_sizing_deploys_whole_prefill_groups():
     assert f"runs {o.prefill_groups} prefill instance(s) of the same command, on b200:2 each" in note
 
 
+def test_disaggregated_sizing_charges_the_whole_prefill_groups_it_deploys():
+    """tok/s/kW and $/Mtok are the deployment's: the devices rounding up to whole prefill groups adds draw idle
+    power and cost their price per hour, and serve no extra tokens (the same prompts spread over them)."""
+    from roofline.physics.energy import idle_w
+    g = rl.resolve_group("b200:2")
+    prices = Prices().with_overrides({"b200": 10.0}, usd_per_kwh=0.1)
+    o = option(size(MODEL, [g], Target(users=200, min_tokens_per_s_per_user=20.0, request=REQ), prices=prices),
+               "disaggregated")
+    r = evaluate_serving(MODEL, Placement(name="d", decode=g, prefill=g), REQ, batch=float(o.batch_per_replica),
+                         prices=prices)
+    extra = o.devices - o.replicas * float(r.devices)
+    assert extra > 0.01   # the case this checks: whole groups hold more devices than the share keeps busy
+    tokens_per_s = o.replicas * float(r.tokens_per_s)
+    power_w = o.replicas * float(r.power_w) + extra * idle_w(g.device)
+    assert o.tokens_per_s_per_kw == pytest.approx(tokens_per_s / power_w * 1000)
+    usd_per_h = o.replicas * float(r.usd_per_hour) + extra * (10.0 + idle_w(g.device) / 1000 * 0.1)
+    assert o.usd_per_million_output_tokens == pytest.approx(usd_per_h / 3600 / tokens_per_s * 1e6)
+    assert o.tokens_per_s_per_kw < float(r.tokens_per_s_per_kw)
+
+
 def test_sizing_search_is_the_fewest_devices_over_shapes():
     """Against a brute force over every TP of the layout: no shape serves the users with fewer devices."""
     target = Target(users=300, min_tokens_per_s_per_user=30.0, request=REQ)

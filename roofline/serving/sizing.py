@@ -19,6 +19,7 @@ import attrs
 import numpy as np
 
 from ..errors import RooflineError, WorkloadError
+from ..physics.energy import DEFAULT_POWER, idle_w
 from ..physics.memory import stored_weight_bytes
 from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, setup
@@ -177,18 +178,35 @@ def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, dra
     batch = math.ceil(target.users / replicas)    # the users spread evenly: each replica runs at most best[0]
     r = _evaluate(model, p, target, np.array([float(batch)]), acceptance, formats, params, prices)
     i = int(np.argmax(np.where(r.fits, np.nan_to_num(r.tokens_per_s_per_user, nan=-1), -1)))
-    at = {k: float(np.ravel(getattr(r, k))[i]) for k in ("tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw",
-                                                         "usd_per_million_output_tokens", "devices", "gamma")}
+    at = {k: float(np.ravel(np.broadcast_to(getattr(r, k), r.batch.shape))[i])
+          for k in ("tokens_per_s_per_user", "ttft_s", "tokens_per_s", "power_w", "usd_per_hour", "devices",
+                    "gamma")}
     prefill, devices = 0, math.ceil(replicas * at["devices"] - 1e-9)
     if p.prefill is not None:   # the replicas' prefill shares (of groups shaped like g) in whole groups
         prefill = math.ceil(replicas * (at["devices"] - g.count) / g.count - 1e-9)
         devices = (replicas + prefill) * g.count
+    per_kw, usd = _deployed_rates(at, replicas, devices, g.device, prices)
     return Option(device=g.device.id, placement=kind, replicas=replicas, devices=devices, prefill_groups=prefill,
                   batch_per_replica=batch, gamma=int(at["gamma"]),
                   group=g.shape, tokens_per_s_per_user=at["tokens_per_s_per_user"], ttft_s=at["ttft_s"],
-                  tokens_per_s_per_kw=at["tokens_per_s_per_kw"],
-                  usd_per_million_output_tokens=at["usd_per_million_output_tokens"], placement_record=p,
+                  tokens_per_s_per_kw=per_kw, usd_per_million_output_tokens=usd, placement_record=p,
                   formats=dict(formats))
+
+
+def _deployed_rates(at: Mapping[str, float], replicas: int, devices: int, device: Device,
+                    prices: Prices | None) -> tuple[float, float]:
+    """(tokens/s per kW, USD per million output tokens) of the whole deployment: ``replicas`` replicas as
+    evaluated (their busy and idle power, their devices' price, a fractional prefill share each) plus the devices
+    rounding up to whole prefill groups adds, which the same work spreads over: they add idle power and their
+    price, not tokens."""
+    extra = devices - replicas * at["devices"]
+    tokens_per_s = replicas * at["tokens_per_s"]
+    power_w = replicas * at["power_w"] + extra * idle_w(device, DEFAULT_POWER) * DEFAULT_POWER.pue
+    usd_per_h = replicas * at["usd_per_hour"]
+    if prices is not None and extra > 0:
+        usd_per_h += extra * prices.usd_per_hour(device.id) + (
+            extra * idle_w(device, DEFAULT_POWER) * DEFAULT_POWER.pue / 1000.0 * prices.usd_per_kwh)
+    return tokens_per_s / (power_w / 1000.0), usd_per_h / 3600.0 / tokens_per_s * 1e6
 
 
 def _kind_option(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: Target, **kw: Any) -> Option:

@@ -907,7 +907,7 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
     priced = sorted({o.device for o in options} & set(prices.by_device))
     caption = ("A lower bound: steady-state continuous batching with every user active, no queueing or arrival "
                "bursts. devices = replicas x group (+ whole prefill groups of the same shape, shared by the replicas, "
-               "when disaggregated). "
+               "when disaggregated); tok/s/kW and $/Mtok are the whole deployment's. "
                + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h ({prices.by_device[d].date})"
                                           for d in priced) + "." if priced else "No device here has a price: "
                   "give --usd-per-device-hour ID=USD."))
