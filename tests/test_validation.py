@@ -1,6 +1,7 @@
 """Validation against published measurements, calibration, profiles."""
 
 import json
+import math
 from pathlib import Path
 
 import attrs
@@ -352,14 +353,28 @@ def test_a_parameter_hidden_under_a_longer_cost_keeps_its_fitted_value(monkeypat
     assert out["x"].sequence_overhead_s == 1e-3 and out["x"].request_overhead_s == 0.03
     quiet = attrs.evolve(hidden, sequence_overhead_s=2e-3)   # 64 x 2 ms < 1 s: still hidden, so pooled
     assert _unseen_by_rows(blind, per, quiet, rows, layout) == blind
-    assert _blind_note("sequence_overhead_s", 1e-3, 1e-3).endswith("the pooled value")
-    assert _blind_note("sequence_overhead_s", 1e-3, 0.02).startswith("hidden under a longer cost")
+    # the Fit records what it pooled, so a hidden value that happens to equal the pooled one is still "hidden"
+    from roofline.evidence.calibrate import Fit, assessment, fit_record
+    p = rl.EngineParams()
+    se = {"x": {"sequence_overhead_s": math.inf, "request_overhead_s": math.inf},
+          "default": {"sequence_overhead_s": 1e-6}}
+    fit = Fit(profile=rl.Profile(default=p, families={"x": p}), standard_errors=se, rows=["a"], skipped=[],
+              median_abs_error=0.05, loo_median_abs_error=None, loo_errors=None,
+              pooled_params={"x": frozenset({"request_overhead_s"})})
+    kinds = {k: kind for k, (kind, _text) in assessment(fit)["x"].items() if k in se["x"]}
+    assert kinds == {"sequence_overhead_s": "hidden", "request_overhead_s": "pooled"}
+    assert _blind_note("sequence_overhead_s", 1e-3, pooled=False)[1].startswith("hidden under a longer cost")
+    assert "x.sequence_overhead_s" in fit_record(fit, data="x.csv")["not_identified"]
+    assert "x.request_overhead_s" not in fit_record(fit, data="x.csv")["not_identified"]
 
 
 def test_uncertainty_notes_say_when_a_fit_stopped_at_a_bound():
     """A parameter at one of its physical bounds has a standard error that means nothing: the profile says so
     instead of printing it (and says it beside "not identified")."""
-    from roofline.evidence.calibrate import _notes
+    from roofline.evidence.calibrate import _note
+
+    def _notes(name, value, se):
+        return _note(name, value, se)[1]
     lo, hi, _scale = BOUNDS["kernel_overhead_s"]
     assert _notes("kernel_overhead_s", hi * (1 - 1e-9), 2e-6) == "at its upper bound (its standard error does not apply)"
     assert _notes("step_overhead_s", BOUNDS["step_overhead_s"][0], 1e-6).startswith("at its lower bound")

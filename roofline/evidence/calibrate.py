@@ -102,6 +102,9 @@ class Fit:
     approx_loo_errors: dict[str, float] = attrs.field(factory=dict)
     #: the stack builds the rows measured (:func:`roofline.evidence.validate.row_stack_family`), sorted
     builds: tuple[str, ...] = ()
+    #: per stack family, the parameters none of its rows responds to that took the pooled fit's value
+    #: (:func:`_unseen_by_rows`); a blind parameter not listed is hidden under a longer cost and kept as fitted
+    pooled_params: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
 
     def heldout_split(self) -> dict[str, dict[str, float]]:
         """Median held-out |error| and row count of the rows whose stack build other rows in training share
@@ -352,7 +355,8 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(ok))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
-    per = _pool_blind(per, _unseen_by_rows(_blind(res, layout), per, default, ok, layout), default, layout.ties)
+    unseen = _unseen_by_rows(_blind(res, layout), per, default, ok, layout)
+    per = _pool_blind(per, unseen, default, layout.ties)
     held = _held_out(ok, folds, base, jobs=jobs, tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
                skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
@@ -360,7 +364,8 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
                loo_errors=held or None, holdout=_holdout_name(holdout, fold_by),
                heldout_unseen_builds=frozenset(builds_left_out(ok, folds)),
                approx_loo_errors={r.id: float(e) for r, e in zip(ok, np.expm1(approximate_loo(res)))},
-               builds=tuple(sorted({row_stack_family(r) for r in ok})))
+               builds=tuple(sorted({row_stack_family(r) for r in ok})),
+               pooled_params={f: frozenset(names) for f, names in unseen.items()})
 
 
 def _unseen_by_rows(blind: dict[str, set[str]], per: dict[str, EngineParams], pooled: EngineParams,
@@ -540,42 +545,57 @@ def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
             "platform_parameters_from": list(choice.platform_from), "not_identified": loose, "at_bound": at_bound}
 
 
-def _notes(name: str, value: float, se: float | None) -> str:
+#: Kinds of note on a fitted parameter (:func:`assessment`) that say the data do not identify it.
+UNIDENTIFIED = ("not identified", "hidden")
+
+
+def _note(name: str, value: float, se: float | None) -> tuple[str, str]:
+    """(kind, text) of a fitted parameter's note from its value and standard error."""
     if se is None:
-        return ""
+        return "", ""
     side = bound_side(name, value)
     if not math.isfinite(se) or se > max(abs(value), 1e-300):
-        return f"not identified by this data (+/- {se:.2g})" + (f", at its {side} bound" if side else "")
+        return "not identified", f"not identified by this data (+/- {se:.2g})" + (f", at its {side} bound" if side else "")
     if side:
-        return f"at its {side} bound (its standard error does not apply)"
-    return f"+/- {se:.3g}"
+        return "bound", f"at its {side} bound (its standard error does not apply)"
+    return "se", f"+/- {se:.3g}"
 
 
-def _blind_note(name: str, value: float, pooled: float) -> str:
-    """The note on a parameter no row of its stack responds to at the optimum (:func:`_unseen_by_rows`)."""
-    if value == pooled:
-        return "no row of this stack responds to it: the pooled value"
+def _blind_note(name: str, value: float, pooled: bool) -> tuple[str, str]:
+    """(kind, text) of a parameter no row of its stack responds to at the optimum: ``pooled`` when it took the
+    pooled value (:func:`_unseen_by_rows`), else hidden under a longer cost and kept as fitted."""
+    if pooled:
+        return "pooled", "no row of this stack responds to it: the pooled value"
     side = bound_side(name, value)
-    return ("hidden under a longer cost in every row of this stack (no row responds to a small change, the "
-            "pooled value would move them): kept where the fit left it" + (f", at its {side} bound" if side else ""))
+    return "hidden", ("hidden under a longer cost in every row of this stack (no row responds to a small change, "
+                      "the pooled value would move them): kept where the fit left it"
+                      + (f", at its {side} bound" if side else ""))
 
 
-def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
-    """Per parameter set and name: ``+/- se``; ``not identified by this data`` where the standard error exceeds
-    the value itself (the data cannot tell the parameter from zero); ``at its ... bound`` where the fit stopped
-    at a physical bound of :data:`BOUNDS` (a standard error there means nothing)."""
-    out: dict[str, dict[str, str]] = {"default": {}}
+def assessment(fit: Fit) -> dict[str, dict[str, tuple[str, str]]]:
+    """Per parameter set and name, (kind, text): ``se`` (``+/- se``); ``not identified`` where the standard
+    error exceeds the value itself (the data cannot tell the parameter from zero); ``bound`` where the fit stopped
+    at a physical bound of :data:`BOUNDS` (a standard error there means nothing); ``tied`` for a platform build's
+    parameter taken from the family it specialises; ``pooled`` or ``hidden`` for one no row of its stack
+    responds to (:func:`_blind_note`)."""
+    out: dict[str, dict[str, tuple[str, str]]] = {"default": {}}
     for k, se in fit.standard_errors.get("default", {}).items():
-        out["default"][k] = _notes(k, getattr(fit.profile.default, k), se)
+        out["default"][k] = _note(k, getattr(fit.profile.default, k), se)
     full = {f for f in fit.profile.families if set(PER_FAMILY) <= set(fit.standard_errors.get(f, {}))}
     for fam, p in fit.profile.families.items():
         up = next((f for f in family_chain(fam)[1:] if f in full), None) if fam not in full else None
-        tied = {k: f"as {up} (too few rows to fit it apart)" for k in PER_FAMILY if k not in PLATFORM_OWN} if up else {}
+        tied = {k: ("tied", f"as {up} (too few rows to fit it apart)") for k in PER_FAMILY if k not in PLATFORM_OWN} if up else {}
         ses = {**fit.standard_errors.get("*", {}), **fit.standard_errors.get(fam, {})}
-        blind = {k: _blind_note(k, getattr(p, k), getattr(fit.profile.default, k)) for k, se in
+        pooled = fit.pooled_params.get(fam, frozenset())
+        blind = {k: _blind_note(k, getattr(p, k), k in pooled) for k, se in
                  fit.standard_errors.get(fam, {}).items() if not math.isfinite(se) and k in PLATFORM_FULL}
-        out[fam] = {**{k: _notes(k, getattr(p, k), se) for k, se in ses.items()}, **tied, **blind}
+        out[fam] = {**{k: _note(k, getattr(p, k), se) for k, se in ses.items()}, **tied, **blind}
     return out
+
+
+def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
+    """Per parameter set and name, the text of its note (:func:`assessment`), as the profile's comments say it."""
+    return {name: {k: text for k, (_kind, text) in notes.items()} for name, notes in assessment(fit).items()}
 
 
 def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
@@ -594,8 +614,8 @@ def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
         for name, part in fit.heldout_split().items():
             record[f"heldout_{name}_build_median_abs_error"] = round(part["median_abs_error"], 5)
             record[f"heldout_{name}_build_rows"] = part["rows"]
-    missing = sorted(f"{name}.{k}" for name, notes in uncertainty(fit).items() for k, note in notes.items()
-                     if note.startswith(("not identified", "hidden under")))
+    missing = sorted(f"{name}.{k}" for name, notes in assessment(fit).items() for k, (kind, _text) in notes.items()
+                     if kind in UNIDENTIFIED)
     if missing:
         record["not_identified"] = missing
     if fit.builds:
