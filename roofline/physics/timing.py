@@ -376,14 +376,14 @@ def _tokens_per_expert(work: Work) -> Any:
     return np.maximum(work.tokens * work.experts_per_token / touched, 1.0)
 
 
-def _matmul_rows(work: Work, comp: str, elements: Any) -> Any:
-    """Token rows the matmuls of weight component ``comp`` (``elements`` weight elements) multiply in one pass:
-    each routed expert its share of the routed tokens, the LM head its logit positions (2 FLOP per element
-    per row), every other weight all the pass's tokens."""
+def _matmul_rows(work: Work, comp: str) -> Any:
+    """Token rows the matmuls of weight component ``comp`` multiply in one pass:
+    each routed expert its share of the routed tokens, the LM head its logit positions, every other weight all
+    the pass's tokens."""
     if comp == "experts":
         return _tokens_per_expert(work)
     if comp == "lm_head":
-        return work.flop["lm_head"] / (2 * np.maximum(elements, 1.0))
+        return work.logit_rows
     return work.tokens
 
 
@@ -434,7 +434,7 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     for fmt, dequantised, comps in zip((formats.weight, formats.expert), (w_deq, e_deq), _COMPONENT_WEIGHTS):
         for comp in comps if dequantised else ():   # each slice of token rows unpacks the weights it reads once
             n = work.weight_bytes[comp] / fmt.bytes_per_element
-            elements = elements + np.ceil(_matmul_rows(work, comp, n) / params.dequant_tile_rows) * n
+            elements = elements + np.ceil(_matmul_rows(work, comp) / params.dequant_tile_rows) * n
     if not (np.any(elements > 0) and params.dequant_ops_per_element > 0):
         return compute, 0.0, core_s
     if dev.peak_flop_per_s.get("fp32") is None:

@@ -83,6 +83,8 @@ class Work:
     #: "lm_head"): a block's input and output, the norms, the experts' router input and combine, which every
     #: tensor-parallel rank moves whole (:func:`_activation_bytes`, :func:`count_work`).
     activation_ends_bytes: dict[str, Array] = attrs.field(factory=dict)
+    #: Positions the LM head computes logits for (batch x logits per sequence): the rows its matmul multiplies.
+    logit_rows: Array = attrs.field(default=0.0)
 
     @property
     def flop_total(self) -> Array:
@@ -260,7 +262,8 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
     act, ends = _activation_bytes(m, T, B * logits, ba)
     return Work(flop=flop, weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
                 activation_bytes=act, tokens=T, experts_touched_per_layer=touched,
-                experts_per_token=m.experts_per_token if m.is_moe else 0, activation_ends_bytes=ends)
+                experts_per_token=m.experts_per_token if m.is_moe else 0, activation_ends_bytes=ends,
+                logit_rows=B * logits)
 
 
 def _activation_bytes(m: ModelSpec, T: Any, logit_rows: Any, ba: float) -> tuple[Any, dict[str, Any]]:
