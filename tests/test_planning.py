@@ -189,13 +189,15 @@ def test_price_files_fail_loudly(tmp_path):
 # The engines' documented flags (the tests' own copy, from the docs, not from roofline's code):
 DOCUMENTED = {
     # https://docs.vllm.ai/en/latest/configuration/engine_args.html, .../features/spec_decode.html
+    # .../features/quantization/fp8.html (--quantization fp8: a 16-bit checkpoint quantized on load)
     "vllm": {"--tensor-parallel-size", "--pipeline-parallel-size", "--enable-expert-parallel", "--max-num-seqs",
-             "--max-model-len", "--kv-cache-dtype", "--gpu-memory-utilization", "--speculative-config"},
+             "--max-model-len", "--kv-cache-dtype", "--gpu-memory-utilization", "--speculative-config",
+             "--quantization"},
     # https://docs.sglang.io/advanced_features/server_arguments.html, .../speculative_decoding.html
     "sglang": {"--model-path", "--tp-size", "--pp-size", "--ep-size", "--max-running-requests", "--context-length",
                "--kv-cache-dtype", "--mem-fraction-static", "--speculative-algorithm",
                "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
-               "--speculative-num-draft-tokens"},
+               "--speculative-num-draft-tokens", "--quantization"},   # .../quantization.html
     # https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve.html
     "trtllm": {"--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_seq_len",
                "--kv_cache_free_gpu_memory_fraction", "--extra_llm_api_options"},
@@ -206,10 +208,10 @@ FLAG_OF = {"vllm": ("--tensor-parallel-size", "--pipeline-parallel-size", "--max
            "trtllm": ("--tp_size", "--pp_size", "--max_batch_size", "--max_seq_len")}
 
 
-def _sized(kv="bf16", draft=None):
+def _sized(kv="bf16", draft=None, weights=None):
     g = rl.resolve_group("b200:2")
     t = Target(users=200, min_tokens_per_s_per_user=30.0, request=REQ)
-    opts = size(MODEL, [g], t, formats={"kv": kv}, draft=draft,
+    opts = size(MODEL, [g], t, formats={"kv": kv, "weights": weights}, draft=draft,
                 acceptance=rl.Acceptance.geometric(0.8) if draft else None)
     return option(opts, "speculative" if draft else "aggregated")
 
@@ -274,6 +276,32 @@ def test_trtllm_launch_keeps_only_the_window_on_sliding_layers():
     assert yaml.startswith("kv_cache_config:\n  dtype: fp8\n")
     assert "max_attention_window" not in launch_command("trtllm", MODEL, _sized("fp8"), request=REQ).files[
         "roofline-trtllm.yaml"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_emitted_command_serves_the_weight_format_it_was_sized_with(engine):
+    """Sized with FP8 weights from a BF16 checkpoint: vLLM and SGLang quantize on load (--quantization fp8);
+    trtllm-serve serves pre-quantized checkpoints, so it gets a note instead; a format no engine quantizes to on
+    load (int4-g128) gets the note on every engine; BF16 needs neither."""
+    fp8 = launch_command(engine, MODEL, _sized(weights="fp8"), request=REQ)
+    assert ("--quantization" in fp8.argv) == (engine != "trtllm")
+    if engine != "trtllm":
+        assert _value(fp8.argv, "--quantization") == "fp8" and not fp8.notes
+    else:
+        assert any("serve a checkpoint quantized to fp8" in n for n in fp8.notes)
+    int4 = launch_command(engine, MODEL, _sized(weights="int4-g128"), request=REQ)
+    assert "--quantization" not in int4.argv and any("quantized to int4-g128" in n for n in int4.notes)
+    plain = launch_command(engine, MODEL, _sized(), request=REQ)
+    assert "--quantization" not in plain.argv and not plain.notes
+
+
+def test_a_given_shape_that_cannot_hold_the_model_says_what_does_not_fit():
+    """ID:N sized on that shape only: when the weights alone exceed its memory the reason is the memory (as
+    `stage` says it), not that no batch reaches the speed."""
+    big = rl.load_model("llama-3.1-405b")
+    o = option(size(big, [rl.resolve_group("h100-sxm:2x2")], Target(users=10, min_tokens_per_s_per_user=1.0,
+                                                                    request=REQ)), "aggregated")
+    assert not o.feasible and "does not fit on 4x h100-sxm" in o.reason and "is usable" in o.reason
 
 
 def test_emit_refuses_what_an_engine_cannot_run():

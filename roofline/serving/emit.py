@@ -22,6 +22,11 @@ Flag names are the engines' documented ones:
   stored in the KV cache", KvCacheConfig in tensorrt_llm/llmapi/llm_args.py): without it TensorRT-LLM keeps the
   whole context on every layer and the sized batch would not fit.
 
+Weights sized in FP8 from a 16-bit checkpoint are quantized on load where the engine does that (vLLM's and
+SGLang's ``--quantization fp8``, https://docs.vllm.ai/en/latest/features/quantization/fp8.html,
+https://docs.sglang.io/advanced_features/quantization.html); any other sized weight format, and FP8 on
+TensorRT-LLM (which serves pre-quantized checkpoints), gets a note to serve a checkpoint in that format.
+
 The numbers come from the sizing: parallel sizes from the group, max concurrent sequences = the batch per
 replica, max length = input + output tokens, the memory share = the family's usable memory fraction (for
 TensorRT-LLM, the same share expressed as a fraction of the memory left after the weights), and the draft
@@ -48,6 +53,10 @@ from .serve import Request
 ENGINES = ("vllm", "sglang", "trtllm")
 #: Device vendors each engine runs on (vLLM also has TPU, Gaudi and Neuron back-ends, not emitted here).
 ENGINE_VENDORS = {"vllm": ("NVIDIA", "AMD"), "sglang": ("NVIDIA", "AMD"), "trtllm": ("NVIDIA",)}
+#: Weight formats the checkpoint of a preset can be served in as is (its own 16-bit dtype).
+NATIVE_WEIGHTS = ("bf16", "fp16", "auto")
+#: Weight formats each engine quantizes a 16-bit checkpoint to on load -> its flag value.
+ONLINE_QUANTIZATION = {"vllm": {"fp8": "fp8"}, "sglang": {"fp8": "fp8"}, "trtllm": {}}
 #: Our KV-cache format -> each engine's KV dtype value (None: the engine default, the model's dtype).
 KV_DTYPES = {"vllm": {"bf16": "auto", "fp16": "auto", "fp8": "fp8"},
              "sglang": {"bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3"},
@@ -109,6 +118,20 @@ def _attention_windows(model: ModelSpec, length: int) -> list[int] | None:
     return [min(window, length) if kind == "sliding" else length for kind in model.layer_types]
 
 
+def _weight_quantization(engine: str, model: ModelSpec, weights: str, notes: list[str]) -> str | None:
+    """The engine's on-load quantization flag value for the sized weight format (None: none needed or none
+    exists, with a note saying which checkpoint to serve instead)."""
+    if weights in NATIVE_WEIGHTS:
+        return None
+    online = ONLINE_QUANTIZATION[engine].get(weights)
+    if online is not None and not model.checkpoint_expert_format:
+        return online
+    experts = f", whose experts are {model.checkpoint_expert_format}" if model.checkpoint_expert_format else ""
+    notes.append(f"sized with {weights} weights: serve a checkpoint quantized to {weights} (the command names "
+                 f"{model.id}'s own checkpoint{experts})")
+    return None
+
+
 def launch_command(engine: str, model: ModelSpec, option: Any, *, request: Request,
                    formats: Mapping[str, Any] | None = None) -> LaunchCommand:
     """The ``engine`` command line that runs one replica of a feasible sizing ``option``."""
@@ -127,8 +150,10 @@ def launch_command(engine: str, model: ModelSpec, option: Any, *, request: Reque
     if kv == "unsupported":
         raise WorkloadError(f"{engine}: no KV-cache dtype for the {fmt.get('kv')} format")
     spec = {"model": _model_ref(p.draft_model, notes), "gamma": option.gamma} if p.speculative else None
-    args = {"model": _model_ref(model, notes), "tp": p.decode.tp, "pp": p.decode.pp, "ep": p.decode.ep,
-            "batch": option.batch_per_replica, "length": request.input_tokens + request.output_tokens, "kv": kv,
+    quantization = _weight_quantization(engine, model, str(fmt.get("weights") or "bf16"), notes)
+    args = {"model": _model_ref(model, notes), "quantization": quantization, "tp": p.decode.tp, "pp": p.decode.pp,
+            "ep": p.decode.ep, "batch": option.batch_per_replica, "kv": kv,
+            "length": request.input_tokens + request.output_tokens,
             "memory": _memory_fraction(model, option, fmt, engine == "trtllm"), "spec": spec,
             "windows": _attention_windows(model, request.input_tokens + request.output_tokens)}
     if p.prefill is not None:
@@ -143,6 +168,7 @@ def _vllm(a: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     argv = ["vllm", "serve", a["model"], "--tensor-parallel-size", str(a["tp"]),
             "--pipeline-parallel-size", str(a["pp"])]
     argv += ["--enable-expert-parallel"] if a["ep"] > 1 else []
+    argv += ["--quantization", a["quantization"]] if a["quantization"] else []
     argv += ["--max-num-seqs", str(a["batch"]), "--max-model-len", str(a["length"]), "--kv-cache-dtype", a["kv"],
              "--gpu-memory-utilization", str(a["memory"])]
     if a["spec"]:
@@ -155,6 +181,7 @@ def _sglang(a: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     argv = ["python", "-m", "sglang.launch_server", "--model-path", a["model"], "--tp-size", str(a["tp"]),
             "--pp-size", str(a["pp"])]
     argv += ["--ep-size", str(a["ep"])] if a["ep"] > 1 else []
+    argv += ["--quantization", a["quantization"]] if a["quantization"] else []
     argv += ["--max-running-requests", str(a["batch"]), "--context-length", str(a["length"]),
              "--kv-cache-dtype", a["kv"], "--mem-fraction-static", str(a["memory"])]
     if a["spec"]:   # a chain of gamma draft tokens: top-k 1, gamma steps, gamma + 1 tokens verified

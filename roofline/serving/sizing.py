@@ -22,7 +22,7 @@ from ..errors import RooflineError, WorkloadError
 from ..physics.energy import DEFAULT_POWER, idle_w
 from ..physics.memory import stored_weight_bytes
 from ..physics.speculative import Acceptance
-from ..physics.stages import max_batch, setup
+from ..physics.stages import decode_step, max_batch, setup
 from ..physics.timing import native_default_format
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
@@ -167,7 +167,8 @@ def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, dra
                 prices: Prices | None) -> Option | None:
     steady = target.request.input_tokens + target.request.output_tokens // 2    # paged KV, steady state
     bmax = min(int(max_batch(model, g, context=steady, params=params, **formats)), MAX_BATCH, target.users)
-    if bmax < 1:
+    if bmax < 1:   # a shape given as ID:N that does not hold the model: say what does not fit, as `stage` does
+        decode_step(model, g, batch=1, context=steady, params=params, on_infeasible="raise", **formats)
         return None
     p = _placement(kind, g, draft)
     best = _best_batch(_evaluate(model, p, target, np.arange(1, bmax + 1, dtype=float), acceptance, formats, params,

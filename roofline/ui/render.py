@@ -866,7 +866,18 @@ def _usd(v: float) -> str:
 
 def size_option_dict(o: Any) -> dict[str, Any]:
     d = {k: getattr(o, k) for k in SIZE_FIELDS if k != "feasible"}
-    return {"feasible": o.feasible, **d, "reason": o.reason or None}
+    return {"feasible": o.feasible, **d, "formats": dict(o.formats) or None, "reason": o.reason or None}
+
+
+def _formats_used(options: Sequence[Any]) -> str:
+    """What each device kind was sized with ("b200: weights fp8, KV bf16, activations bf16"): the defaults differ
+    by device (bf16 where native), so the caption says which applied."""
+    names = {"weights": "weights", "experts": "experts", "kv": "KV", "activations": "activations"}
+    seen: dict[str, str] = {}
+    for o in options:
+        if o.formats and o.device not in seen:
+            seen[o.device] = ", ".join(f"{label} {o.formats[k]}" for k, label in names.items() if o.formats.get(k))
+    return "; ".join(f"{dev}: {text}" for dev, text in seen.items())
 
 
 def size_table(title: str, options: Sequence[Any], caption: str) -> list[Any]:
@@ -908,6 +919,7 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
     caption = ("A lower bound: steady-state continuous batching with every user active, no queueing or arrival "
                "bursts. devices = replicas x group (+ whole prefill groups of the same shape, shared by the replicas, "
                "when disaggregated); tok/s/kW and $/Mtok are the whole deployment's. "
+               + (f"Formats: {_formats_used(options)}. " if _formats_used(options) else "")
                + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h ({prices.by_device[d].date})"
                                           for d in priced) + "." if priced else "No device here has a price: "
                   "give --usd-per-device-hour ID=USD."))

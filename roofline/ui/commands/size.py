@@ -92,8 +92,10 @@ def register(add: Adder) -> None:
     add_acceptance(sp)
     sp.add_argument("--weights", default=None, help="weight format (default: bf16 where native, else the device's)")
     sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's)")
-    sp.add_argument("--kv", default=None, help="KV-cache format (default as --weights)")
-    sp.add_argument("--activations", default=None, help="activation format (default as --weights)")
+    sp.add_argument("--kv", default=None, help="KV-cache format (default: bf16 where native, else the device's; "
+                    "not --weights: say --kv fp8 for an FP8 cache)")
+    sp.add_argument("--activations", default=None, help="activation format (default: bf16 where native, else the "
+                    "device's)")
     add_prices(sp)
     sp.add_argument("--emit", choices=ENGINES, default=None,
                     help="also print the engine's launch command line for each feasible option")
