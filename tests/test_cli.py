@@ -432,7 +432,7 @@ def test_show_says_what_the_calibration_knows_of_each_fitted_field(run_cli):
     assert code == 0 and "roofline/profiles/default.toml [params]" in text
     prof = shipped_profile()
     loose = prof.not_identified("default")
-    assert "compute_half_tokens" in loose and "fitted (not identified by its rows" in text
+    assert loose and "fitted (not identified by its rows" in text
     mbu = prof.default.memory_bandwidth_fraction   # identified, inside its bounds: printed with its error
     se = prof.standard_error("memory_bandwidth_fraction")
     assert "memory_bandwidth_fraction" not in loose and not bound_side("memory_bandwidth_fraction", mbu)
@@ -440,8 +440,10 @@ def test_show_says_what_the_calibration_knows_of_each_fitted_field(run_cli):
     code, out, _ = run_cli("show", "h100-sxm", "--json")   # the JSON carries the same provenance
     where = json.loads(out)["execution_provenance"]
     assert code == 0 and where["memory_bandwidth_fraction"].startswith(f"fitted (+/- {se:.2g})")
-    assert where["compute_half_tokens"].startswith("fitted (not identified by its rows")
+    unidentified = {k for k, v in where.items() if v.startswith("fitted (not identified by its rows")}
+    assert unidentified == {k.removesuffix("_s") for k in loose}
     assert where["link_bandwidth_fraction"].startswith("source: http")
+    assert where["compute_half_tokens"].startswith("estimate: ")   # fixed in the family file, not fitted
 
 
 def test_spec_caption_explains_gamma_zero_on_separate_draft_devices(run_cli):
@@ -456,3 +458,16 @@ def test_spec_caption_explains_gamma_zero_on_separate_draft_devices(run_cli):
     assert "γ 0 is plain decode with the draft's devices idle but powered" in " ".join(out.split())
     code, out, _ = run_cli(*base, "--draft-on", "b200:8", "--verify-on", "b200:8")
     assert code == 0 and "idle but powered" not in " ".join(out.split())
+
+
+def test_spec_caption_says_when_no_gamma_beats_plain_decode(run_cli):
+    """The star marks the best γ even when every γ is slower than the baseline (alpha 0: each round yields one
+    token and pays the draft); the caption then says speculation does not pay, and not when some γ is faster."""
+    base = ("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--draft-on", "corsair:2",
+            "--verify-on", "b200:8", "--gamma", "1,2")
+    code, out, _ = run_cli(*base, "--alpha", "0")
+    assert code == 0 and "No γ here is faster than plain decode" in " ".join(out.split())
+    code, out, _ = run_cli(*base, "--alpha", "0", "--json")
+    assert max(r["speedup"] for r in json.loads(out)["rows"]) < 1
+    code, out, _ = run_cli(*base, "--alpha", "0.9")
+    assert code == 0 and "No γ here" not in " ".join(out.split())

@@ -389,10 +389,16 @@ def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), no
     base = (f"{_rate(d['baseline_tokens_per_s_per_user'])} tok/s/user" if not several else "; ".join(
         f"batch {b}: {_rate(next(row['baseline_tokens_per_s_per_user'] for row in d['rows'] if row['batch'] == b))}"
         for b in batches) + " tok/s/user")
+    def pays(b: int) -> bool:   # some gamma beats plain decode at this batch
+        return any(row["speedup"] > 1 for row in d["rows"] if row["batch"] == b and row["fits"] and row["gamma"])
+    slower = [b for b in batches if not pays(b)]
     cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
            f"Baseline: plain decode on {r.target_group} at {base}"
            + (f", {base_e:.3g} J/token" if math.isfinite(base_e) and not several else "")
            + (". * = most tok/s/user" + (" at that batch" if several else "") + ".")
+           + ((" No γ here is faster than plain decode (speed-up < 1" + (f" at batch {', '.join(map(str, slower))}"
+                                                                         if several else "") + "): speculation does not pay.")
+              if slower else "")
            + (" γ 0 is plain decode with the draft's devices idle but powered (their idle power in J/token)."
               if r.draft_group != r.target_group and any(row["gamma"] == 0 for row in d["rows"]) else "")
            + (f" What-if: {', '.join(overrides)}." if overrides else "")
