@@ -471,3 +471,12 @@ def test_spec_caption_says_when_no_gamma_beats_plain_decode(run_cli):
     assert max(r["speedup"] for r in json.loads(out)["rows"]) < 1
     code, out, _ = run_cli(*base, "--alpha", "0.9")
     assert code == 0 and "No γ here" not in " ".join(out.split())
+
+
+@pytest.mark.parametrize("flag,value", [("--users", "-5"), ("--min-tokens-per-s-per-user", "-10"),
+                                        ("--ttft-ms", "0")])
+def test_size_targets_out_of_range_are_usage_errors(run_cli, flag, value):
+    """A target the command line gives out of range is a usage error (exit 2), whichever flag carries it."""
+    args = {"--users": "5", "--min-tokens-per-s-per-user": "10", flag: value}
+    code, _, err = run_cli("size", "llama-3.1-8b", "--devices", "b200", *[w for kv in args.items() for w in kv])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err

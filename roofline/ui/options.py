@@ -72,13 +72,16 @@ def nonnegative(text: str) -> int:
     return count(text, minimum=0)
 
 
-def number(text: str, what: str) -> float:
+def number(text: str, what: str, *, positive: bool = False) -> float:
+    """A finite number given on the command line (``positive``: > 0); a usage error (exit 2) otherwise."""
     try:
         v = float(text)
     except ValueError:
         raise UsageError(f"{what}: expected a number, got {text!r}") from None
     if not math.isfinite(v):
         raise UsageError(f"{what}: expected a finite number, got {text!r}")
+    if positive and v <= 0:
+        raise UsageError(f"{what}: must be > 0, got {text}")
     return v
 
 

@@ -64,8 +64,9 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
                          f"{args.stack} predicts {stack_option(args.stack)}: give the same engine to both")
     model = load_model(args.model)
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
-                                                                       "--min-tokens-per-s-per-user"),
-                    max_ttft_s=number(args.ttft_ms, "--ttft-ms") / 1e3 if args.ttft_ms is not None else float("inf"),
+                                                                       "--min-tokens-per-s-per-user", positive=True),
+                    max_ttft_s=number(args.ttft_ms, "--ttft-ms", positive=True) / 1e3 if args.ttft_ms is not None
+                    else float("inf"),
                     request=Request(input_tokens=args.isl, output_tokens=args.osl))
     draft = load_model(args.draft) if args.draft else None
     prices = price_list(args)
