@@ -163,8 +163,9 @@ def test_sweeps_mark_infeasible_instead_of_failing():
     s = rl.speculative_round("gpt-oss-120b", verify_on="h100-sxm:1", draft="gpt-oss-draft-1.6b", acceptance=0.9,
                              gamma=np.arange(0, 4), batch=4096)
     assert not s.fits.any() and np.isnan(s.tokens_per_s_per_user).all()
-    with pytest.raises(rl.WorkloadError):
-        rl.optimal_gamma(s)
+    with pytest.raises(rl.InfeasibleError, match="no gamma in the scan fits in memory: gpt-oss-120b does not fit on "):
+        rl.optimal_gamma(s)   # says which stage does not fit and by how much, as `stage` does
+    assert "needs" in s.infeasible_reason and "is usable" in s.infeasible_reason
 
 
 # ------------------------------------------------ the reliability cases of issue 14

@@ -14,10 +14,10 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..errors import WorkloadError, broadcast_errors
+from ..errors import InfeasibleError, WorkloadError, broadcast_errors
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
 from ..physics.speculative import Acceptance
-from ..physics.timing import evaluate_pass
+from ..physics.timing import evaluate_pass, require_feasible
 from ..records import ArrayRecord
 from ..specs.formats import Formats
 from ..specs.links import GroupLink, get_link
@@ -69,6 +69,8 @@ class SpecResult(ArrayRecord):
     draft_bound: NDArray[np.str_]
     verify_bound: NDArray[np.str_]
     energy_note: str = ""
+    #: why no point of the scan fits ("" where some does): the first stage that does not, as `stage` says it
+    infeasible_reason: str = ""
 
     @property
     def draft_step_s(self) -> Array:
@@ -157,11 +159,24 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         power_w=full(power_w * nan), fits=rnd.fits,
         draft_bound=np.where(full(G) > 0, full(rnd.draft.bound), "none"),   # gamma 0 drafts nothing
         verify_bound=full(rnd.verify.bound),
-        energy_note=note)
+        energy_note=note, infeasible_reason="" if np.any(rnd.fits) else _why_infeasible(rnd))
+
+
+def _why_infeasible(rnd: Any) -> str:
+    """What does not fit when no point of a round does: the verify pass (at the context memory is checked at), else
+    the draft, else the two together on shared devices."""
+    for part in (rnd.verify_end, rnd.draft):
+        if part is not None and not np.any(part.fits):
+            try:
+                require_feasible(part)
+            except InfeasibleError as e:
+                return str(e)
+    return f"the draft and the target together do not fit on {rnd.target_group.describe()}"
 
 
 def optimal_gamma(result: SpecResult) -> int:
     """The gamma with the most tokens/s per user among the feasible points of a scan (integer search)."""
     if not np.any(result.fits):
-        raise WorkloadError("no gamma in the scan fits in memory")
+        raise InfeasibleError("no gamma in the scan fits in memory" + (f": {result.infeasible_reason}"
+                                                                          if result.infeasible_reason else ""))
     return int(np.ravel(result.gamma)[result.best_index])
