@@ -47,11 +47,11 @@ def test_missing_family_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("device", NON_GPU)
 def test_no_non_gpu_device_carries_gpu_fitted_costs(device):
-    """The GPU calibration's launch costs and small-matmul ramp never apply to another family."""
+    """The GPU calibration's launch costs and efficiencies never apply to another family."""
     gpu = rl.default_params()
     prof = rl.resolve_profile(rl.load_device(device))
     assert prof.family != "gpu"
-    for name in ("step_overhead_s", "kernel_overhead_s", "compute_half_tokens", "fp4_compute_scale",
+    for name in ("step_overhead_s", "kernel_overhead_s", "fp4_compute_scale",
                  "collective_base_s", "memory_bandwidth_fraction"):
         assert getattr(prof, name) != getattr(gpu, name), name
     # even when a caller passes the GPU parameters explicitly

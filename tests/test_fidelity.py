@@ -776,14 +776,21 @@ def test_overlap_efficiency_is_a_what_if_with_a_clear_error(run_cli):
     assert "h100-sxm.execution.overlap_efficiency" in err and "1.5" in err
 
 
-def test_the_gpu_profile_overlaps_in_part_and_says_how_sure_it_is():
-    """GPU passes take eta from the shipped fit, which rejects the perfect-overlap roofline (eta < 1) but does not
-    identify it: the profile records it as not identified (docs/theory.md §1.2) and the stage caption shows the
-    exposed share; the dataflow families keep the roofline's max (an estimate, eta = 1)."""
-    prof = shipped_profile()
-    eta = prof.default.overlap_efficiency
-    assert 0 <= eta < 1 and "overlap_efficiency" in prof.not_identified("default")
-    assert resolve_profile(rl.load_device("h200-sxm")).overlap_efficiency == eta
+def test_the_gpu_profile_fixes_what_the_rows_leave_at_a_bound():
+    """Fitted free, eta (the overlap share) and T_half (the small-matmul ramp) went to their lower bound of 0 in
+    every calibration without being identified; the GPU family file fixes them there with its reasoning instead
+    of fitting them (docs/theory.md §1.2), the calibration carries the fixed value, and the dataflow families
+    keep the roofline's max (an estimate, eta = 1)."""
+    from roofline.evidence.calibrate import BOUNDS, _gpu_base
+    from roofline.specs.execution import family_profile
+    gpu = family_profile("gpu")
+    for name in ("overlap_efficiency", "compute_half_tokens"):
+        assert name not in BOUNDS and getattr(gpu.profile, name) == 0.0
+        assert getattr(_gpu_base(), name) == 0.0   # where the calibration starts, and stays: it does not fit it
+        assert gpu.provenance[name].startswith("estimate") and "lower bound" in gpu.provenance[name]
+        assert getattr(shipped_profile().default, name) == 0.0
+        assert name not in shipped_profile().not_identified("default")
+    assert resolve_profile(rl.load_device("h200-sxm")).overlap_efficiency == 0.0
     for device in ("groq-lpu", "cerebras-wse-3", "corsair"):
         assert resolve_profile(rl.load_device(device)).overlap_efficiency == 1.0
 

@@ -6,12 +6,12 @@ per pass, per request and per running sequence (fitted per serving-stack family:
 their kernels and schedulers differ; a ROCm build, one per ISA, also fits its own
 fixed cost per kernel, and with few rows only that and its efficiencies), and
 shared by all stacks the fixed cost per kernel (the CUDA stacks) and per
-collective, the token count at which matmuls reach half their peak efficiency,
-what FP8 and FP4 matmuls keep of it, and how much of the shorter of a kernel's
-compute and memory time hides under the longer (``overlap_efficiency``), and the vector ops that unpack one
+collective, what FP8 and FP4 matmuls keep of the peak efficiency, and the vector ops that unpack one
 weight element of a weight-only format (``dequant_ops_per_element``: hidden in the weight stream at small
-batches, paid once per 64-row slice at large ones). Residuals are log(predicted /
-measured), so a row 2x too fast weighs as much as one 2x too slow. The fit
+batches, paid once per 64-row slice at large ones). Two parameters every fit left at a bound are fixed in the
+GPU family file instead (hardware_specs/execution/gpu.toml): the small-matmul ramp (``compute_half_tokens`` 0)
+and the share of a kernel's shorter compute or memory time hidden under the longer (``overlap_efficiency`` 0).
+Residuals are log(predicted / measured), so a row 2x too fast weighs as much as one 2x too slow. The fit
 reports each parameter with its standard error (Jacobian at the optimum) and, on
 request, the held-out error: each row predicted by a fit that never saw it
 (leave-one-out, or folds of whole publications). The loss is soft-L1 on the log
@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import RooflineError
 from ..specs.execution import family_profile
 from ..specs.params import (
+    NOT_IN_PROFILE_FILES,
     PLATFORM_OWN,
     EngineParams,
     Profile,
@@ -56,7 +57,6 @@ from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_fa
 BOUNDS: dict[str, tuple[float, float, float]] = {
     "memory_bandwidth_fraction": (0.3, 1.0, 1.0),
     "compute_fraction": (0.2, 1.0, 1.0),
-    "compute_half_tokens": (0.0, 2048.0, 100.0),
     "low_precision_compute_scale": (0.3, 1.0, 1.0),
     "fp4_compute_scale": (0.3, 1.0, 1.0),
     "step_overhead_s": (20e-6, 2e-3, 1e-4),
@@ -65,7 +65,6 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "prefill_compute_scale": (0.2, 1.0, 1.0),
     "request_overhead_s": (0.0, 0.2, 0.01),
     "sequence_overhead_s": (0.0, 200e-6, 1e-5),
-    "overlap_efficiency": (0.0, 1.0, 1.0),
     "dequant_ops_per_element": (0.0, 32.0, 1.0),
 }
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
@@ -420,11 +419,13 @@ DEQUANT_START = 6.0
 
 
 def _gpu_base() -> EngineParams:
-    """Where a GPU calibration starts: the generic parameters with the GPU family file's set values for what it
-    does not fit (per-layer costs 0: kernel gaps are counted per kernel), unpacking at DEQUANT_START."""
+    """Where a GPU calibration starts: the generic parameters, with the GPU family file's values for every field
+    it does not fit (per-layer costs 0: kernel gaps are counted per kernel; the overlap share and the small-matmul
+    ramp fixed at 0), unpacking at DEQUANT_START. The fitted fields start from the generic values, not from the
+    shipped calibration, so a refit does not depend on the profile it replaces."""
     fam = family_profile("gpu").profile
-    return EngineParams(**{k: getattr(fam, k) for k in ("layer_overhead_s", "moe_layer_overhead_s")},
-                        dequant_ops_per_element=DEQUANT_START)
+    fixed = [a.name for a in attrs.fields(EngineParams) if a.name not in BOUNDS and a.name not in NOT_IN_PROFILE_FILES]
+    return EngineParams(**{k: getattr(fam, k) for k in fixed}, dequant_ops_per_element=DEQUANT_START)
 
 
 def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, jobs: int, tick: Any) -> dict[str, float]:
