@@ -200,13 +200,13 @@ def _deployed_rates(at: Mapping[str, float], replicas: int, devices: int, device
     evaluated (their busy and idle power, their devices' price, a fractional prefill share each) plus the devices
     rounding up to whole prefill groups adds, which the same work spreads over: they add idle power and their
     price, not tokens."""
-    extra = devices - replicas * at["devices"]
+    extra = max(devices - replicas * at["devices"], 0.0)
+    extra_w = extra * idle_w(device, DEFAULT_POWER) * DEFAULT_POWER.pue
     tokens_per_s = replicas * at["tokens_per_s"]
-    power_w = replicas * at["power_w"] + extra * idle_w(device, DEFAULT_POWER) * DEFAULT_POWER.pue
+    power_w = replicas * at["power_w"] + extra_w
     usd_per_h = replicas * at["usd_per_hour"]
     if prices is not None and extra > 0:
-        usd_per_h += extra * prices.usd_per_hour(device.id) + (
-            extra * idle_w(device, DEFAULT_POWER) * DEFAULT_POWER.pue / 1000.0 * prices.usd_per_kwh)
+        usd_per_h += extra * prices.usd_per_hour(device.id) + extra_w / 1000.0 * prices.usd_per_kwh
     return tokens_per_s / (power_w / 1000.0), usd_per_h / 3600.0 / tokens_per_s * 1e6
 
 

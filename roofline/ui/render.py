@@ -922,10 +922,11 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
     title = (f"{model_id}: {target.users:,} users at >= {target.min_tokens_per_s_per_user:g} tok/s each{ttft}, "
              f"{req.input_tokens} in / {req.output_tokens} out")
     priced = sorted({o.device for o in options} & set(prices.by_device))
+    used = _formats_used(options)
     caption = ("A lower bound: steady-state continuous batching with every user active, no queueing or arrival "
                "bursts. devices = replicas x group (+ whole prefill groups of the same shape, shared by the replicas, "
                "when disaggregated); tok/s/kW and $/Mtok are the whole deployment's. "
-               + (f"Formats: {_formats_used(options)}. " if _formats_used(options) else "")
+               + (f"Formats: {used}. " if used else "")
                + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h ({prices.by_device[d].date})"
                                           for d in priced) + "." if priced else "No device here has a price: "
                   "give --usd-per-device-hour ID=USD."))
