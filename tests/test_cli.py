@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -480,3 +481,136 @@ def test_size_targets_out_of_range_are_usage_errors(run_cli, flag, value):
     args = {"--users": "5", "--min-tokens-per-s-per-user": "10", flag: value}
     code, _, err = run_cli("size", "llama-3.1-8b", "--devices", "b200", *[w for kv in args.items() for w in kv])
     assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err
+
+
+def test_devices_table_prints_capacities_in_the_decimal_gb_stage_uses(run_cli):
+    """`devices` and `stage` speak one unit: H200's 143,771 MiB is 151 GB (as `stage` and the does-not-fit errors
+    count) with its binary 140 GiB beside it, not a bare GiB figure next to decimal GB elsewhere."""
+    code, out, _ = run_cli("devices")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "151 GB (140 GiB)" in rows["h200-sxm"] and "85.9 GB (80 GiB)" in rows["a100-sxm-80gb"]
+    code, out, _ = run_cli("show", "h200-sxm")
+    assert "151 GB (140 GiB)" in out
+
+
+def test_token_counts_take_decimal_and_binary_suffixes(run_cli):
+    """`8k` is 8,000 (decimal, as the README says) and `8Ki` the 8,192 that benchmarks call "8k"; a suffix that is
+    neither is a usage error naming the value."""
+    from roofline.ui.options import count
+    assert (count("8k"), count("8Ki"), count("1M"), count("1Mi"), count("8192")) == (8000, 8192, 10**6, 2**20, 8192)
+    squeeze = lambda out: " ".join(out.split())                                      # noqa: E731
+    binary = squeeze(run_cli("stage", "llama-2-7b", "h100-sxm", "--context", "8Ki", "--batch", "1")[1])
+    plain = squeeze(run_cli("stage", "llama-2-7b", "h100-sxm", "--context", "8192", "--batch", "1")[1])
+    assert binary == plain
+    code, _, err = run_cli("stage", "llama-2-7b", "h100-sxm", "--context", "8KB")
+    assert code == 2 and "8KB" in err
+
+
+def test_compare_prices_electricity_and_names_what_it_changed(run_cli):
+    """`compare --usd-per-kwh P` adds the group's power at P to its cost, exactly P x 1e6 / 3600 / (tok/s per kW)
+    per million tokens (the same power its tok/s/kW column divides by); the caption and JSON say which what-ifs
+    apply to every group and what each named variant changed."""
+    def cost(*extra):
+        code, out, _ = run_cli("compare", "llama-3.1-8b", "h200-sxm", "--batch", "1", "--json", *extra)
+        assert code == 0
+        row = json.loads(out)["rows"][0]
+        return row["usd_per_million_output_tokens"][0], row["tokens_per_s_per_kw"][0]
+    free, kw = cost()
+    paid, _ = cost("--usd-per-kwh", "10")
+    assert paid - free == pytest.approx(10 * 1e6 / 3600 / kw, rel=1e-9)
+    argv = ("compare", "llama-3.1-8b", "h200-sxm", "big=h200-sxm.hbm.capacity=300GB", "--batch", "1",
+            "--set", "h200-sxm.hbm.bandwidth=9.6TB/s")
+    code, out, _ = run_cli(*argv)
+    text = " ".join(out.split())
+    assert code == 0 and "What-if: h200-sxm.hbm.bandwidth=9.6TB/s" in text and "big = h200-sxm.hbm.capacity=300GB" in text
+    rows = json.loads(run_cli(*argv, "--json")[1])["rows"]
+    assert rows[1]["variant"] == ["h200-sxm.hbm.capacity=300GB"] and "variant" not in rows[0]
+
+
+def test_compare_refuses_what_it_cannot_show(run_cli):
+    """Nothing runnable is an error (one line, non-zero), not an empty table with status 0; the advice it gives
+    (--activations) is a flag compare has; --tp leaves groups that carry their own :N alone; a name given twice
+    is a usage error."""
+    code, out, err = run_cli("compare", "llama-3.1-8b", "corsair", "corsair:4", "--weights", "mxint8", "--kv", "mxint8")
+    assert code == 1 and out == "" and err.count("no native bf16") == 1 and "--activations" in err
+    code, out, _ = run_cli("compare", "llama-3.1-8b", "corsair:4", "--weights", "mxint8", "--kv", "mxint8",
+                           "--activations", "mxint8", "--batch", "1")
+    assert code == 0 and "corsair:4" in out
+    code, out, _ = run_cli("compare", "llama-3.1-70b", "h100-sxm", "h100-sxm:4", "--tp", "2", "--batch", "1")
+    assert code == 0 and "h100-sxm:2" in out and "h100-sxm:4" in out
+    code, _, err = run_cli("compare", "llama-3.1-8b", "b200", "b200")
+    assert code == 2 and "b200 given more than once" in err
+
+
+def test_placements_and_pareto_label_what_ifs_and_refuse_ambiguous_input(run_cli):
+    """A what-if reaches the caption (placements) or a line under the tables (pareto), not only the JSON; a
+    device or placement name given twice, and an acceptance without a draft, are usage errors."""
+    code, out, _ = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h200-sxm", "--batch", "8",
+                           "--set", "h200-sxm.hbm.bandwidth=9.6TB/s")
+    assert code == 0 and "What-if: h200-sxm.hbm.bandwidth=9.6TB/s" in " ".join(out.split())
+    code, _, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "b200,b200")
+    assert code == 2 and "b200 given twice" in err
+    code, _, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "b200", "--alpha", "0.9")
+    assert code == 2 and "--draft" in err
+    code, out, _ = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h200-sxm",
+                           "--batch", "1,8", "--set", "h200-sxm.hbm.bandwidth=9.6TB/s")
+    assert code == 0 and "What-if (every configuration): h200-sxm.hbm.bandwidth=9.6TB/s" in " ".join(out.split())
+    code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h200-sxm",
+                           "--placement", "a: decode=b200", "--batch", "1")
+    assert code == 2 and "a is given twice" in err
+
+
+def test_spec_says_nothing_fits_rather_than_speculation_does_not_pay(run_cli):
+    """At a batch where no speculative row fits, the caption says so (and prints no tokens per round), instead
+    of concluding from empty rows that speculation does not pay."""
+    code, out, _ = run_cli("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on",
+                           "h100-sxm", "--alpha", "0.9", "--gamma", "1,4", "--batch", "1,512")
+    text = " ".join(out.split())
+    assert code == 0 and "Nothing speculative fits at batch 512" in text and "at batch 512)" not in text
+    assert all(line.split()[4] == "—" for line in out.splitlines() if line.split()[:1] == ["512"])
+
+
+def test_diagnose_compares_with_its_prediction_and_labels_what_ifs(run_cli):
+    """The verdict says how far the model's own prediction is from the measurement; one device gets no advice
+    about TP ranks or interconnects; a what-if peak is not called a datasheet's; flags the vLLM file already
+    answers are refused rather than silently ignored."""
+    sample = str(Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm_benchmark_sample.json")
+    code, out, _ = run_cli("diagnose", "llama-3.1-8b", "h100-sxm", "--vllm-json", sample, "--json")
+    d = json.loads(out)
+    assert code == 0 and f"{d['predicted_tpot_s'] * 1e3:.3g} ms per output token" in d["advice"]
+    assert "TP ranks" not in d["advice"]
+    code, out, _ = run_cli("diagnose", "llama-3.1-8b", "h100-sxm", "--vllm-json", sample,
+                           "--set", "h100-sxm.hbm.bandwidth=6TB/s")
+    assert code == 0 and "peak bandwidth (what-if)" in out and "(datasheet" not in out
+    code, _, err = run_cli("diagnose", "llama-3.1-8b", "h100-sxm", "--vllm-json", sample, "--batch", "64")
+    assert code == 2 and "drop --batch" in err
+
+
+def test_models_names_the_attention_kind():
+    """Llama-2-7B is multi-head (32 KV heads for 32 query heads), Llama-3.1-8B grouped-query (32/8)."""
+    import io
+
+    from rich.console import Console
+
+    from roofline.ui.render import models_table
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(models_table([rl.load_model("llama-2-7b"), rl.load_model("llama-3.1-8b")]))
+    rows = {line.split()[0]: line for line in buf.getvalue().splitlines() if line.strip()}
+    assert "MHA 32" in rows["llama-2-7b"] and "GQA 32/8" in rows["llama-3.1-8b"]
+
+
+def test_spec_json_gives_every_batch_its_own_baseline(run_cli):
+    """With several batches each row carries its batch's plain-decode speed and energy, and baseline_by_batch
+    lists them (the top-level baseline is the first batch's); the caption prints each batch's J/token."""
+    code, out, _ = run_cli("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on",
+                           "h100-sxm", "--alpha", "0.9", "--gamma", "1,4", "--batch", "1,8", "--json")
+    d = json.loads(out)
+    by = {b["batch"]: b for b in d["baseline_by_batch"]}
+    assert code == 0 and set(by) == {1, 8} and by[1]["energy_per_token_j"] != by[8]["energy_per_token_j"]
+    for row in d["rows"]:
+        assert row["baseline_energy_per_token_j"] == by[row["batch"]]["energy_per_token_j"]
+    assert d["baseline_energy_per_token_j"] == by[1]["energy_per_token_j"]
+    text = " ".join(run_cli("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on",
+                            "h100-sxm", "--alpha", "0.9", "--gamma", "1,4", "--batch", "1,8")[1].split())
+    assert f"batch 8: {by[8]['tokens_per_s_per_user']:.3g} tok/s/user, {by[8]['energy_per_token_j']:.3g} J/token" in text

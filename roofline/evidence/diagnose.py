@@ -145,7 +145,9 @@ class Diagnosis:
     advice: str
 
 
-def _verdict(mbu: float, mfu: float, utilisation: float | None) -> tuple[str, str]:
+def _verdict(mbu: float, mfu: float, utilisation: float | None, *, split: bool) -> tuple[str, str]:
+    """The binding resource and what would help; ``split``: the group spans devices (tensor or pipeline
+    parallel), so synchronisation and the interconnect are candidates too."""
     if mbu >= 0.5 and mbu >= 1.5 * mfu:
         binding = "memory bandwidth"
         advice = (f"decode runs at {mbu:.0%} of peak bandwidth while compute utilisation (MFU) is {mfu:.1%}: "
@@ -158,8 +160,10 @@ def _verdict(mbu: float, mfu: float, utilisation: float | None) -> tuple[str, st
     else:
         binding = "overhead or communication"
         advice = (f"neither resource is near its peak (bandwidth {mbu:.0%}, compute {mfu:.1%}): time goes to fixed "
-                  "per-step costs, synchronisation, scheduling or kernels below peak; larger batches, CUDA graphs, "
-                  "fewer TP ranks or a faster interconnect help more than a faster chip")
+                  + ("per-step costs, synchronisation, scheduling or kernels below peak; larger batches, CUDA graphs, "
+                     "fewer TP ranks or a faster interconnect help more than a faster chip" if split else
+                     "per-step costs, scheduling or kernels below peak; larger batches or CUDA graphs help more than "
+                     "a faster chip"))
     if utilisation is not None and utilisation < 0.5 and binding == "memory bandwidth":
         advice += f"; the measured utilisation {utilisation:.0%} agrees (busy waiting on memory, not computing)"
     return binding, advice
@@ -195,7 +199,14 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
         raise WorkloadError(f"the measured {1 / ms.tpot_s:.4g} tokens/s per user implies {which} on {g.describe()}: "
                             "impossible for this device; check the batch, the formats (--weights, --kv) and the "
                             "device count")
-    binding, advice = _verdict(mbu, mfu, ms.utilisation)
+    binding, advice = _verdict(mbu, mfu, ms.utilisation, split=g.count > 1)
+    off = float(r.time_s) / ms.tpot_s - 1
+    advice += (f". The model predicts {float(r.time_s) * 1e3:.3g} ms per output token for this setup, "
+               f"{abs(off):.0%} {'above' if off > 0 else 'below'} the measured {ms.tpot_s * 1e3:.3g} ms"
+               + (": the run is slower than this roofline explains (a stack or setting the model does not know, or a "
+                  "setup other than the one given)" if off < -0.25 else
+                  ": the run beats this calibration (a faster stack, or a setup other than the one given)" if off > 0.25
+                  else ""))
     return Diagnosis(model=m.id, group=g.describe(), measurement=ms, bytes_per_step=bytes_step, flop_per_step=flop_step,
                      achieved_bytes_per_s=bytes_step / ms.tpot_s, achieved_flop_per_s=flop_step / ms.tpot_s,
                      peak_bytes_per_s=peak_bw, peak_flop_per_s=peak_flop, compute_class=cls, mbu=mbu, mfu=mfu,

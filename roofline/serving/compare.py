@@ -43,8 +43,9 @@ def compare(model: ModelSpec, groups: Sequence[tuple[str, DeviceGroup]], *, batc
             formats: Mapping[str, Any], params: EngineParams, with_elasticity: bool = False,
             power: PowerModel = DEFAULT_POWER, prices: Prices | None = None) -> list[Comparison]:
     """Decode at each batch and ``context``, prefill of ``prompt``, max batch, tokens/s per kW and decode cost
-    per million output tokens (devices x USD per hour / 3600 / tokens/s x 1e6) per group; a group that cannot
-    run the model gets its error instead of numbers."""
+    per million output tokens per group: (devices x USD per hour + busy power x PUE x USD per kWh) / 3600 /
+    tokens/s x 1e6, as :func:`roofline.serving.serve.evaluate_serving` prices a replica (electricity only where
+    the power is known); a group that cannot run the model gets its error instead of numbers."""
     prices = prices if prices is not None else shipped_prices()
     out = []
     kw = dict(params=params, **formats)
@@ -52,13 +53,16 @@ def compare(model: ModelSpec, groups: Sequence[tuple[str, DeviceGroup]], *, batc
         try:
             dec = decode_step(model, g, batch=batch, context=context, on_infeasible="nan", **kw)
             pre = prefill(model, g, prompt=prompt, on_infeasible="nan", **kw)
-            usd = g.count * prices.usd_per_hour(g.device.id) / 3600 / dec.tokens_per_s * 1e6
-            row = Comparison(name=name, group=g, decode=dec, prefill=pre, usd_per_million_output_tokens=usd,
+            row = Comparison(name=name, group=g, decode=dec, prefill=pre,
                              max_batch=int(max_batch(model, g, context=context, **kw)))
+            power_w: Any = 0.0
             try:
-                row = attrs.evolve(row, tokens_per_s_per_kw=dec.tokens_per_s / (group_busy_w(g, dec, power) / 1000))
+                power_w = group_busy_w(g, dec, power) * power.pue
+                row = attrs.evolve(row, tokens_per_s_per_kw=dec.tokens_per_s / (power_w / 1000))
             except RooflineError as e:
                 row = attrs.evolve(row, power_note=str(e))
+            usd_per_hour = g.count * prices.usd_per_hour(g.device.id) + power_w / 1000 * prices.usd_per_kwh
+            row = attrs.evolve(row, usd_per_million_output_tokens=usd_per_hour / 3600 / dec.tokens_per_s * 1e6)
             if with_elasticity:
                 first = int(np.ravel(batch)[0])
                 row = attrs.evolve(row, elasticity=elasticities(lambda d: float(decode_step(

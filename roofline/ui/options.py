@@ -22,20 +22,22 @@ class UsageError(RooflineError):
     """A command-line usage error (exit status 2)."""
 
 
-_SUFFIX = {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000}
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+#: Count suffixes: decimal k and M (``128k`` = 128,000), binary Ki and Mi where a benchmark's "8k" means 8,192.
+_SUFFIX = {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000, "Ki": 1_024, "ki": 1_024,
+           "Mi": 1_048_576, "mi": 1_048_576}
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]i?)?\s*$")
 #: The largest count a command accepts (tokens, batch, devices): beyond it nothing is a workload.
 MAX_COUNT = 10**12
 
 
 def count(text: str, *, minimum: int = 0) -> int:
-    """A whole count with an optional k/M suffix: ``128k`` = 128,000, ``1M`` = 1,000,000, ``8192``."""
+    """A whole count with an optional suffix: ``128k`` = 128,000, ``1M`` = 1,000,000, ``8Ki`` = 8,192, ``8192``."""
     m = _COUNT.match(str(text))
     if not m:
         if _below(text, minimum):   # a number, out of range: say so, not that it cannot be read
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
         raise argparse.ArgumentTypeError(f"expected a whole number such as 8192 or 128k, got {text!r}")
-    value = float(m.group(1)) * _SUFFIX[m.group(2)]
+    value = float(m.group(1)) * _SUFFIX[m.group(2) or ""]
     if value != int(value) or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
     if value < minimum:
@@ -62,7 +64,7 @@ def mean_count(text: str) -> float:
     m = _COUNT.match(str(text))
     if not m:
         raise argparse.ArgumentTypeError(f"expected a positive number such as 512, 512.4 or 8k, got {text!r}")
-    value = float(m.group(1)) * _SUFFIX[m.group(2)]
+    value = float(m.group(1)) * _SUFFIX[m.group(2) or ""]
     if not 0 < value <= MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be > 0 and at most {MAX_COUNT:.0e}, got {text}")
     return value
@@ -152,7 +154,7 @@ def add_acceptance(sp: argparse.ArgumentParser) -> None:
 
 
 def add_request(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--isl", type=positive, default=8192, help="input tokens per request (default 8192; 8k works)")
+    sp.add_argument("--isl", type=positive, default=8192, help="input tokens per request (default 8192; 8k = 8000, 8Ki = 8192)")
     sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
     sp.add_argument("--mode", choices=["continuous", "static"], default="continuous",
                     help="continuous batching (steady state) or static batches (default continuous)")

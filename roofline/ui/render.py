@@ -69,7 +69,9 @@ def _q(value: float | None, kind: str) -> str:
 
 
 def _cap(value: float | None) -> str:
-    return "unknown" if value is None else format_capacity(value)
+    """A capacity in decimal GB, as every other size the tool prints (stage, errors), with the binary GiB that
+    devices are built in (H100's "80GB" is 80 GiB) beside it."""
+    return "unknown" if value is None else f"{format_quantity(value, 'bytes')} ({format_capacity(value)})"
 
 
 # ------------------------------------------------------------------ devices
@@ -183,7 +185,8 @@ def _peak_cell(d: Device, classes: tuple[str, ...]) -> str:
 
 def devices_table(devices: list[Device]) -> Table:
     t = _table(title="Devices", caption="Dense peaks of the native formats of each width (named when not bf16, "
-                                        "fp8, fp4), decimal rates (TB/s = 1e12 B/s), binary capacities (GiB); one "
+                                        "fp8, fp4), decimal units (TB/s = 1e12 B/s, GB = 1e9 B) as everywhere in the "
+                                        "tool, with capacities' binary GiB in parentheses; one "
                                         "line per memory tier; 'unknown' = native but not published, — = none "
                                         "native.")
     for col in ("id", "family", "memory (capacity @ bandwidth)", *_WIDTHS, "TDP"):
@@ -252,7 +255,8 @@ def models_table(models: list[ModelSpec]) -> Table:
         # ids and numbers stay whole on a narrow terminal; the attention text wraps instead
         t.add_column(col, justify="left" if col in ("id", "attention") else "right", no_wrap=col != "attention")
     for m in models:
-        attn = "MLA" if m.is_mla else f"GQA {m.num_heads}/{m.num_kv_heads}"
+        attn = ("MLA" if m.is_mla else f"MHA {m.num_heads}" if m.num_kv_heads == m.num_heads
+                else f"MQA {m.num_heads}/1" if m.num_kv_heads == 1 else f"GQA {m.num_heads}/{m.num_kv_heads}")
         if m.num_sliding_layers:
             attn += f", {m.num_sliding_layers} sliding ({m.sliding_window})"
         experts = f"{m.experts_per_token} of {m.num_experts}" if m.is_moe else "dense"
@@ -361,11 +365,14 @@ SPEC_FIELDS = ("gamma", "expected_tokens", "draft_s", "verify_s", "transfer_s", 
 
 
 def spec_dict(r: SpecResult, best_gamma: int) -> dict[str, Any]:
-    """A scan as JSON-ready rows (one per batch and gamma), each batch's fastest gamma marked ``best``."""
+    """A scan as JSON-ready rows (one per batch and gamma, each with its batch's plain-decode baseline), each
+    batch's fastest gamma marked ``best``; the top-level ``baseline_*`` are the first batch's (every batch's in
+    ``baseline_by_batch``)."""
     rows = []
     shape = np.broadcast_shapes(np.shape(r.gamma), np.shape(r.batch), np.shape(r.tokens_per_s_per_user))
     cols = {f: np.ravel(np.broadcast_to(np.asarray(getattr(r, f)), shape))
-            for f in (*SPEC_FIELDS, "batch", "baseline_decode_s", "extra_flop_fraction", "draft_step_s")}
+            for f in (*SPEC_FIELDS, "batch", "baseline_decode_s", "baseline_energy_per_token_j", "extra_flop_fraction",
+                      "draft_step_s")}
     speed = np.where(cols["fits"], cols["tokens_per_s_per_user"], -np.inf)
     best = {b: int(np.argmax(np.where(cols["batch"] == b, speed, -np.inf))) for b in np.unique(cols["batch"])}
     for i in range(cols["gamma"].size):
@@ -373,12 +380,14 @@ def spec_dict(r: SpecResult, best_gamma: int) -> dict[str, Any]:
         row["best"] = bool(best[cols["batch"][i]] == i and np.isfinite(speed[i]))
         row["baseline_tokens_per_s_per_user"] = 1 / row.pop("baseline_decode_s")
         rows.append(row)
+    by_batch = {row["batch"]: {"batch": row["batch"], "tokens_per_s_per_user": row["baseline_tokens_per_s_per_user"],
+                               "energy_per_token_j": row["baseline_energy_per_token_j"]} for row in rows}
     return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "target_group": r.target_group,
             "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance, "best_gamma": best_gamma,
             "baseline_decode_s": float(np.ravel(r.baseline_decode_s)[0]),
             "baseline_tokens_per_s_per_user": float(1 / np.ravel(r.baseline_decode_s)[0]),
             "baseline_energy_per_token_j": float(np.ravel(r.baseline_energy_per_token_j)[0]),
-            "energy_note": r.energy_note, "rows": rows}
+            "baseline_by_batch": list(by_batch.values()), "energy_note": r.energy_note, "rows": rows}
 
 
 def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), note: str = "") -> Table:
@@ -386,19 +395,22 @@ def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), no
     batches = sorted({int(row["batch"]) for row in d["rows"]})
     several = len(batches) > 1
     base_e = d["baseline_energy_per_token_j"]
-    base = (f"{_rate(d['baseline_tokens_per_s_per_user'])} tok/s/user" if not several else "; ".join(
-        f"batch {b}: {_rate(next(row['baseline_tokens_per_s_per_user'] for row in d['rows'] if row['batch'] == b))}"
-        for b in batches) + " tok/s/user")
-    def pays(b: int) -> bool:   # some gamma beats plain decode at this batch
-        return any(row["speedup"] > 1 for row in d["rows"] if row["batch"] == b and row["fits"] and row["gamma"])
-    slower = [b for b in batches if not pays(b)]
+    def joule(e: Any) -> str:
+        return f", {e:.3g} J/token" if e is not None and math.isfinite(e) else ""
+    base = (f"{_rate(d['baseline_tokens_per_s_per_user'])} tok/s/user" + joule(base_e) if not several else "; ".join(
+        f"batch {b['batch']:.0f}: {_rate(b['tokens_per_s_per_user'])} tok/s/user{joule(b['energy_per_token_j'])}"
+        for b in d["baseline_by_batch"]))
+    def fitting(b: int) -> list[dict[str, Any]]:   # the speculative rows that fit at this batch
+        return [row for row in d["rows"] if row["batch"] == b and row["fits"] and row["gamma"]]
+    slower = [b for b in batches if fitting(b) and not any(row["speedup"] > 1 for row in fitting(b))]
+    unfit = [b for b in batches if not fitting(b) and any(row["gamma"] for row in d["rows"])]
     cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
            f"Baseline: plain decode on {r.target_group} at {base}"
-           + (f", {base_e:.3g} J/token" if math.isfinite(base_e) and not several else "")
            + (". * = most tok/s/user" + (" at that batch" if several else "") + ".")
            + ((" No γ here is faster than plain decode (speed-up < 1" + (f" at batch {', '.join(map(str, slower))}"
                                                                          if several else "") + "): speculation does not pay.")
               if slower else "")
+           + (f" Nothing speculative fits at batch {', '.join(map(str, unfit))} (—)." if unfit else "")
            + (" γ 0 is plain decode with the draft's devices idle but powered (their idle power in J/token)."
               if r.draft_group != r.target_group and any(row["gamma"] == 0 for row in d["rows"]) else "")
            + (f" What-if: {', '.join(overrides)}." if overrides else "")
@@ -412,7 +424,8 @@ def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), no
         mark = "*" if row["best"] else ""
         ok = row["fits"]
         t.add_row(*((f"{row['batch']:.0f}",) if several else ()), f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]),
-                  _ms(row["verify_s"]), f"{row['transfer_s'] * 1e6:.3g}" if ok else "—", f"{row['expected_tokens']:.3g}",
+                  _ms(row["verify_s"]), f"{row['transfer_s'] * 1e6:.3g}" if ok else "—",
+                  f"{row['expected_tokens']:.3g}" if ok else "—",
                   _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
                   f"{row['energy_per_token_j']:.3g}" if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
                   f"{short_bound(row['draft_bound'])}/{short_bound(row['verify_bound'])}",
@@ -437,7 +450,9 @@ def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
             "energy_per_token_j": at(r.energy_per_token_j), "energy_per_request_j": at(r.energy_per_request_j),
             "power_w": at(r.power_w), "power_by_group_w": {k: at(v) for k, v in r.power_by_group_w.items()},
             "devices": at(r.devices), "memory_per_device_bytes": at(r.memory_per_device_bytes),
-            "prefill_bound": at(r.prefill_bound), "decode_bound": at(r.decode_bound), "draft_bound": at(r.draft_bound),
+            **{f"{k}_bound": None if b == "—" else b   # no such stage (prefill on the decode group, no draft): null
+               for k, b in (("prefill", at(r.prefill_bound)), ("decode", at(r.decode_bound)),
+                            ("draft", at(r.draft_bound)))},
             "usd_per_hour": at(r.usd_per_hour), "usd_per_million_output_tokens": at(r.usd_per_million_output_tokens),
             "usd_per_million_input_tokens": at(r.usd_per_million_input_tokens),
             "usd_per_million_total_tokens": at(r.usd_per_million_total_tokens),
@@ -491,11 +506,16 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str, axis: str = "kw"
     return t
 
 
-def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int) -> list[Any]:
-    """One row per group and batch; groups that cannot run the model get one line each below the table."""
+def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int,
+                  overrides: Sequence[str] = (), note: str = "") -> list[Any]:
+    """One row per group and batch; groups that cannot run the model get one line each below the table. The
+    caption names the what-ifs applied to every group and what each named variant changed."""
     t = _table(title=f"{model_id}: side by side (decode at context {context}, prefill of {prompt})",
                caption="tok/s/kW from the linear utilisation power model; $/Mtok: the group's devices at their "
-                       "price per hour over its decode tokens; max batch at this context.")
+                       "price per hour (plus its power at the electricity price, where one is set) over its decode "
+                       "tokens; max batch at this context." + (f" What-if: {', '.join(overrides)}." if overrides else "")
+                       + "".join(f" {r['name']} = {'; '.join(r['variant'])}." for r in rows if r.get("variant"))
+                       + note)
     for c in ("group", "batch", "decode\nms", "tok/s\n/user", "tok/s\n/kW", "$/Mtok\nout", "bound", "prefill\nms",
               "max\nbatch"):
         t.add_column(c, justify="left" if c in ("group", "bound") else "right")
@@ -527,10 +547,16 @@ def elasticity_table(name: str, el: dict[str, float], batch: int, context: int) 
     return t
 
 
+def _share(x: float) -> str:
+    """A ratio as a percentage with three significant figures (0.36%, 47.4%, 112%)."""
+    return f"{x * 100:.3g}%"
+
+
 def diagnosis_table(d: dict[str, Any]) -> Table:
     t = _table(title=f"diagnosis: {d['model']} on {d['group']}, batch {d['batch']:.0f}, "
                     f"{d['isl']:.0f} in / {d['osl']:.0f} out ({d['serving']})",
-              caption=d["advice"])
+              caption=d["advice"] + (f". What-if: {', '.join(d['overrides'])}" if d.get("overrides") else ""))
+    peak = "what-if" if d.get("overrides") else "datasheet"
     t.add_column("quantity")
     t.add_column("value", justify="right")
     rows = [("measured time per output token", f"{d['measured_tpot_s'] * 1e3:.3g} ms"),
@@ -540,11 +566,11 @@ def diagnosis_table(d: dict[str, Any]) -> Table:
             ("FLOP per step, per device", f"{d['flop_per_step_per_device']:.3g}"),
             ("achieved bandwidth", format_quantity(d["achieved_bytes_per_s"], "bytes_per_s")),
             ("achieved FLOP/s", format_quantity(d["achieved_flop_per_s"], "flop_per_s")),
-            ("peak bandwidth (datasheet)", format_quantity(d["peak_bytes_per_s"], "bytes_per_s")),
-            (f"peak {d['compute_class']} FLOP/s (datasheet, dense)", format_quantity(d["peak_flop_per_s"], "flop_per_s")),
-            ("MBU (achieved / peak bandwidth)", f"{d['mbu']:.1%}"),
-            ("MFU (achieved / peak FLOP/s)", f"{d['mfu']:.2%}"),
-            ("modelled compute time / measured time", f"{d['modelled_compute_share']:.0%}"),
+            (f"peak bandwidth ({peak})", format_quantity(d["peak_bytes_per_s"], "bytes_per_s")),
+            (f"peak {d['compute_class']} FLOP/s ({peak}, dense)", format_quantity(d["peak_flop_per_s"], "flop_per_s")),
+            ("MBU (achieved / peak bandwidth)", _share(d["mbu"])),
+            ("MFU (achieved / peak FLOP/s)", _share(d["mfu"])),
+            ("modelled compute time / measured time", _share(d["modelled_compute_share"])),
             ("binding resource", d["binding"])]
     for k, v in rows:
         t.add_row(k, v)
@@ -756,7 +782,7 @@ def serving_rows_view(title: str, caption: str, items: list[dict[str, Any]], ext
 
 
 def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]], baseline: str,
-                extra: dict[str, Any]) -> View:
+                extra: dict[str, Any], note: str = "") -> View:
     req = extra.get("request") or {}
     workload = (f"{extra['target']}, {req['isl']} in / {req['osl']} out, {req['mode']}"
                 if extra.get("target") and req else "")
@@ -764,13 +790,17 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
                                     for c in configs]
     if comparisons:
         tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))
+    if extra.get("overrides"):
+        tables.append(f"What-if (every configuration): {', '.join(extra['overrides'])}.")
+    if note:
+        tables.append(note)
     rows = [{"configuration": c["name"], **p} for c in configs for p in c["frontier"]]
     return View(tables=tables, data={**extra, "configurations": configs, "comparisons": comparisons}, rows=rows)
 
 
 def compare_view(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int,
-                 overrides: Sequence[str] = ()) -> View:
-    tables: list[RenderableType] = list(compare_table(model_id, batch, rows, context, prompt))
+                 overrides: Sequence[str] = (), note: str = "") -> View:
+    tables: list[RenderableType] = list(compare_table(model_id, batch, rows, context, prompt, overrides, note))
     for row in rows:
         if row.get("elasticity"):
             tables.append(elasticity_table(row["name"], row["elasticity"], int(np.ravel(batch)[0]), context))
@@ -800,8 +830,8 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
             "source": m.source}
 
 
-def diagnosis_view(d: Diagnosis) -> View:
-    data = diagnosis_dict(d)
+def diagnosis_view(d: Diagnosis, overrides: Sequence[str] = ()) -> View:
+    data = {**diagnosis_dict(d), "overrides": list(overrides)}
     return View(tables=[diagnosis_table(data)], data=data, rows=[data])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+import attrs
 from rich.console import Console
 
 from ...errors import RooflineError
@@ -31,7 +32,13 @@ SHIPPED_DATA_NAME = "roofline/validation/measurements.csv"
 
 def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     if args.vllm_json:
+        typed = [f"--{k.replace('_', '-')}" for k in ("batch", "isl", "osl", "tokens_per_s_per_user", "tpot_ms",
+                                                      "tokens_per_s") if getattr(args, k) is not None]
+        if typed:
+            raise UsageError(f"--vllm-json reads the run's load and rates from its file; drop {', '.join(typed)}")
         m = read_vllm_benchmark(args.vllm_json)
+        if args.utilisation is not None:   # not in the file: the one measurement the command line adds
+            m = attrs.evolve(m, utilisation=args.utilisation)
     else:
         if args.batch is None or args.isl is None or args.osl is None:
             raise UsageError("give --batch, --isl and --osl with a measured rate, or --vllm-json FILE")
@@ -45,7 +52,7 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     wi.check_used([group.device])
     d = diagnose(args.model, wi.apply_group(group), m, formats=formats(args),
                  params=engine_params(args, [group.device]))
-    emit(console, render.diagnosis_view(d), args)
+    emit(console, render.diagnosis_view(d, wi.describe()), args)
     return 0
 
 

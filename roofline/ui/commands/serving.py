@@ -26,6 +26,7 @@ from ..options import (
     add_prices,
     add_request,
     add_what_if,
+    context_note,
     engine_params,
     formats,
     nonnegative,
@@ -91,6 +92,10 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not names:
         raise UsageError("--devices: give at least one device id")
+    if len(set(names)) < len(names):
+        raise UsageError(f"--devices: {', '.join(sorted({n for n in names if names.count(n) > 1}))} given twice")
+    if not args.draft and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
+        raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
     grouped = [n for n in names if ":" in n and not n.endswith(".toml")]
     if grouped:
         raise UsageError(f"--devices {grouped[0]}: placements sizes each stage's group itself (the smallest layout of "
@@ -126,7 +131,8 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
              + (f", gamma {args.gamma} (speculative)" if args.draft else "") + f", {args.mode}" + scheduler_note(args))
     caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
                "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
-               "by the share of time they are busy.")
+               "by the share of time they are busy." + (f" What-if: {', '.join(wi.describe())}." if wi else "")
+               + context_note(load_model(args.target), args.isl + args.osl))
     unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
                    for (dev, reason), stages in cannot.items()]
     emit(console, render.serving_rows_view(title, caption, items, {
@@ -162,6 +168,10 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         check_plot_path(args.plot)
     wi = what_if(args)
     placements = [parse_placement(p, draft_model=args.draft, wi=wi) for p in args.placement]
+    names = [p.name for p in placements]
+    if len(set(names)) < len(names):
+        raise UsageError(f"--placement names must differ: {', '.join(sorted({n for n in names if names.count(n) > 1}))} "
+                         "is given twice")
     wi.check_used([d for p in placements for d in _groups_devices(p)])
     acc = acceptance(args) if any(p.speculative for p in placements) else None
     batches = np.array(parse_ints(args.batch, "--batch"))[:, None]
@@ -195,7 +205,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
     emit(console, render.pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
         "target": args.target, "request": _request_dict(args), "axis": args.axis,
-        "overrides": wi.describe()}), args)
+        "overrides": wi.describe()}, note=context_note(load_model(args.target), args.isl + args.osl).strip()), args)
     return 0
 
 

@@ -148,10 +148,11 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _variants(args: argparse.Namespace) -> list[tuple[str, DeviceGroup]]:
+def _variants(args: argparse.Namespace) -> tuple[list[tuple[str, DeviceGroup]], dict[str, list[str]]]:
     """``GROUP`` (``b200``, ``h100-sxm:2``, ``groq-lpu:8x8``) labelled with its shape, or
-    ``NAME=ID.FIELD=VALUE[;ID.FIELD=VALUE]`` (a what-if variant of ``ID`` at ``--tp``)."""
-    out = []
+    ``NAME=ID.FIELD=VALUE[;ID.FIELD=VALUE]`` (a what-if variant of ``ID`` at ``--tp``); with what each named
+    variant changed (its overrides, described). Two entries with one name are a usage error."""
+    out, changed = [], {}
     wi = what_if(args)
     for item in args.devices:
         name, eq, expr = item.partition("=")
@@ -160,23 +161,29 @@ def _variants(args: argparse.Namespace) -> list[tuple[str, DeviceGroup]]:
             group = resolve_group(sets.overrides[0].device_id, tp=args.tp)
             sets.check_used([group.device])
             out.append((name, sets.apply_group(wi.apply_group(group))))
-        else:
-            group = resolve_group(item, tp=args.tp)
+            changed[name] = sets.describe()
+        else:   # --tp shapes only the groups given without their own :N (or a spec path)
+            group = resolve_group(item, tp=None if ":" in item else args.tp)
             out.append((group.shape, group))
+    names = [n for n, _ in out]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise UsageError(f"compare: {', '.join(twice)} given more than once (name variants apart: NAME=ID.FIELD=VALUE)")
     wi.check_used([g.device for _, g in out])
-    return [(name, wi.apply_group(g)) for name, g in out]
+    return [(name, wi.apply_group(g)) for name, g in out], changed
 
 
 def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     model = load_model(args.model)
     batch = np.array(parse_ints(args.batch, "--batch"))
-    variants = _variants(args)
+    variants, changed = _variants(args)
     rows = compare(model, variants, batch=batch, context=args.context, prompt=args.prompt, formats=formats(args),
                    params=engine_params(args, [g.device for _, g in variants]), with_elasticity=args.elasticity,
                    prices=price_list(args))
     data = []
     for r in rows:
-        d: dict = {"name": r.name, "device": r.group.device.id, "group": r.group.shape}
+        d: dict = {"name": r.name, "device": r.group.device.id, "group": r.group.shape,
+                   **({"variant": changed[r.name]} if r.name in changed else {})}
         if r.decode is None or r.prefill is None:
             d["error"] = r.error
         else:
@@ -185,7 +192,13 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
                      usd_per_million_output_tokens=np.ravel(r.usd_per_million_output_tokens).tolist(),
                      power_note=r.power_note or None, elasticity=dict(r.elasticity) if r.elasticity else None)
         data.append(d)
-    emit(console, render.compare_view(model.id, batch, data, args.context, args.prompt, what_if(args).describe()), args)
+    if all("error" in d for d in data):
+        reasons = list(dict.fromkeys(d["error"] for d in data))   # one reason shared by every group is said once
+        raise InfeasibleError(f"no group runs {model.id}: " + ("; ".join(f"{d['name']}: {d['error']}" for d in data)
+                                                              if len(reasons) > 1 else reasons[0]))
+    note = context_note(model, max(args.context, args.prompt))
+    emit(console, render.compare_view(model.id, batch, data, args.context, args.prompt, what_if(args).describe(),
+                                      note=note), args)
     return 0
 
 
@@ -217,7 +230,7 @@ def register(add: Adder) -> None:
     sp.add_argument("--context", type=nonnegative, default=8192, help="decode context (default 8192)")
     sp.add_argument("--prompt", type=positive, default=8192, help="prefill length (default 8192)")
     sp.add_argument("--tp", type=positive, default=None, help="TP for groups given without :N")
-    add_formats(sp, activations=False)
+    add_formats(sp)
     sp.add_argument("--elasticity", action="store_true", help="d ln(decode time) / d ln(spec field), first batch")
     add_prices(sp)
     add_what_if(sp)
