@@ -36,7 +36,7 @@ from ..specs.params import STACK_SET, EngineParams, Profile, shipped_profile, st
 from ..specs.resolve import resolve_device, resolve_model
 
 COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model", "weight_dtype", "expert_dtype",
-           "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget", "isl", "osl", "spec_method",
+           "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget", "max_batch", "isl", "osl", "spec_method",
            "draft_len", "acceptance_length", "metric", "value", "grade", "notes")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
@@ -195,17 +195,27 @@ def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: d
            params: EngineParams, serve: Any) -> int:
     """Sequences per replica: ``max`` = the largest batch the serving model holds (continuous batching: at the
     steady-state mean context isl + osl/2 of a paged KV cache, with the step's prefill workspace; static: at
-    the final context), else the row's batch (the concurrency of the whole deployment) over the replicas."""
+    the final context) and its scheduler admits (``max_batch``: vLLM's ``max_num_seqs``, TensorRT-LLM's
+    ``max_batch_size``, SGLang's ``--max-running-requests``: "maximum number of sequences per iteration",
+    256 by default in vLLM 0.6, https://docs.vllm.ai/en/v0.6.3.post1/models/engine_args.html; the scheduler
+    admits no more whatever KV memory is left), else the row's batch (the concurrency of the whole deployment)
+    over the replicas; a batch above the cap raises (the rest would queue, which is not timed)."""
+    cap = _int(row, "max_batch") if row.get("max_batch") else None
+    if cap is not None and cap < 1:
+        raise RooflineError(f"column max_batch = {cap} is not a whole number >= 1")
     if row.get("batch") == "max":
         key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction,
                tuple(getattr(params, f) for f in STACK_SET), group.tp, group.pp, group.ep, group.dp,
                tuple(t.capacity_bytes for t in group.device.memory))
         if key not in _MAX_BATCH:    # memory only: the same for every efficiency a calibration tries
             _MAX_BATCH[key] = _largest_fitting(row, model, group, fmt, params, serve)
-        return _MAX_BATCH[key]
+        return min(_MAX_BATCH[key], cap) if cap is not None else _MAX_BATCH[key]
     total = _int(row, "batch")
     if total % replicas:
         raise RooflineError(f"batch {total} does not spread evenly over {replicas} replicas")
+    if cap is not None and total // replicas > cap:
+        raise RooflineError(f"batch {total // replicas} per replica is above the scheduler's cap (max_batch {cap}): "
+                            "the rest wait in a queue, which the model does not time")
     return total // replicas
 
 
