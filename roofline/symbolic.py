@@ -33,6 +33,26 @@ def symbols() -> dict[str, Any]:
     }
 
 
+#: What each symbol of :func:`symbols` stands for (the legend `roofline formula` prints).
+MEANINGS = {
+    "alpha": "per-token acceptance probability of a draft token",
+    "gamma": "draft tokens per speculative round",
+    "c": "cost of one draft step relative to one verify step",
+    "j": "summation index (accepted drafts)",
+    "pi": "peak FLOP/s of the device (a symbol here, not 3.14159)",
+    "beta": "memory bandwidth, bytes/s",
+    "Q_w": "weight bytes read per decode step",
+    "F_seq": "FLOP per sequence per decode step (2 x matmul parameters + attention)",
+    "KV_seq": "KV-cache bytes read per sequence per decode step",
+    "B": "decode batch (sequences)",
+}
+
+
+def legend(expr: Any) -> dict[str, str]:
+    """The meaning of each free symbol of ``expr`` (:data:`MEANINGS`), in name order."""
+    return {x.name: MEANINGS.get(x.name, "") for x in sorted(expr.free_symbols, key=lambda x: x.name)}
+
+
 def expected_tokens() -> Any:
     """E[N] from the geometric acceptance model.
 

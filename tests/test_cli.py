@@ -614,3 +614,66 @@ def test_spec_json_gives_every_batch_its_own_baseline(run_cli):
     text = " ".join(run_cli("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on",
                             "h100-sxm", "--alpha", "0.9", "--gamma", "1,4", "--batch", "1,8")[1].split())
     assert f"batch 8: {by[8]['tokens_per_s_per_user']:.3g} tok/s/user, {by[8]['energy_per_token_j']:.3g} J/token" in text
+
+
+def test_formula_explains_every_symbol_it_prints(run_cli):
+    """Each formula comes with what its symbols stand for (pi is peak FLOP/s, not 3.14159), in text and JSON."""
+    from roofline import symbolic
+    for name in symbolic.FORMULAS:
+        code, out, _ = run_cli("formula", name, "--json")
+        d = json.loads(out)
+        names = {x.name for x in symbolic.formula(name).free_symbols}
+        assert code == 0 and set(d["symbols"]) == names and all(d["symbols"].values())
+    code, out, _ = run_cli("formula", "ridge-batch")
+    assert code == 0 and "pi: peak FLOP/s" in out and "beta: memory bandwidth" in out
+
+
+def test_show_csv_carries_the_resolved_execution_profile(run_cli):
+    """`show --csv` gives the execution profile the table shows (the calibration's values and where each comes
+    from), not the device file's own (empty) overrides."""
+    import csv
+    import io
+    code, out, _ = run_cli("show", "h100-sxm", "--csv")
+    rows = {r["field"]: r for r in csv.DictReader(io.StringIO(out))}
+    prof = json.loads(run_cli("show", "h100-sxm", "--json")[1])["execution"]
+    assert code == 0 and float(rows["execution.memory_bandwidth_fraction"]["value"]) == prof["memory_bandwidth_fraction"]
+    assert rows["execution.kernel_overhead"]["source"] and rows["execution.kernel_overhead"]["value"]
+
+
+def test_stage_notes_reach_the_json_and_sit_above_the_spec_line(run_cli):
+    """Why a stage fits nowhere and a context beyond the model are in --json's notes, and in the caption on their
+    own lines before `Spec:` (not glued to the spec path)."""
+    code, out, _ = run_cli("stage", "llama-3.1-8b", "h200-sxm", "--context", "200k", "--batch", "1", "--json")
+    assert code == 0 and any("max_position_embeddings" in n for n in json.loads(out)["notes"])
+    code, out, _ = run_cli("stage", "gpt-oss-120b", "h200-sxm", "--batch", "200", "--context", "8192")
+    spec_line = [line for line in out.splitlines() if "Spec:" in line]
+    assert code == 0 and len(spec_line) == 1 and spec_line[0].split("Spec:")[1].strip().endswith(".toml")
+    assert "does not fit" in " ".join(out.split())
+
+
+def test_size_emit_says_how_many_replicas_and_which_experts(run_cli):
+    """Each emitted command says how many copies the sized deployment runs (JSON: replicas); the sizing names the
+    expert format it used, and a command for experts other than the checkpoint's says to serve another one."""
+    argv = ("size", "gpt-oss-120b", "--devices", "h100-sxm", "--users", "500", "--min-tokens-per-s-per-user", "50",
+            "--emit", "vllm")
+    code, out, _ = run_cli(*argv, "--json")
+    d = json.loads(out)
+    assert code == 0
+    for opt, launch in zip([o for o in d["options"] if o["feasible"]], d["launch"]):
+        assert launch["replicas"] == opt["replicas"] and opt["formats"]["experts"] == "mxfp4"
+    text = run_cli(*argv)[1]
+    assert f"run {d['launch'][0]['replicas']} replicas of this command" in text
+    code, out, _ = run_cli("size", "gpt-oss-120b", "--devices", "h200-sxm", "--users", "64",
+                           "--min-tokens-per-s-per-user", "30", "--experts", "bf16", "--emit", "vllm")
+    assert code == 0 and "sized with bf16 experts: serve a checkpoint whose experts are bf16" in out
+
+
+def test_validate_says_when_the_calibration_was_fitted_on_other_data(run_cli, tmp_path):
+    """On your own file the caption and JSON say the shipped calibration was not fitted on it."""
+    from roofline.evidence.validate import shipped_data
+    lines = open(shipped_data()).read().splitlines()
+    mine = tmp_path / "mine.csv"
+    mine.write_text("\n".join(lines[:4]) + "\n")
+    assert json.loads(run_cli("validate", "--data", str(mine), "--json")[1])["calibrated_on_this_data"] is False
+    assert "not on the file validated here" in " ".join(run_cli("validate", "--data", str(mine))[1].split())
+    assert json.loads(run_cli("validate", "--json")[1])["calibrated_on_this_data"] is True

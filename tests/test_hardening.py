@@ -273,3 +273,24 @@ def test_counts_in_what_ifs_and_stage_lengths_are_checked(run_cli):
     code, _, err = run_cli("stage", "llama-3.1-8b", "h100", "--context", "0")
     assert code == 2 and "--context 0" in err and "--prompt N" in err
     assert run_cli("stage", "llama-3.1-8b", "h100", "--context", "0", "--prompt", "128")[0] == 0
+
+
+def test_spec_keys_ids_and_booleans_are_checked(run_cli, tmp_path):
+    """A misspelt top-level table is an error naming the key (it would otherwise vanish), a spec error names its
+    file once, two measurement rows under one id are refused, and True is not a batch."""
+    from roofline.specs.devices import device_index
+    text = device_index()["h100-sxm"].read_text()
+    (tmp_path / "x.toml").write_text("compte = 3\n" + text.replace('id = "h100-sxm"', 'id = "x"'))
+    code, _, err = run_cli("show", str(tmp_path / "x.toml"))
+    assert code == 1 and "'compte'" in err and "did you mean 'compute'" in err.lower()
+    (tmp_path / "y.toml").write_text(text.replace('id = "h100-sxm"', 'id = "y"').replace("\ntdp = ", "\ntdpp = "))
+    code, _, err = run_cli("show", str(tmp_path / "y.toml"))
+    assert code == 1 and "power.tdp" in err and err.count("y.toml") == 1
+    from roofline.evidence.validate import shipped_data
+    lines = open(shipped_data()).read().splitlines()
+    (tmp_path / "dup.csv").write_text("\n".join([lines[0], lines[1], lines[2], lines[2]]) + "\n")
+    code, _, err = run_cli("validate", "--data", str(tmp_path / "dup.csv"))
+    assert code == 1 and "repeats line 3" in err
+    for bad in (True, [True, False]):
+        with pytest.raises(rl.WorkloadError, match="batch"):
+            rl.decode_step("llama-3.1-8b", "h200-sxm", batch=bad, context=100)

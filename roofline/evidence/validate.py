@@ -101,6 +101,11 @@ def read_rows(path: str | os.PathLike[str]) -> list[Row]:
         raise SpecError(f"{p}: CSV does not parse: {e}") from None
     if not rows:
         raise SpecError(f"{p}: no rows")
+    seen: dict[str, int] = {}
+    for i, r in enumerate(rows, start=2):
+        if r.id in seen:   # ids key the errors, the folds and the docs: two rows under one id would merge
+            raise SpecError(f"{p}: line {i}: id {r.id!r} repeats line {seen[r.id]}'s (ids must be unique)")
+        seen[r.id] = i
     return rows
 
 
@@ -353,7 +358,10 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> 
     done, skipped = [], []
     for row in rows:
         try:
-            measured = float(row.get("value"))
+            try:
+                measured = float(row.get("value"))
+            except ValueError:
+                raise RooflineError(f"column value = {row.get('value')!r} is not a number") from None
             if not math.isfinite(measured) or measured <= 0:
                 raise RooflineError(f"measured value {row.get('value')!r} is not a positive number")
             predicted = predict_row(row, row_params(prof, row))

@@ -151,6 +151,10 @@ def launch_command(engine: str, model: ModelSpec, option: Any, *, request: Reque
         raise WorkloadError(f"{engine}: no KV-cache dtype for the {fmt.get('kv')} format")
     spec = {"model": _model_ref(p.draft_model, notes), "gamma": option.gamma} if p.speculative else None
     quantization = _weight_quantization(engine, model, str(fmt.get("weights") or "bf16"), notes)
+    experts = fmt.get("experts")
+    if model.checkpoint_expert_format and experts and experts != model.checkpoint_expert_format:
+        notes.append(f"sized with {experts} experts: serve a checkpoint whose experts are {experts} (the command "
+                     f"names {model.id}'s own checkpoint, whose experts are {model.checkpoint_expert_format})")
     args = {"model": _model_ref(model, notes), "quantization": quantization, "tp": p.decode.tp, "pp": p.decode.pp,
             "ep": p.decode.ep, "batch": option.batch_per_replica, "kv": kv,
             "length": request.input_tokens + request.output_tokens,

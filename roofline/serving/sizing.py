@@ -26,6 +26,7 @@ from ..physics.stages import decode_step, max_batch, setup
 from ..physics.timing import native_default_format
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
+from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
@@ -83,13 +84,18 @@ class Option:
         return self.replicas > 0
 
 
-def device_formats(device: Device, given: Mapping[str, Any] | None) -> dict[str, Any]:
+def device_formats(device: Device, given: Mapping[str, Any] | None, model: ModelSpec | None = None) -> dict[str, Any]:
     """The formats to size ``device`` with: each of weights, kv and activations as given, else (missing, None or
     ``"auto"``) bf16 where the device computes it natively, else its native default (fp16 on Groq, mxint8 on
-    Corsair). Experts stay as given (None: the checkpoint's format)."""
+    Corsair). Experts as given, else (with ``model``) the checkpoint's where :meth:`Formats.for_model` keeps it
+    (gpt-oss: MXFP4 beside 16-bit weights), so the formats say what was sized."""
     chosen = {k: v for k, v in dict(given or {}).items() if v not in (None, "auto")}
     auto = "bf16" if device.supports("bf16") else native_default_format(device)
-    return {"weights": auto, "kv": auto, "activations": auto, **chosen}
+    out = {"weights": auto, "kv": auto, "activations": auto, **chosen}
+    if model is not None and "experts" not in chosen:
+        experts = Formats.for_model(model, weights=out["weights"]).experts
+        out.update({"experts": experts} if experts else {})
+    return out
 
 
 def _shapes(model: ModelSpec, device: Device, context: int, formats: Mapping[str, Any],
@@ -249,7 +255,7 @@ def size(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: Targ
     for item in devices:
         dev = item.device if isinstance(item, DeviceGroup) else item
         try:
-            fmt = device_formats(dev, formats)
+            fmt = device_formats(dev, formats, model)
             end = target.request.input_tokens + target.request.output_tokens
             shapes = [item] if isinstance(item, DeviceGroup) else _shapes(model, dev, end, fmt, params)
         except RooflineError as e:

@@ -440,6 +440,11 @@ class _Reader:
         return number
 
 
+#: The top-level keys of a device spec file.
+SPEC_KEYS = frozenset({"schema", "id", "name", "vendor", "status", "aliases", "isa", "sources", "memory", "compute",
+                       "power", "links", "execution"})
+
+
 def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str | None = None) -> Device:
     """Build a :class:`Device` from a parsed spec, raising :class:`SpecError` on any problem."""
     if not isinstance(data, dict):
@@ -447,6 +452,10 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
     r = _Reader(data, origin)
     if data.get("schema") != 1:
         r.fail("schema", data.get("schema"), "must be 1")
+    unknown = sorted(set(data) - SPEC_KEYS)
+    if unknown:   # a misspelt table would otherwise vanish without a word ([compte] for [compute])
+        r.fail(unknown[0], data[unknown[0]], f"is not a spec key{did_you_mean(unknown[0], SPEC_KEYS)} "
+                                             f"(keys: {', '.join(sorted(SPEC_KEYS))})")
     dev_id = r.string(data, "id", "id")
     if set(dev_id) - _ID_CHARS:
         r.fail("id", dev_id, "use lower-case letters, digits, '-' and '.'")
@@ -510,6 +519,8 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             execution=overrides,
             isa=_isa(r, data, family),
             sources=r.sources, path=origin)
+    except SpecError:   # the reader's own errors already name the file
+        raise
     except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None
 

@@ -616,19 +616,23 @@ def _build_split(fit: Mapping[str, Any]) -> str:
             f"{fit['heldout_unseen_build_rows']} of builds only their own publication measured)")
 
 
-def calibration_record(fit: Mapping[str, Any]) -> str:
-    """A profile's ``[fit]`` record in a sentence (empty for a profile without one)."""
+def calibration_record(fit: Mapping[str, Any], same_data: bool = True) -> str:
+    """A profile's ``[fit]`` record in a sentence (empty for a profile without one); ``same_data`` False: the rows
+    validated are another file's, which the sentence says (its figures are the fit's own data's, not theirs)."""
     if not fit.get("rows") or not fit_errors(fit):
         return ""
-    return f" The calibration was fitted on {fit['rows']} GPU time rows of {fit.get('data', '?')}: {fit_errors(fit)}."
+    other = "" if same_data else ", not on the file validated here"
+    return (f" The calibration was fitted on {fit['rows']} GPU time rows of {fit.get('data', '?')}{other}: "
+            f"{fit_errors(fit)}.")
 
 
-def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None) -> Table:
+def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None, same_data: bool = True) -> Table:
     """Median |error|, median signed error and row count per kind, family, metric, device and stack, and the
-    calibration's own record (``fit``: the profile's ``[fit]`` table)."""
+    calibration's own record (``fit``: the profile's ``[fit]`` table; ``same_data``: whether it was fitted on the
+    rows validated)."""
     t = _table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
                                                 "energy above the measured one, or a TTFT / ITL longer than measured."
-                                                + calibration_record(fit or {}), caption_justify="left")
+                                                + calibration_record(fit or {}, same_data), caption_justify="left")
     for c in ("group", "value", "n", "median |error|", "median error"):
         t.add_column(c, justify="left" if c in ("group", "value") else "right")
     for key, name in SUMMARY_GROUPS:
@@ -701,10 +705,15 @@ def devices_view(devices: Sequence[Device]) -> View:
 
 
 def device_view(dev: Device) -> View:
+    """One device: its spec fields with their sources, then its resolved execution profile (CSV: the profile's
+    values and provenance under ``execution.FIELD``, as the table shows them, not the spec's own overrides)."""
     d = device_dict(dev)
     d["execution_provenance"] = profile_provenance(dev, d["execution"])
-    return View(tables=[device_table(dev), profile_table(dev)], data=d,
-                rows=[{"field": f.path, "value": f.read(dev), "source": dev.sources.get(f.path, "")} for f in fields(dev)])
+    spec = [{"field": f.path, "value": f.read(dev), "source": dev.sources.get(f.path, "")} for f in fields(dev)
+            if not f.path.startswith("execution.")]
+    profile = [{"field": f"execution.{k}", "value": v, "source": d["execution_provenance"].get(k, "")}
+               for k, v in d["execution"].items()]
+    return View(tables=[device_table(dev), profile_table(dev)], data=d, rows=spec + profile)
 
 
 def models_view(models: Sequence[ModelSpec]) -> View:
@@ -744,18 +753,20 @@ def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
     return View(tables=[t, lt], data={"formats": rows, "links": links_data}, rows=rows)
 
 
-def formula_view(name: str, text: str, latex: str) -> View:
-    t = _table(title=f"formula {name}", show_header=False)
-    t.add_column("")
-    t.add_row(text)
-    return View(tables=[f"{name}: {text}"], data={"name": name, "text": text, "latex": latex},
+def formula_view(name: str, text: str, latex: str, legend: Mapping[str, str] | None = None) -> View:
+    """The formula, then what its symbols stand for (``legend``: symbol -> meaning)."""
+    where = [f"  {k}: {v}" for k, v in (legend or {}).items()]
+    return View(tables=[f"{name}: {text}", *(["where"] + where if where else [])],
+                data={"name": name, "text": text, "latex": latex, "symbols": dict(legend or {})},
                 rows=[{"name": name, "text": text, "latex": latex}])
 
 
 def stage_view(model: str, group: DeviceGroup, results: Sequence[StageResult], caption: str,
-               overrides: Sequence[str] = ()) -> View:
+               overrides: Sequence[str] = (), notes: Sequence[str] = ()) -> View:
+    """Stages' tables; ``notes`` (why a stage fits at no batch, a context beyond the model, ...) go to the
+    caption and the JSON's ``notes``."""
     data = {"model": model, "device": group.device.id, "group": group.shape, "overrides": list(overrides),
-            "stages": [stage_dict(r) for r in results]}
+            "notes": list(notes), "stages": [stage_dict(r) for r in results]}
     rows = [{"stage": r.stage, **row} for r in results for row in stage_rows(r)]
     # the caption (formats, formula, profile) holds for every stage: said once, under the last table
     return View(tables=[stage_table(r, caption if i == len(results) - 1 else None) for i, r in enumerate(results)],
@@ -835,10 +846,12 @@ def diagnosis_view(d: Diagnosis, overrides: Sequence[str] = ()) -> View:
     return View(tables=[diagnosis_table(data)], data=data, rows=[data])
 
 
-def validation_view(v: Validation, path: str, fit: Mapping[str, Any] | None = None) -> View:
-    """Rows, errors by group and rows not predicted; ``fit``: the profile's calibration record."""
-    data = {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped, "calibration": dict(fit or {})}
-    tables: list[RenderableType] = [validation_table(v, path), validation_summary_table(v, fit)]
+def validation_view(v: Validation, path: str, fit: Mapping[str, Any] | None = None, same_data: bool = True) -> View:
+    """Rows, errors by group and rows not predicted; ``fit``: the profile's calibration record; ``same_data``:
+    whether the profile was fitted on these rows."""
+    data = {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped, "calibration": dict(fit or {}),
+            "calibrated_on_this_data": same_data}
+    tables: list[RenderableType] = [validation_table(v, path), validation_summary_table(v, fit, same_data)]
     if v.skipped:
         tables.append(skipped_table(v.skipped))
     return View(tables=tables, data=data, rows=v.rows)
@@ -935,12 +948,21 @@ def size_table(title: str, options: Sequence[Any], caption: str) -> list[Any]:
     return out + [f"{dev} ({', '.join(kinds)}): {reason}" for (dev, reason), kinds in failed.items()]
 
 
+def _copies(item: dict[str, Any]) -> str:
+    """How many copies of one replica's command the sized deployment runs (and its whole prefill groups)."""
+    n, pre = item.get("replicas", 1), item.get("prefill_groups", 0)
+    text = f"run {n} replica{'s' if n != 1 else ''} of this command (the users spread evenly over them)"
+    return text + (f", beside {pre} prefill group{'s' if pre != 1 else ''} of the same shape" if pre else "")
+
+
 def _launch_dict(item: dict[str, Any]) -> dict[str, Any]:
     cmd = item.get("launch")
+    where = {"device": item["device"], "placement": item["placement"], "replicas": item.get("replicas"),
+             "prefill_groups": item.get("prefill_groups")}
     if cmd is None:
-        return {"device": item["device"], "placement": item["placement"], "error": item["error"]}
-    return {"device": item["device"], "placement": item["placement"], "engine": cmd.engine, "argv": list(cmd.argv),
-            "files": dict(cmd.files), "notes": list(cmd.notes), "command": cmd.text}
+        return {**where, "error": item["error"]}
+    return {**where, "engine": cmd.engine, "argv": list(cmd.argv), "files": dict(cmd.files), "notes": list(cmd.notes),
+            "command": cmd.text}
 
 
 def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, launches: Sequence[dict[str, Any]],
@@ -966,7 +988,7 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
         if cmd is None:
             tables.append(f"# {item['device']} {item['placement']}: {item['error']}")
             continue
-        tables.append(Text(f"\n# {item['device']} {item['placement']}: {cmd.engine}, one replica\n{cmd.text}"
+        tables.append(Text(f"\n# {item['device']} {item['placement']}: {cmd.engine}; {_copies(item)}\n{cmd.text}"
                            + "".join(f"\n# note: {n}" for n in cmd.notes)))
     data = {"model": model_id, "users": target.users, "min_tokens_per_s_per_user": target.min_tokens_per_s_per_user,
             "max_ttft_s": target.max_ttft_s if math.isfinite(target.max_ttft_s) else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import attrs
 from rich.console import Console
@@ -12,6 +13,7 @@ from ...evidence.calibrate import FOLD_BY, calibrate, fit_layer_overhead, fit_po
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...specs.files import check_writable
+from ...specs.params import Profile, shipped_profile_path
 from ...specs.resolve import resolve_group
 from .. import render
 from ..options import (
@@ -56,6 +58,16 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _fitted_on(prof: Profile, path: str) -> bool:
+    """Whether ``prof`` was calibrated on the measurements file at ``path``: the shipped profile on the shipped
+    data, a profile of your own on the file its ``[fit]`` names (as `roofline calibrate` wrote it)."""
+    here = Path(path).resolve()
+    if prof.path and Path(prof.path).resolve() == shipped_profile_path().resolve():
+        return here == Path(shipped_data()).resolve()
+    data = prof.fit.get("data")
+    return bool(data) and here == Path(str(data)).resolve()
+
+
 def cmd_validate(args: argparse.Namespace, console: Console) -> int:
     path = args.data or str(shipped_data())
     if args.plot:
@@ -71,7 +83,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         o = v.summary["overall"]
         plot_validation(v.rows, args.plot, title=f"roofline against {o.get('n', 0)} published measurements "
                                                  f"(median |error| {o.get('median_abs_error', 0):.0%})")
-    emit(console, render.validation_view(v, path, prof.fit), args)
+    emit(console, render.validation_view(v, path, prof.fit, _fitted_on(prof, path)), args)
     return 0
 
 

@@ -62,7 +62,7 @@ def cmd_formula(args: argparse.Namespace, console: Console) -> int:
     if args.latex and not (args.json or args.csv):
         console.file.write(symbolic.latex(expr) + "\n")
         return 0
-    emit(console, render.formula_view(args.name, str(expr), symbolic.latex(expr)), args)
+    emit(console, render.formula_view(args.name, str(expr), symbolic.latex(expr), symbolic.legend(expr)), args)
     return 0
 
 

@@ -34,7 +34,8 @@ from ..output import emit
 
 def _launch(engine: str, model: Any, option: Any, request: Request) -> dict[str, Any]:
     """One option's launch command, or why the engine cannot run it (other options still get theirs)."""
-    item: dict[str, Any] = {"device": option.device, "placement": option.placement}
+    item: dict[str, Any] = {"device": option.device, "placement": option.placement, "replicas": option.replicas,
+                            "prefill_groups": option.prefill_groups}
     try:
         item["launch"] = launch_command(engine, model, option, request=request)
     except RooflineError as e:

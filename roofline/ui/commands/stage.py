@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console
@@ -90,7 +91,8 @@ def _prefill_share(params: EngineParams) -> str:
     return f" (prefill {prefill})" if prefill != f"{params.compute_fraction:.0%}" else ""
 
 
-def _caption(results: list[StageResult], params: EngineParams, device_path: str, what_if: bool) -> str:
+def _caption(results: list[StageResult], params: EngineParams, device_path: str, what_if: bool,
+             notes: Sequence[str] = ()) -> str:
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
     return (f"weights {f.weights}, experts {f.experts or f.weights}, KV {f.kv}, activations {f.activations}.\n"
@@ -105,7 +107,8 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
                if params.compute_half_tokens >= 0.5 else "")
             + f", {_fixed_costs(params)}; "
             f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
-            f"{params.usable_memory_fraction:.0%} of memory usable.\nSpec: {device_path}")
+            f"{params.usable_memory_fraction:.0%} of memory usable."
+            + "".join("\n" + n for n in notes) + f"\nSpec: {device_path}")
 
 
 def cmd_stage(args: argparse.Namespace, console: Console) -> int:
@@ -139,12 +142,16 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
         w = main_compute_class(model, group.device, results[0].formats)
         plot_roofline(group.device, results, args.plot, compute_class=w if w in group.device.peak_flop_per_s else "bf16",
                       title=f"{model.id} on {group.describe()}")
-    caption = _caption(results, resolve_profile(group.device, params), render.shown_path(group.device.path), bool(wi))
+    if args.gamma is not None:
+        notes.append(f"verify: tok/s counts the {args.gamma + 1} tokens a pass checks per sequence; how many it "
+                     "keeps depends on the acceptance (roofline spec).")
     if wi:
-        caption += " What-if: " + ", ".join(wi.describe()) + "."
-    caption += "".join(" " + n for n in notes) + _beyond_domain(group, params) + context_note(
-        model, max(float(prompt), float(args.context) + (args.gamma or 0)))
-    emit(console, render.stage_view(model.id, group, results, caption, wi.describe()), args)
+        notes.append("What-if: " + ", ".join(wi.describe()) + ".")
+    notes += [n.strip() for n in (_beyond_domain(group, params), context_note(
+        model, max(float(prompt), float(args.context) + (args.gamma or 0)))) if n.strip()]
+    caption = _caption(results, resolve_profile(group.device, params), render.shown_path(group.device.path), bool(wi),
+                       notes)
+    emit(console, render.stage_view(model.id, group, results, caption, wi.describe(), notes), args)
     return 0
 
 
