@@ -200,7 +200,8 @@ def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: d
            params: EngineParams, serve: Any) -> int:
     """Sequences per replica: ``max`` = the largest batch the serving model holds (continuous batching: at the
     steady-state mean context isl + osl/2 of a paged KV cache, with the step's prefill workspace; static: at
-    the final context) and its scheduler admits (``max_batch``: vLLM's ``max_num_seqs``, TensorRT-LLM's
+    the final context) and its schedulers admit (``max_batch`` per scheduler, one per attention data-parallel
+    rank: vLLM's ``max_num_seqs``, TensorRT-LLM's
     ``max_batch_size``, SGLang's ``--max-running-requests``: "maximum number of sequences per iteration",
     256 by default in vLLM 0.6, https://docs.vllm.ai/en/v0.6.3.post1/models/engine_args.html; the scheduler
     admits no more whatever KV memory is left), else the row's batch (the concurrency of the whole deployment)
@@ -208,6 +209,8 @@ def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: d
     cap = _int(row, "max_batch") if row.get("max_batch") else None
     if cap is not None and cap < 1:
         raise RooflineError(f"column max_batch = {cap} is not a whole number >= 1")
+    if cap is not None:   # the cap is each scheduler's: one per attention data-parallel rank
+        cap *= group.dp
     if row.get("batch") == "max":
         key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction,
                tuple(getattr(params, f) for f in STACK_SET), group.tp, group.pp, group.ep, group.dp,

@@ -44,8 +44,8 @@ def compare(model: ModelSpec, groups: Sequence[tuple[str, DeviceGroup]], *, batc
             power: PowerModel = DEFAULT_POWER, prices: Prices | None = None) -> list[Comparison]:
     """Decode at each batch and ``context``, prefill of ``prompt``, max batch, tokens/s per kW and decode cost
     per million output tokens per group: (devices x USD per hour + busy power x PUE x USD per kWh) / 3600 /
-    tokens/s x 1e6, as :func:`roofline.serving.serve.evaluate_serving` prices a replica (electricity only where
-    the power is known); a group that cannot run the model gets its error instead of numbers."""
+    tokens/s x 1e6, as :func:`roofline.serving.serve.evaluate_serving` prices a replica (NaN where electricity is
+    priced but the group's power is unknown); a group that cannot run the model gets its error instead."""
     prices = prices if prices is not None else shipped_prices()
     out = []
     kw = dict(params=params, **formats)
@@ -55,13 +55,14 @@ def compare(model: ModelSpec, groups: Sequence[tuple[str, DeviceGroup]], *, batc
             pre = prefill(model, g, prompt=prompt, on_infeasible="nan", **kw)
             row = Comparison(name=name, group=g, decode=dec, prefill=pre,
                              max_batch=int(max_batch(model, g, context=context, **kw)))
-            power_w: Any = 0.0
+            power_w: Any = np.nan   # unknown power: no electricity cost to add ($/Mtok NaN where one is priced)
             try:
                 power_w = group_busy_w(g, dec, power) * power.pue
                 row = attrs.evolve(row, tokens_per_s_per_kw=dec.tokens_per_s / (power_w / 1000))
             except RooflineError as e:
                 row = attrs.evolve(row, power_note=str(e))
-            usd_per_hour = g.count * prices.usd_per_hour(g.device.id) + power_w / 1000 * prices.usd_per_kwh
+            usd_per_hour = g.count * prices.usd_per_hour(g.device.id) + (
+                power_w / 1000 * prices.usd_per_kwh if prices.usd_per_kwh else 0.0)
             row = attrs.evolve(row, usd_per_million_output_tokens=usd_per_hour / 3600 / dec.tokens_per_s * 1e6)
             if with_elasticity:
                 first = int(np.ravel(batch)[0])
