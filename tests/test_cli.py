@@ -677,3 +677,14 @@ def test_validate_says_when_the_calibration_was_fitted_on_other_data(run_cli, tm
     assert json.loads(run_cli("validate", "--data", str(mine), "--json")[1])["calibrated_on_this_data"] is False
     assert "not on the file validated here" in " ".join(run_cli("validate", "--data", str(mine))[1].split())
     assert json.loads(run_cli("validate", "--json")[1])["calibrated_on_this_data"] is True
+
+
+def test_diagnose_calls_a_run_compute_bound_when_achievable_compute_fills_it():
+    """Below half the datasheet FLOP/s a run can still be compute bound: when the modelled compute time at the
+    achievable efficiency is most of the measured step, the verdict says compute, not "neither"; with little of
+    either it stays overhead, and one device gets no interconnect advice."""
+    from roofline.evidence.diagnose import _verdict
+    assert _verdict(0.2, 0.43, None, split=True, compute_share=0.64)[0] == "compute (below datasheet peak)"
+    binding, advice = _verdict(0.2, 0.1, None, split=False, compute_share=0.2)
+    assert binding == "overhead or communication" and "interconnect" not in advice
+    assert "interconnect" in _verdict(0.2, 0.1, None, split=True, compute_share=0.2)[1]

@@ -145,9 +145,11 @@ class Diagnosis:
     advice: str
 
 
-def _verdict(mbu: float, mfu: float, utilisation: float | None, *, split: bool) -> tuple[str, str]:
+def _verdict(mbu: float, mfu: float, utilisation: float | None, *, split: bool,
+             compute_share: float = 0.0) -> tuple[str, str]:
     """The binding resource and what would help; ``split``: the group spans devices (tensor or pipeline
-    parallel), so synchronisation and the interconnect are candidates too."""
+    parallel), so synchronisation and the interconnect are candidates too; ``compute_share``: the modelled
+    compute time (at the profile's achievable efficiency, not the datasheet peak) over the measured time."""
     if mbu >= 0.5 and mbu >= 1.5 * mfu:
         binding = "memory bandwidth"
         advice = (f"decode runs at {mbu:.0%} of peak bandwidth while compute utilisation (MFU) is {mfu:.1%}: "
@@ -157,6 +159,11 @@ def _verdict(mbu: float, mfu: float, utilisation: float | None, *, split: bool) 
         binding = "compute"
         advice = (f"decode runs at {mfu:.0%} of peak FLOP/s: compute bound; more FLOP/s or lower-precision tensor "
                   "math helps, more bandwidth will not")
+    elif compute_share >= 0.5:
+        binding = "compute (below datasheet peak)"
+        advice = (f"decode runs at {mfu:.1%} of peak FLOP/s, but at the efficiency matmuls of this size reach the "
+                  f"modelled compute alone takes {compute_share:.0%} of the measured time: compute bound below the "
+                  "datasheet peak; lower-precision tensor math or more FLOP/s help, more bandwidth will not")
     else:
         binding = "overhead or communication"
         advice = (f"neither resource is near its peak (bandwidth {mbu:.0%}, compute {mfu:.1%}): time goes to fixed "
@@ -199,7 +206,8 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
         raise WorkloadError(f"the measured {1 / ms.tpot_s:.4g} tokens/s per user implies {which} on {g.describe()}: "
                             "impossible for this device; check the batch, the formats (--weights, --kv) and the "
                             "device count")
-    binding, advice = _verdict(mbu, mfu, ms.utilisation, split=g.count > 1)
+    binding, advice = _verdict(mbu, mfu, ms.utilisation, split=g.count > 1,
+                               compute_share=float(r.compute_s) / ms.tpot_s)
     off = float(r.time_s) / ms.tpot_s - 1
     advice += (f". The model predicts {float(r.time_s) * 1e3:.3g} ms per output token for this setup, "
                f"{abs(off):.0%} {'above' if off > 0 else 'below'} the measured {ms.tpot_s * 1e3:.3g} ms"

@@ -313,6 +313,15 @@ def _ms(v: float) -> str:
     return "—" if not math.isfinite(v) else (f"{v * 1e3:.3g}" if v * 1e3 < 1000 else f"{v * 1e3:,.0f}")
 
 
+def _value(v: float) -> str:
+    """A measured or predicted value with four significant figures and thousands separators, never an exponent
+    (18,890 / 245.3 / 0.6802)."""
+    if not math.isfinite(v):
+        return "—"
+    digits = max(0, 3 - int(math.floor(math.log10(abs(v))))) if v else 0
+    return f"{v:,.{digits}f}"
+
+
 def _rate(v: float) -> str:
     """A rate in at most 7 characters: 2,205 / 34.4 / 349k / 1.38M (exact values are in --json and --csv)."""
     if not math.isfinite(v):
@@ -588,7 +597,7 @@ def validation_table(v: Validation, path: str) -> Table:
         t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
     for r in v.rows:
         t.add_row(r["id"], METRIC_SHORT.get(r["metric"], r["metric"]), r["hardware"], r["model"],
-                  f"{r['predicted']:.4g}", f"{r['measured']:.4g}", f"{r['error']:+.0%}")
+                  _value(r["predicted"]), _value(r["measured"]), f"{r['error']:+.0%}")
     return t
 
 
