@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import RooflineError, WorkloadError
@@ -45,6 +45,14 @@ def count(text: str, *, minimum: int = 0) -> int:
     if value > MAX_COUNT:
         raise argparse.ArgumentTypeError(f"{text} is beyond any workload (at most {MAX_COUNT:.0e})")
     return int(value)
+
+
+def refuse_repeats(names: Sequence[str], what: str) -> None:
+    """A usage error naming the entries of ``names`` given more than once (``what``: the option, e.g. --devices):
+    two entries under one name would print rows no one can tell apart."""
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:
+        raise UsageError(f"{what}: {', '.join(twice)} given more than once")
 
 
 def _below(text: str, minimum: int) -> bool:

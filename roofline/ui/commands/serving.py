@@ -33,6 +33,7 @@ from ..options import (
     parse_ints,
     positive,
     price_list,
+    refuse_repeats,
     scheduler_note,
     serving_knobs,
     what_if,
@@ -92,8 +93,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not names:
         raise UsageError("--devices: give at least one device id")
-    if len(set(names)) < len(names):
-        raise UsageError(f"--devices: {', '.join(sorted({n for n in names if names.count(n) > 1}))} given twice")
+    refuse_repeats(names, "--devices")
     if not args.draft and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
         raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
     grouped = [n for n in names if ":" in n and not n.endswith(".toml")]
@@ -168,10 +168,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         check_plot_path(args.plot)
     wi = what_if(args)
     placements = [parse_placement(p, draft_model=args.draft, wi=wi) for p in args.placement]
-    names = [p.name for p in placements]
-    if len(set(names)) < len(names):
-        raise UsageError(f"--placement names must differ: {', '.join(sorted({n for n in names if names.count(n) > 1}))} "
-                         "is given twice")
+    refuse_repeats([p.name for p in placements], "--placement names")
     wi.check_used([d for p in placements for d in _groups_devices(p)])
     acc = acceptance(args) if any(p.speculative for p in placements) else None
     batches = np.array(parse_ints(args.batch, "--batch"))[:, None]

@@ -33,6 +33,7 @@ from ..options import (
     parse_ints,
     positive,
     price_list,
+    refuse_repeats,
     what_if,
 )
 from ..output import emit
@@ -172,10 +173,7 @@ def _variants(args: argparse.Namespace) -> tuple[list[tuple[str, DeviceGroup]], 
         else:   # --tp shapes only the groups given without their own :N (or a spec path)
             group = resolve_group(item, tp=None if ":" in item else args.tp)
             out.append((group.shape, group))
-    names = [n for n, _ in out]
-    if len(set(names)) < len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise UsageError(f"compare: {', '.join(twice)} given more than once (name variants apart: NAME=ID.FIELD=VALUE)")
+    refuse_repeats([n for n, _ in out], "compare (name variants apart: NAME=ID.FIELD=VALUE)")
     wi.check_used([g.device for _, g in out])
     return [(name, wi.apply_group(g)) for name, g in out], changed
 
