@@ -36,9 +36,9 @@ def show(value: Any) -> str:
 
 def as_array(name: str, value: ArrayLike) -> Array:
     """``value`` as a float array, or a :class:`WorkloadError` naming ``name``."""
-    if isinstance(value, (str, bytes, bool, np.bool_)) or value is None:   # True is not a batch of 1
+    if isinstance(value, (str, bytes)) or value is None:
         raise WorkloadError(f"{name} must be a number or an array of numbers, got {value!r}")
-    if np.asarray(value).dtype == np.bool_:
+    if np.asarray(value).dtype == np.bool_:   # True is not a batch of 1
         raise WorkloadError(f"{name} must be numbers, got booleans {show(value)}")
     try:
         a = np.asarray(value, dtype=float)
