@@ -92,8 +92,12 @@ class EngineParams:
     * ``compute_half_tokens``: a pass over T tokens reaches
       compute_fraction * T / (T + compute_half_tokens) of peak: small matmuls
       (short prompts, decode) run below peak (tile quantisation, occupancy). 0 disables it.
-    * ``link_bandwidth_fraction``: NCCL reaches ~370 of 450 GB/s on NVLink
-      (scaling book, https://jax-ml.github.io/scaling-book/gpus/).
+    * ``link_bandwidth_fraction``: the share of the scale-up link's bandwidth a collective achieves. NCCL's
+      own benchmark reaches ~370 of 450 GB/s on NVLink with large messages (scaling book,
+      https://jax-ml.github.io/scaling-book/gpus/), the family files' value; inside a serving step (the
+      all-reduce beside the GEMMs, fused with the residual and the norm) it reaches less, and the GPU
+      calibration fits it, shared by every stack, from the rows that sweep tensor parallelism on one model
+      (docs/validation.md).
     * ``step_overhead_s`` (T_0): launches, sampling and scheduling per forward
       pass, 0.05-0.3 ms with CUDA graphs (docs/theory.md §1.2).
     * ``layer_overhead_s``: fixed cost per layer per pass (kernel boundaries on GPUs, the stage latency of
