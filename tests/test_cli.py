@@ -444,8 +444,8 @@ def test_show_says_what_the_calibration_knows_of_each_fitted_field(run_cli):
     assert code == 0 and where["memory_bandwidth_fraction"].startswith(f"fitted (+/- {se:.2g})")
     unidentified = {k for k, v in where.items() if v.startswith("fitted (not identified by its rows")}
     assert unidentified == {k.removesuffix("_s") for k in loose}
-    assert where["link_hop_latency"].startswith("source: http")
-    assert where["link_bandwidth_fraction"].startswith("fitted")   # identified by the tensor-parallel sweeps
+    assert where["link_bandwidth_fraction"].startswith("source: http")
+    assert where["allreduce_bandwidth_fraction"].startswith("fitted")   # identified by the tensor-parallel sweeps
     assert where["compute_half_tokens"].startswith("estimate: ")   # fixed in the family file, not fitted
 
 

@@ -76,10 +76,11 @@ def test_expert_parallel_moe_communicates_like_tensor_parallel_unless_attention_
         return group_communication_s(m, rl.DeviceGroup(device=dev, tp=4, **shape), act, tokens, params)
     assert np.allclose(comm(ep=4), comm())
     bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
+    ar_bw = dev.get("scale_up.bandwidth") * params.allreduce_bandwidth_fraction
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
     hidden, base = tokens * m.hidden_size * 2, params.collective_base_s
     swap = m.num_moe_layers * (2 * alltoall_s(hidden * m.experts_per_token, 4, bw, hop, base)
-                               - auto_allreduce_s(hidden, 4, bw, hop, base))
+                               - auto_allreduce_s(hidden, 4, ar_bw, hop, base))
     assert np.allclose(comm(ep=4, dp=4), comm(dp=4) + swap) and np.all(swap > 0)
 
 
@@ -688,15 +689,15 @@ def test_gpu_kernels_overlap_only_their_own_traffic():
     roofline), where one roofline over the pass would hide the KV reads under the matmuls' compute."""
     assert resolve_profile(rl.load_device("h200-sxm")).overlap == "kernel"
     assert resolve_profile(rl.load_device("groq-lpu")).overlap == "pass"
-    one = _decode("h200-sxm", "pass", 256, 1024)
-    per_kernel = _decode("h200-sxm", "kernel", 256, 1024)
+    one = _decode("h200-sxm", "pass", 384, 1024)
+    per_kernel = _decode("h200-sxm", "kernel", 384, 1024)
     assert bool(one.fits)
     # a detailed count: the attention core's FLOP at the attention rate, the KV bytes at the achieved bandwidth
     m, dev = rl.load_model("llama-3.3-70b"), rl.load_device("h200-sxm")
     p = resolve_profile(dev, shipped_profile().default)
-    kv_bytes = 256 * m.kv_cache_bytes(1024, "fp8")          # every sequence reads its whole cache
+    kv_bytes = 384 * m.kv_cache_bytes(1024, "fp8")          # every sequence reads its whole cache
     kv_s = kv_bytes / (dev.get("hbm.bandwidth") * p.memory_bandwidth_fraction)
-    core_flop = 256 * m.num_layers * m.num_heads * m.head_dim * 1024 * 4   # QK^T and PV, 2 FLOP per MAC
+    core_flop = 384 * m.num_layers * m.num_heads * m.head_dim * 1024 * 4   # QK^T and PV, 2 FLOP per MAC
     assert float(one.compute_s) > float(one.memory_s) > kv_s              # the matmuls dominate a single roofline
     core_s = float(per_kernel.compute_s) - float(_matmul_compute(m, dev, shipped_profile().default))
     assert core_s == pytest.approx(core_flop / (dev.get("compute.bf16") * p.compute_fraction), rel=0.05)
@@ -705,13 +706,13 @@ def test_gpu_kernels_overlap_only_their_own_traffic():
                 + float(one.communication_s) + float(one.overhead_s))
     assert float(per_kernel.time_s) == pytest.approx(expected, rel=0.02)
     # with the roofline's max inside each group (the fit's eta is near the serial end, where both near the sum)
-    one, per_kernel = _decode("h200-sxm", "pass", 256, 1024, eta=1), _decode("h200-sxm", "kernel", 256, 1024, eta=1)
+    one, per_kernel = _decode("h200-sxm", "pass", 384, 1024, eta=1), _decode("h200-sxm", "kernel", 384, 1024, eta=1)
     assert float(one.time_s) < float(per_kernel.time_s) < float(per_kernel.time_serial_s)
 
 
 def _matmul_compute(m, dev, p):
     """The pass's matmul time alone (no attention core): the same batch at zero context."""
-    r = evaluate_pass(m, rl.DeviceGroup(device=dev), Formats(weights="fp8", kv="fp8", activations="fp8"), batch=256,
+    r = evaluate_pass(m, rl.DeviceGroup(device=dev), Formats(weights="fp8", kv="fp8", activations="fp8"), batch=384,
                       new_tokens=1, prefix_tokens=0, logits_per_seq=1, mla_absorbed=False, stage="decode", params=p)
     return r.compute_s
 
@@ -720,7 +721,7 @@ def test_overlapping_per_kernel_lies_between_one_roofline_and_the_serial_sum():
     """Over a grid of batches and contexts: never faster than one roofline over the pass, never slower than
     compute and memory in series; equal to the single roofline where one resource bounds every kernel (with
     full overlap inside each roofline, eta = 1: the grouping is what is tested)."""
-    batch, context = np.array([[1.0], [8.0], [64.0], [256.0]]), np.array([128.0, 1024.0, 8192.0])
+    batch, context = np.array([[1.0], [8.0], [64.0], [256.0], [512.0]]), np.array([128.0, 1024.0, 8192.0])
     one, per_kernel = _decode("b200", "pass", batch, context, eta=1.0), _decode("b200", "kernel", batch, context, eta=1.0)
     ok = per_kernel.fits
     assert ok.sum() >= 10
@@ -856,9 +857,10 @@ def test_a_full_mesh_drives_one_link_per_peer():
     def comm(device, tp, pp=1):
         return float(group_communication_s(m, rl.DeviceGroup(device=device, tp=tp, pp=pp), fmt, tokens, p))
     one_link = override(dev, "scale_up.peers", 1)
-    link = dev.get("scale_up.bandwidth") * p.link_bandwidth_fraction
+    link = dev.get("scale_up.bandwidth") * p.link_bandwidth_fraction            # a pipeline hop's share
+    ar_link = dev.get("scale_up.bandwidth") * p.allreduce_bandwidth_fraction    # the all-reduce's
     message = tokens * m.hidden_size * 2
-    rings = [2 * 7 / 8 * (message / 7) / link] * 7              # seven rings at once: the pass waits for one
+    rings = [2 * 7 / 8 * (message / 7) / ar_link] * 7           # seven rings at once: the pass waits for one
     assert comm(dev, 8) == pytest.approx(2 * m.num_layers * max(rings))
     assert comm(one_link, 8) == pytest.approx(7 * comm(dev, 8))
     assert comm(dev, 2) == pytest.approx(comm(one_link, 2))

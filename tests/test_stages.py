@@ -172,7 +172,7 @@ def test_tensor_parallel_small_model_is_latency_bound():
     r = stages.decode_step("llama-3.1-8b", A100, batch=1, context=205, tp=8, params=p)
     assert r.communication_s > 0.3 * r.memory_s
     wide = stages.decode_step("llama-3.1-8b", A100, batch=1, context=205, tp=8,
-                              params=attrs.evolve(p, link_bandwidth_fraction=1.0))
+                              params=attrs.evolve(p, allreduce_bandwidth_fraction=1.0))
     assert float(wide.communication_s) == pytest.approx(float(r.communication_s), rel=0.05)   # not bandwidth
 
 

@@ -105,8 +105,9 @@ def test_tensor_parallel_sweeps_keep_their_slope():
 
     fitted = slope(shipped)
     assert abs(fitted) < 0.15
-    nccl = attrs.evolve(shipped, default=attrs.evolve(shipped.default, link_bandwidth_fraction=0.8),
-                        families={k: attrs.evolve(p, link_bandwidth_fraction=0.8) for k, p in shipped.families.items()})
+    nccl = attrs.evolve(shipped, default=attrs.evolve(shipped.default, allreduce_bandwidth_fraction=0.8),
+                        families={k: attrs.evolve(p, allreduce_bandwidth_fraction=0.8)
+                                  for k, p in shipped.families.items()})
     assert slope(nccl) > fitted + 0.1
 
 

@@ -7,9 +7,10 @@ their kernels and schedulers differ; a ROCm build, one per ISA, also fits its ow
 fixed cost per kernel, and with few rows only that and its efficiencies), and
 shared by all stacks the fixed cost per kernel (the CUDA stacks) and per
 collective, the share of the scale-up link's bandwidth a tensor-parallel all-reduce achieves (identified by
-the rows that sweep TP on one model), what FP8 and FP4 matmuls keep of the peak efficiency, and the vector ops that unpack one
-weight element of a weight-only format (``dequant_ops_per_element``: hidden in the weight stream at small
-batches, paid once per 64-row slice at large ones). Two parameters every fit left at a bound are fixed in the
+the rows that sweep TP on one model; the all-to-all keeps the family file's link share), what FP8 and FP4
+matmuls keep of the peak efficiency, and the vector ops that unpack one weight element of a weight-only
+format (``dequant_ops_per_element``: hidden in the weight stream at small batches, paid once per 64-row slice
+at large ones). Two parameters every fit left at a bound are fixed in the
 GPU family file instead (hardware_specs/execution/gpu.toml): the small-matmul ramp (``compute_half_tokens`` 0)
 and the share of a kernel's shorter compute or memory time hidden under the longer (``overlap_efficiency`` 0).
 Residuals are log(predicted / measured), so a row 2x too fast weighs as much as one 2x too slow. The fit
@@ -67,7 +68,7 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "request_overhead_s": (0.0, 0.2, 0.01),
     "sequence_overhead_s": (0.0, 200e-6, 1e-5),
     "dequant_ops_per_element": (0.0, 32.0, 1.0),
-    "link_bandwidth_fraction": (0.2, 1.0, 1.0),
+    "allreduce_bandwidth_fraction": (0.2, 1.0, 1.0),
 }
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
               "request_overhead_s", "sequence_overhead_s")

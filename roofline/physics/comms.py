@@ -89,7 +89,8 @@ def _collectives(profile: EngineParams) -> tuple[Any, Any]:
 def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Format, tokens: Any,
                           profile: EngineParams) -> Any:
     """Exposed communication of one pass over ``tokens`` tokens: TP collectives (with the family's
-    algorithm) and PP stage crossings (one hop each, ``pipeline_hop_s`` or the link's latency). On a full mesh
+    algorithm; the all-reduce at ``allreduce_bandwidth_fraction`` of the link, the all-to-all at
+    ``link_bandwidth_fraction``) and PP stage crossings (one hop each, ``pipeline_hop_s`` or the link's latency). On a full mesh
     (a scale-up link with ``peers``: every MI300X links to its seven peers directly, 64 GB/s per link,
     https://rocm.blogs.amd.com/software-tools-optimization/mi300x-rccl-xgmi/README.html) a collective over p
     devices moves its data over p - 1 links at once, so W = (p - 1) x the link's bandwidth; a stage crossing
@@ -97,7 +98,8 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
     tp, pp, dev = group.tp, group.pp, group.device
     if tp == 1 and pp == 1:
         return 0.0
-    bw = dev.get("scale_up.bandwidth") * profile.link_bandwidth_fraction
+    bw = dev.get("scale_up.bandwidth") * profile.link_bandwidth_fraction   # all-to-all, pipeline hops
+    ar_bw = dev.get("scale_up.bandwidth") * profile.allreduce_bandwidth_fraction   # the TP all-reduce's own share
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else profile.link_hop_latency_s
     hidden_bytes = tokens * model.hidden_size * activation.bytes_per_element
     allreduce, alltoall = _collectives(profile)
@@ -127,11 +129,11 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
         # experts' ranks: two all-to-alls of their top-k copies
         att_tp = group.attention_tp
         links = dev.scale_up.links_used   # a mesh (AMD Infinity Fabric) drives p - 1 direct links at once
-        att = model.num_layers * allreduce(hidden_bytes / group.dp, att_tp, bw * links(att_tp), hop,
+        att = model.num_layers * allreduce(hidden_bytes / group.dp, att_tp, ar_bw * links(att_tp), hop,
                                            profile.collective_base_s) if att_tp > 1 else 0.0
         dispatch = group.ep > 1 and group.dp > 1
         n_mlp = model.num_layers - (model.num_moe_layers if dispatch else 0)
-        comm = att + n_mlp * allreduce(hidden_bytes, tp, bw * links(tp), hop, profile.collective_base_s)
+        comm = att + n_mlp * allreduce(hidden_bytes, tp, ar_bw * links(tp), hop, profile.collective_base_s)
         if dispatch:
             routed = hidden_bytes * model.experts_per_token
             comm = comm + 2 * model.num_moe_layers * alltoall(routed, group.ep, bw * links(group.ep), hop,

@@ -92,12 +92,13 @@ class EngineParams:
     * ``compute_half_tokens``: a pass over T tokens reaches
       compute_fraction * T / (T + compute_half_tokens) of peak: small matmuls
       (short prompts, decode) run below peak (tile quantisation, occupancy). 0 disables it.
-    * ``link_bandwidth_fraction``: the share of the scale-up link's bandwidth a collective achieves. NCCL's
-      own benchmark reaches ~370 of 450 GB/s on NVLink with large messages (scaling book,
-      https://jax-ml.github.io/scaling-book/gpus/), the family files' value; inside a serving step (the
-      all-reduce beside the GEMMs, fused with the residual and the norm) it reaches less, and the GPU
-      calibration fits it, shared by every stack, from the rows that sweep tensor parallelism on one model
-      (docs/validation.md).
+    * ``link_bandwidth_fraction``: the share of a link's bandwidth an all-to-all, a pipeline hop or a
+      scale-out transfer achieves: NCCL reaches ~370 of 450 GB/s on NVLink with large messages (scaling book,
+      https://jax-ml.github.io/scaling-book/gpus/).
+    * ``allreduce_bandwidth_fraction``: the share of the scale-up link a tensor-parallel all-reduce achieves.
+      The family files give it their link share; inside a GPU serving step (MB-sized messages beside the
+      GEMMs, fused with the residual add and the norm) it reaches less, and the GPU calibration fits it,
+      shared by every stack, from the rows that sweep tensor parallelism on one model (docs/validation.md).
     * ``step_overhead_s`` (T_0): launches, sampling and scheduling per forward
       pass, 0.05-0.3 ms with CUDA graphs (docs/theory.md §1.2).
     * ``layer_overhead_s``: fixed cost per layer per pass (kernel boundaries on GPUs, the stage latency of
@@ -170,6 +171,7 @@ class EngineParams:
     request_overhead_s: float = _p(0.0, _nonneg)
     sequence_overhead_s: float = _p(0.0, _nonneg)
     link_bandwidth_fraction: float = _p(0.80, _frac)
+    allreduce_bandwidth_fraction: float = _p(0.80, _frac)
     low_precision_compute_scale: float = _p(1.0, _frac)
     fp4_compute_scale: float = _p(1.0, _frac)
     compute_half_tokens: float = _p(0.0, _nonneg)
@@ -214,6 +216,7 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "request_overhead": ("request_overhead_s", "s"),
     "sequence_overhead": ("sequence_overhead_s", "s"),
     "link_bandwidth_fraction": ("link_bandwidth_fraction", "fraction"),
+    "allreduce_bandwidth_fraction": ("allreduce_bandwidth_fraction", "fraction"),
     "low_precision_compute_scale": ("low_precision_compute_scale", "fraction"),
     "fp4_compute_scale": ("fp4_compute_scale", "fraction"),
     "compute_half_tokens": ("compute_half_tokens", "number"),
