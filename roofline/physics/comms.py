@@ -98,8 +98,8 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
     tp, pp, dev = group.tp, group.pp, group.device
     if tp == 1 and pp == 1:
         return 0.0
-    bw = dev.get("scale_up.bandwidth") * profile.link_bandwidth_fraction   # all-to-all, pipeline hops
-    ar_bw = dev.get("scale_up.bandwidth") * profile.allreduce_bandwidth_fraction   # the TP all-reduce's own share
+    link = dev.get("scale_up.bandwidth")
+    bw, ar_bw = link * profile.link_bandwidth_fraction, link * profile.allreduce_bandwidth_fraction   # a2a, hops; TP all-reduce
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else profile.link_hop_latency_s
     hidden_bytes = tokens * model.hidden_size * activation.bytes_per_element
     allreduce, alltoall = _collectives(profile)
