@@ -238,7 +238,9 @@ def test_mixed_steps_match_a_simulated_schedule():
     steps = [float(with_chunk.time_s)] + [float(plain.time_s)] * (osl // B - 1)
     r = _continuous(model, "h100-sxm", isl, osl, float(B), params=shipped_profile().default)
     assert float(r.step_s) == pytest.approx(float(np.mean(steps)), rel=0.02)
-    assert float(with_chunk.compute_s) > 10 * float(plain.time_s)   # a chunk is compute-bound, not hidden
+    # the chunk's step is compute-bound, its compute is not hidden, and it costs many decode steps
+    assert float(with_chunk.compute_s) > float(with_chunk.memory_s)
+    assert float(with_chunk.time_s) >= float(with_chunk.compute_s) > 5 * float(plain.time_s)
 
 
 def test_a_riding_chunk_costs_what_its_prefill_costs():
