@@ -39,7 +39,7 @@ FAMILY_NAMES = {"groq": "Groq LPU, batch-1 decode", "cerebras": "Cerebras WSE-3,
 UNSEEN_FILE = ROOT / "docs" / "heldout_unseen_builds.json"
 
 
-#: Id prefixes of TensorRT-LLM's perf-overview tables (offline maximum throughput, three versions): 627 of the GPU
+#: Id prefixes of TensorRT-LLM's perf-overview tables (offline maximum throughput, five versions): most of the GPU
 #: time rows and the kind the model predicts best, so the accuracy table also reports the rows without them.
 PERF_TABLES = ("TL", "TR", "TQ", "TV")
 
