@@ -17,7 +17,11 @@ Residuals are log(predicted / measured), so a row 2x too fast weighs as much as 
 reports each parameter with its standard error (Jacobian at the optimum) and, on
 request, the held-out error: each row predicted by a fit that never saw it
 (leave-one-out, or folds of whole publications). The loss is soft-L1 on the log
-residuals, so a few rows the model cannot express do not pull every parameter.
+residuals, so a few rows the model cannot express do not pull every parameter. With ``shrink`` > 0 the stack
+families' own parameters are partially pooled (a hierarchical prior, :data:`SHRINK`): each is drawn toward a
+mean over the families that the fit estimates too, so a parameter only a few rows of one family identify (the
+rows of a publication held out, say) stays near what the other stacks have rather than wherever the rest of
+that family's rows push it.
 """
 
 from __future__ import annotations
@@ -107,6 +111,8 @@ class Fit:
     #: per stack family, the parameters none of its rows responds to that took the pooled fit's value
     #: (:func:`_unseen_by_rows`); a blind parameter not listed is hidden under a longer cost and kept as fitted
     pooled_params: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
+    #: the partial pooling the fit ran with (:data:`SHRINK`; 0: none)
+    shrink: float = 0.0
 
     def heldout_split(self) -> dict[str, dict[str, float]]:
         """Median held-out |error| and row count of the rows whose stack build other rows in training share
@@ -132,12 +138,21 @@ class _Layout:
     nearest family it specialises."""
 
     def __init__(self, families: list[str], merged: dict[str, str] | None = None,
-                 ties: dict[str, str] | None = None) -> None:
+                 ties: dict[str, str] | None = None, shrink: float = 0.0) -> None:
         self.families = families
         self.merged = merged or {}   # platform family -> the family its rows fit with (too few rows)
         self.ties = ties or {}       # platform family fitting only PLATFORM_OWN -> the family it takes the rest from
         self.keys: list[tuple[str, str]] = [("*", k) for k in SHARED] + [
             (f, k) for f in families for k in self.own(f)]
+        # partial pooling: the families' own PER_FAMILY parameters (platform builds tied to a family excepted)
+        # each against a mean over the families (key set "~", which moves no row, only these prior terms)
+        pooled = [(i, k) for i, (f, k) in enumerate(self.keys) if f != "*" and f not in self.ties and k in PER_FAMILY]
+        means = sorted({k for _i, k in pooled}) if shrink > 0 and len(families) > 1 else []
+        self.shrink = float(shrink) if means else 0.0
+        self.keys += [("~", k) for k in means]
+        at = {k: self.keys.index(("~", k)) for k in means}
+        self.prior_pairs: list[tuple[int, int, float]] = [
+            (i, at[k], BOUNDS[k][2] / (BOUNDS[k][1] - BOUNDS[k][0])) for i, k in pooled if k in at]
 
     def own(self, family: str) -> tuple[str, ...]:
         """The parameters ``family`` fits of its own."""
@@ -173,8 +188,23 @@ class _Layout:
         return out
 
     def moved_by(self, key: str, family: str) -> bool:
-        """Whether parameter set ``key`` moves a row of ``family`` (shared ones move all)."""
+        """Whether parameter set ``key`` moves a row of ``family`` (shared ones move all; the families' means
+        ``~`` none: they enter only the prior terms)."""
         return key in ("*", family) or self.ties.get(family) == key
+
+    def prior(self, x: np.ndarray) -> np.ndarray:
+        """The partial-pooling terms, one per family parameter: ``shrink`` x its distance from the families'
+        mean in units of the parameter's bound range (a Gaussian prior of standard deviation range / shrink
+        around a mean the fit estimates, the random-effects model of Gelman and Hill, "Data Analysis Using
+        Regression and Multilevel/Hierarchical Models", Cambridge 2007, ch. 12; in log-residual units: a
+        family a whole range from the mean weighs as much as ``shrink`` rows e-fold off)."""
+        return np.array([self.shrink * (x[i] - x[m]) * scale for i, m, scale in self.prior_pairs])
+
+    def prior_sparsity(self) -> np.ndarray:
+        out = np.zeros((len(self.prior_pairs), len(self.keys)), dtype=bool)
+        for j, (i, m, _scale) in enumerate(self.prior_pairs):
+            out[j, i] = out[j, m] = True
+        return out
 
 
 def row_family(row: Row) -> str:
@@ -210,7 +240,7 @@ def _family(layout: _Layout, row: Row) -> str:
     return fam
 
 
-def _stack_layout(rows: list[Row]) -> _Layout:
+def _stack_layout(rows: list[Row], shrink: float = 0.0) -> _Layout:
     """One parameter set per stack family present. A platform build (``sglang-rocm-gfx942``, :func:`family_chain`)
     with rows for each of PLATFORM_FULL twice over is a family of its own (its kernel gap included); with fewer
     it fits only PLATFORM_OWN and takes the rest from the nearest family it specialises that is fitted in full;
@@ -232,7 +262,7 @@ def _stack_layout(rows: list[Row]) -> _Layout:
             up = next((f for f in family_chain(fam)[1:] if f in counts and f not in ties), None)
             if up is not None:
                 ties[fam] = up
-    return _Layout(sorted(counts), merged, ties)
+    return _Layout(sorted(counts), merged, ties, shrink)
 
 
 def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> np.ndarray:
@@ -243,14 +273,15 @@ def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layo
             out.append(math.log(predict_row(r, per[_family(layout, r)]) / float(r.get("value"))))
         except RooflineError:
             out.append(3.0)  # a parameter set that makes a row infeasible is heavily penalised
-    return np.array(out)
+    return np.concatenate([out, layout.prior(x)])
 
 
 def _sparsity(rows: list[Row], layout: _Layout) -> np.ndarray:
     """Which parameters move which rows: shared ones all rows, a stack family's only its own rows (so the
     finite-difference Jacobian perturbs the families' parameters together: a few evaluations, not dozens)."""
     fams = [_family(layout, r) for r in rows]
-    return np.array([[layout.moved_by(f, fam) for f, _k in layout.keys] for fam in fams], dtype=bool)
+    rows_part = np.array([[layout.moved_by(f, fam) for f, _k in layout.keys] for fam in fams], dtype=bool)
+    return np.vstack([rows_part, layout.prior_sparsity()])
 
 
 def _solve(rows: list[Row], base: EngineParams, layout: _Layout) -> Any:
@@ -265,12 +296,15 @@ def _solve(rows: list[Row], base: EngineParams, layout: _Layout) -> Any:
 
 #: The soft-L1 loss's scale (log residual where a row's weight starts to fall off): ~25%.
 F_SCALE = 0.25
+#: The partial pooling of the stack families' own parameters (:meth:`_Layout.prior`): the prior's standard
+#: deviation is the parameter's bound range / SHRINK. 0: none (each family on its own rows alone).
+SHRINK = 2.0
 #: Rows at least this influential (leverage) are not estimated by one Newton step: without them the fit may lose
 #: a parameter, which a local step cannot see (:func:`approximate_loo` gives them NaN).
 MAX_LEVERAGE = 0.9
 
 
-def approximate_loo(res: Any, f_scale: float = F_SCALE) -> np.ndarray:
+def approximate_loo(res: Any, f_scale: float = F_SCALE, n_rows: int | None = None) -> np.ndarray:
     """Each row's log residual under the fit without it, from the full fit ``res`` of scipy least squares with
     ``loss="soft_l1"`` and this ``f_scale`` (the formula below is that loss's; another loss needs its own),
     one Newton step per row: the approximate leave-one-out of Rahnama Rad and Maleki, "A scalable estimate of the
@@ -286,7 +320,9 @@ def approximate_loo(res: Any, f_scale: float = F_SCALE) -> np.ndarray:
     in-sample residuals come back). Rows with leverage >= MAX_LEVERAGE get NaN. One step is exact for a linear
     model and overshoots where the fit is far from linear in a row's absence: a row with a large residual and
     high leverage may come out further off than an exact refit would put it. The test suite checks it against
-    exact refits on a small problem; docs/validation.md on rows of the shipped data.
+    exact refits on a small problem; docs/validation.md on rows of the shipped data. With partial pooling
+    (:meth:`_Layout.prior`) the prior terms follow the ``n_rows`` data rows in ``res``: they stay in the Hessian
+    (no row's removal removes them) and only the data rows' estimates come back.
     """
     jac = _jacobian(res)
     free = (res.active_mask == 0) & (np.abs(jac).sum(axis=0) > 0)
@@ -296,51 +332,65 @@ def approximate_loo(res: Any, f_scale: float = F_SCALE) -> np.ndarray:
     f = np.asarray(res.fun, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = f * (1.0 + (1.0 + (f / f_scale) ** 2) * h / (1.0 - h))
-    return np.where(h < MAX_LEVERAGE, out, np.nan)
+    return np.where(h < MAX_LEVERAGE, out, np.nan)[:n_rows]
 
 
 def _jacobian(res: Any) -> np.ndarray:
     return res.jac.toarray() if hasattr(res.jac, "toarray") else res.jac
 
 
+def _data_jacobian(res: Any, layout: _Layout) -> np.ndarray:
+    """The Jacobian's rows of the measurements (without the partial-pooling terms that follow them)."""
+    jac = _jacobian(res)
+    return jac[:jac.shape[0] - len(layout.prior_pairs)]
+
+
 def _blind(res: Any, layout: _Layout) -> dict[str, set[str]]:
-    """Per parameter set, the parameters no row responds to at the optimum (a zero Jacobian column)."""
+    """Per parameter set, the parameters no row responds to at the optimum (a zero column of the measurements'
+    Jacobian: a prior term alone does not identify a parameter; the families' means ``~`` are left out)."""
     blind: dict[str, set[str]] = {}
-    for (fam, k), moves in zip(layout.keys, np.abs(_jacobian(res)).sum(axis=0) > 0):
-        if not moves:
+    for (fam, k), moves in zip(layout.keys, np.abs(_data_jacobian(res, layout)).sum(axis=0) > 0):
+        if not moves and fam != "~":
             blind.setdefault(fam, set()).add(k)
     return blind
 
 
 def _standard_errors(res: Any, layout: _Layout, n_rows: int) -> dict[str, dict[str, float]]:
     """Standard error of each parameter from the Jacobian at the optimum (Gauss-Newton covariance); infinite
-    for a parameter no row responds to (:func:`_blind`: not identified, pinv would give it 0)."""
-    s2 = float(np.sum(res.fun**2)) / max(1, n_rows - len(layout.keys))
+    for a parameter no row responds to (:func:`_blind`: not identified, pinv would give it 0). With partial
+    pooling the covariance includes the prior terms (a posterior's), the residual variance only the ``n_rows``
+    rows; the families' means are not reported."""
+    s2 = float(np.sum(res.fun[:n_rows]**2)) / max(1, n_rows - len(layout.keys))
     jac = _jacobian(res)
     cov = np.linalg.pinv(jac.T @ jac) * s2
     blind = _blind(res, layout)
     moves = [k not in blind.get(fam, set()) for fam, k in layout.keys]
     se: dict[str, dict[str, float]] = {}
     for i, (fam, k) in enumerate(layout.keys):
+        if fam == "~":
+            continue
         se.setdefault(fam, {})[k] = float(math.sqrt(max(cov[i, i], 0.0)) * BOUNDS[k][2]) if moves[i] else math.inf
     return se
 
 
 def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str | int | None = None,
-              progress: Any = None, jobs: int = 1, fold_by: str = "source") -> Fit:
+              progress: Any = None, jobs: int = 1, fold_by: str = "source", shrink: float = SHRINK) -> Fit:
     """Fit shared and per-stack-family parameters to ``rows`` (log residuals, scipy least squares).
 
     ``holdout``: also predict rows with fits that never saw them: ``"loo"`` (one fit per row) or a number
     of folds, grouped by publication (``fold_by="source"``: every row of a source lands in the same fold, so
     no fit sees a sibling of the row it predicts) or of rows drawn at random (``"row"``, seed 0: leave-one-out
     approximated with as many fits as folds). ``progress(done, total, what)`` is called between fits.
-    ``jobs`` > 1 runs the held-out fits in that many processes.
+    ``jobs`` > 1 runs the held-out fits in that many processes. ``shrink``: the partial pooling of the stack
+    families' own parameters (:meth:`_Layout.prior`; 0: each family on its own rows alone).
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise RooflineError(f"jobs must be a whole number >= 1, got {jobs!r}")
+    if isinstance(shrink, bool) or not isinstance(shrink, int | float) or not (math.isfinite(shrink) and shrink >= 0):
+        raise RooflineError(f"shrink must be a finite number >= 0, got {shrink!r}")
     base = base or _gpu_base()
     ok, skipped = _usable(rows, base)
-    layout = _stack_layout(ok)
+    layout = _stack_layout(ok, shrink)
     if len(ok) <= len(layout.keys):
         raise RooflineError(f"calibration needs more than {len(layout.keys)} usable rows, got {len(ok)}")
     folds = _folds(ok, holdout, fold_by)
@@ -359,15 +409,16 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
     unseen = _unseen_by_rows(_blind(res, layout), per, default, ok, layout)
     per = _pool_blind(per, unseen, default, layout.ties)
-    held = _held_out(ok, folds, base, jobs=jobs, tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
+    held = _held_out(ok, folds, base, shrink=shrink, jobs=jobs,
+                     tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     return Fit(profile=Profile(default=default, families=per), standard_errors=se, rows=[r.id for r in ok],
-               skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun)))),
+               skipped=skipped, median_abs_error=float(np.median(np.abs(np.expm1(res.fun[:len(ok)])))),
                loo_median_abs_error=float(np.median(np.abs(list(held.values())))) if held else None,
                loo_errors=held or None, holdout=_holdout_name(holdout, fold_by),
                heldout_unseen_builds=frozenset(builds_left_out(ok, folds)),
-               approx_loo_errors={r.id: float(e) for r, e in zip(ok, np.expm1(approximate_loo(res)))},
+               approx_loo_errors={r.id: float(e) for r, e in zip(ok, np.expm1(approximate_loo(res, n_rows=len(ok))))},
                builds=tuple(sorted({row_stack_family(r) for r in ok})),
-               pooled_params={f: frozenset(names) for f, names in unseen.items()})
+               pooled_params={f: frozenset(names) for f, names in unseen.items()}, shrink=layout.shrink)
 
 
 def _unseen_by_rows(blind: dict[str, set[str]], per: dict[str, EngineParams], pooled: EngineParams,
@@ -431,17 +482,18 @@ def _gpu_base() -> EngineParams:
     return EngineParams(**{k: getattr(fam, k) for k in fixed}, dequant_ops_per_element=DEQUANT_START)
 
 
-def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, jobs: int, tick: Any) -> dict[str, float]:
+def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, shrink: float, jobs: int,
+              tick: Any) -> dict[str, float]:
     """Each fold's rows predicted by a fit on the others, in ``jobs`` processes (folds are independent)."""
     held: dict[str, float] = {}
     if jobs <= 1 or len(folds) <= 1:
         for i, fold in enumerate(folds):
             tick(i)
-            held.update(_predict_fold(rows, fold, base))
+            held.update(_predict_fold(rows, fold, base, shrink))
         return held
     from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(max_workers=min(jobs, len(folds))) as pool:
-        futures = [pool.submit(_predict_fold, rows, fold, base) for fold in folds]
+        futures = [pool.submit(_predict_fold, rows, fold, base, shrink) for fold in folds]
         for i, f in enumerate(futures):   # as in one process: the tick names the fold being waited on
             tick(i)
             held.update(f.result())
@@ -489,12 +541,12 @@ def builds_left_out(rows: list[Row], folds: list[set[str]]) -> set[str]:
     return out
 
 
-def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams) -> dict[str, float]:
+def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams, shrink: float = 0.0) -> dict[str, float]:
     """Fit on every row outside ``fold`` and predict the fold's rows (a stack family the training rows lack
     gets the training rows' pooled parameters)."""
     train = [r for r in rows if r.id not in fold]
     trained = {row_stack_family(r) for r in train}
-    layout = _stack_layout(train)
+    layout = _stack_layout(train, shrink)
     res = _solve(train, base, layout)
     per = layout.params(base, res.x)
     blind = _blind(res, layout)
@@ -607,6 +659,8 @@ def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
     estimated leave-one-out and held out, and the parameters its data do not identify (``set.name``)."""
     # five decimals: a percentage printed to one decimal from the record is not rounded twice (0.09548 -> 9.5%)
     record: dict[str, Any] = {"data": data, "rows": len(fit.rows), "median_abs_error": round(fit.median_abs_error, 5)}
+    if fit.shrink:
+        record["shrink"] = fit.shrink
     if fit.approx_loo_median_abs_error is not None:
         record["loo_approx_median_abs_error"] = round(fit.approx_loo_median_abs_error, 5)
         unestimated = sum(1 for e in fit.approx_loo_errors.values() if not math.isfinite(e))

@@ -576,7 +576,8 @@ _FIT_KINDS: dict[str, tuple[Any, str]] = {
 #: The ``[fit]`` record's fields and their kinds (what `roofline calibrate` writes; other keys are kept as given).
 _FIT_FIELDS = {"data": "text", "rows": "count", "median_abs_error": "error", "loo_approx_median_abs_error": "error",
                "loo_approx": "text", "heldout_median_abs_error": "error", "heldout": "text",
-               "not_identified": "parameters", "builds": "builds", "standard_errors": "errors by name"}
+               "not_identified": "parameters", "builds": "builds", "standard_errors": "errors by name",
+               "shrink": "error"}
 
 
 def _fit_record(fit: Any, path: Path) -> dict[str, Any]:

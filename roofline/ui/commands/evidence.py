@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import attrs
 from rich.console import Console
 
 from ...errors import RooflineError
-from ...evidence.calibrate import FOLD_BY, calibrate, fit_layer_overhead, fit_power_floor, fit_record, save_profile, uncertainty
+from ...evidence.calibrate import (
+    FOLD_BY,
+    SHRINK,
+    calibrate,
+    fit_layer_overhead,
+    fit_power_floor,
+    fit_record,
+    save_profile,
+    uncertainty,
+)
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...specs.files import check_writable
@@ -128,8 +138,10 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             raise UsageError("give --loo or --folds, not both")
         if args.jobs < 1:
             raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
+        if not (math.isfinite(args.shrink) and args.shrink >= 0):
+            raise UsageError(f"--shrink must be a finite number >= 0, got {args.shrink}")
         fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs,
-                        fold_by=args.by)
+                        fold_by=args.by, shrink=args.shrink)
     if args.out:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
     data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
@@ -179,6 +191,9 @@ def register(add: Adder) -> None:
                     help="--folds of whole publications (default) or of rows drawn at random (seed 0)")
     sp.add_argument("--jobs", type=int, default=1, metavar="N",
                     help="run the held-out fits in N processes (default 1)")
+    sp.add_argument("--shrink", type=float, default=SHRINK, metavar="W",
+                    help="partial pooling: draw each stack family's own parameters toward their mean over the "
+                         f"families with a prior of sd = bound range / W (0: none; default {SHRINK:g})")
     sp.add_argument("--energy", action="store_true",
                     help="fit the GPU busy-power floor to the measured power rows (J-per-token rows check it)")
     sp.add_argument("--family", default=None, metavar="FAMILY",
