@@ -11,6 +11,7 @@ from conftest import validate_rows
 import roofline as rl
 from roofline.evidence.validate import predict_row, read_rows, shipped_data
 from roofline.physics.comms import allreduce_s, auto_allreduce_s, oneshot_allreduce_s
+from roofline.physics.memory import stored_weight_bytes
 from roofline.physics.timing import activation_bytes_per_device, attention_class, compute_class, evaluate_pass, mix, overlapped
 from roofline.physics.work import count_work, expert_shard_imbalance, kernels_per_pass, with_prompt_chunks
 from roofline.serving.serve import Placement, Request, evaluate_serving, offline_tokens_per_s, prefill_queue_s
@@ -490,7 +491,7 @@ def test_rocm_builds_are_their_own_stack_families():
     assert rl.load_device("mi300x").isa == rl.load_device("mi325x").isa == "gfx942"
     assert rl.load_device("mi355x").isa == "gfx950" and rl.load_device("h100-sxm").isa == ""
     prof = shipped_profile()
-    settings = dict(collective="auto", kv_admission="paged", chunked_prefill=True)
+    settings = dict(collective="auto", kv_admission="paged", chunked_prefill=True, head_format="bf16")
     assert prof.for_stack("SGLang 0.5.5", "AMD", "gfx942") == attrs.evolve(prof.families["sglang-rocm-gfx942"], **settings)
     rocm = attrs.evolve(prof, families={"sglang-rocm": prof.families["sglang-rocm-gfx950"], "sglang": prof.families["sglang"]})
     assert rocm.for_stack("SGLang", "AMD", "gfx942") == attrs.evolve(prof.families["sglang-rocm-gfx950"], **settings)
@@ -614,6 +615,33 @@ def test_tensorrt_llm_keeps_the_whole_context_on_sliding_window_layers():
     reads = [float(rl.decode_step(m, "b200", batch=64, context=9000, params=p, experts="mxfp4", kv="fp8")
                    .bytes_per_device) for p in (trt, vllm)]
     assert reads[0] == pytest.approx(reads[1])
+
+
+def test_quantised_checkpoints_keep_the_embedding_and_lm_head_at_16_bits():
+    """Model Optimizer's FP8/NVFP4 checkpoints (TensorRT-LLM, vLLM, SGLang) leave the LM head unquantised and no
+    toolchain quantises the embedding table; gpt-fast quantises every nn.Linear, its output head included. For
+    Llama-3.1-70B in FP8 that is 2.1 GB more stored (a detailed count: each parameter once, the head's twice),
+    the LM head's bytes read twice over each decode step, and a smaller batch where the weights nearly fill
+    the device."""
+    m = resolve_model("llama-3.1-70b")
+    head = m.embedding_params() + m.lm_head_params()
+    prof = shipped_profile()
+    trt, fast = prof.for_stack("TensorRT-LLM 1.0"), prof.for_stack("gpt-fast")
+    assert (trt.head_format, prof.for_stack("vLLM 0.11").head_format, fast.head_format) == ("bf16", "bf16", None)
+    fp8 = Formats(weights="fp8", kv="fp8", activations="fp8")
+    kept = fp8.with_toolchain_head(trt.head_format)
+    assert kept.head == "bf16" and fp8.with_toolchain_head(fast.head_format) is fp8
+    assert Formats().with_toolchain_head("bf16") == Formats()        # no wider than bf16 weights: unchanged
+    assert stored_weight_bytes(m, kept) == sum(m.param_breakdown().values()) + head
+    assert stored_weight_bytes(m, kept) - stored_weight_bytes(m, fp8) == pytest.approx(2.1e9, rel=0.01)
+    kw = dict(context=1000, weights="fp8", kv="fp8", activations="fp8")
+    untied = attrs.evolve(trt, head_format=None)
+    reads = [float(rl.decode_step(m, "h100-sxm:2", batch=1, params=p, **kw).bytes_per_device) for p in (trt, untied)]
+    assert reads[0] - reads[1] == pytest.approx((m.lm_head_params() + m.hidden_size) / 2)   # one more byte each, tp 2
+    usable = resolve_profile(rl.resolve_group("h100-sxm").device, trt).usable_memory_fraction * 81559 * 2 ** 20
+    free = [usable - stored_weight_bytes(m, f) for f in (kept, fp8)]
+    b_kept, b_fp8 = (int(rl.max_batch(m, "h100-sxm", params=p, **kw)) for p in (trt, untied))
+    assert b_kept / b_fp8 == pytest.approx(free[0] / free[1], rel=0.05) and b_kept < 0.85 * b_fp8
 
 
 def test_long_output_gpt_oss_rows_need_the_unwindowed_cache():

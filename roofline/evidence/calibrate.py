@@ -187,6 +187,10 @@ class _Layout:
             out[fam] = attrs.evolve(base, **{**values.get("*", {}), **tied, **values.get(fam, {})})
         return out
 
+    def data_keys(self) -> list[tuple[int, str, str]]:
+        """(index, set, name) of every parameter but the families' means ``~`` (which move no row)."""
+        return [(i, f, k) for i, (f, k) in enumerate(self.keys) if f != "~"]
+
     def moved_by(self, key: str, family: str) -> bool:
         """Whether parameter set ``key`` moves a row of ``family`` (shared ones move all; the families' means
         ``~`` none: they enter only the prior terms)."""
@@ -352,8 +356,9 @@ def _blind(res: Any, layout: _Layout) -> dict[str, set[str]]:
     """Per parameter set, the parameters no row responds to at the optimum (a zero column of the measurements'
     Jacobian: a prior term alone does not identify a parameter; the families' means ``~`` are left out)."""
     blind: dict[str, set[str]] = {}
-    for (fam, k), moves in zip(layout.keys, np.abs(_data_jacobian(res, layout)).sum(axis=0) > 0):
-        if not moves and fam != "~":
+    moves = np.abs(_data_jacobian(res, layout)).sum(axis=0) > 0
+    for i, fam, k in layout.data_keys():
+        if not moves[i]:
             blind.setdefault(fam, set()).add(k)
     return blind
 
@@ -367,12 +372,10 @@ def _standard_errors(res: Any, layout: _Layout, n_rows: int) -> dict[str, dict[s
     jac = _jacobian(res)
     cov = np.linalg.pinv(jac.T @ jac) * s2
     blind = _blind(res, layout)
-    moves = [k not in blind.get(fam, set()) for fam, k in layout.keys]
     se: dict[str, dict[str, float]] = {}
-    for i, (fam, k) in enumerate(layout.keys):
-        if fam == "~":
-            continue
-        se.setdefault(fam, {})[k] = float(math.sqrt(max(cov[i, i], 0.0)) * BOUNDS[k][2]) if moves[i] else math.inf
+    for i, fam, k in layout.data_keys():
+        se.setdefault(fam, {})[k] = (math.inf if k in blind.get(fam, set())
+                                     else float(math.sqrt(max(cov[i, i], 0.0)) * BOUNDS[k][2]))
     return se
 
 

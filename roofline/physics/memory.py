@@ -45,10 +45,12 @@ def attention_replica_bytes(model: ModelSpec, formats: Formats, group: DeviceGro
 
 
 def stored_weight_bytes(model: ModelSpec, formats: Formats) -> float:
-    """Bytes of all stored weights (every expert), non-expert and expert formats apart."""
-    experts = model.param_breakdown()["experts"]
-    return ((model.total_params - experts) * formats.weight.bytes_per_element
-            + experts * formats.expert.bytes_per_element)
+    """Bytes of all stored weights (every expert): non-expert weights, experts, and the embedding table with
+    the LM head (:attr:`Formats.head_format`) each in their own format."""
+    parts = model.param_breakdown()
+    experts, head = parts["experts"], parts["embedding"] + parts["lm_head"]
+    return ((model.total_params - experts - head) * formats.weight.bytes_per_element
+            + experts * formats.expert.bytes_per_element + head * formats.head_format.bytes_per_element)
 
 
 def workspace_per_sequence_bytes(model: ModelSpec, formats: Formats, tp: int, new_tokens: ArrayLike,

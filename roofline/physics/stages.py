@@ -197,7 +197,8 @@ def max_batch(model: ModelLike, device: GroupLike, *, context: ArrayLike, new_to
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
               params=params)
     profile = resolve_profile(s.group.device, s.params)
-    return memory.max_batch(s.model, s.group, s.formats, context=check_count("context", context),
+    return memory.max_batch(s.model, s.group, s.formats.with_toolchain_head(profile.head_format),
+                            context=check_count("context", context),
                             new_tokens=check_count("new_tokens", new_tokens, minimum=1),
                             usable_fraction=profile.usable_memory_fraction,
                             windowed_kv=profile.windowed_kv is not False)

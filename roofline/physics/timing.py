@@ -339,7 +339,7 @@ def _rate(device: Device, cls: str) -> float:
     return device.get(f"compute.{cls}")
 
 
-_COMPONENT_WEIGHTS = (("attention", "mlp", "shared_experts", "router", "lm_head"), ("experts",))
+_COMPONENT_WEIGHTS = (("attention", "mlp", "shared_experts", "router"), ("experts",), ("lm_head",))
 
 
 def _row_efficiency(tokens: Any, params: EngineParams) -> Any:
@@ -410,8 +410,9 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     mfu = params.compute_fraction * _row_efficiency(work.tokens, params)
     w_cls, w_deq = compute_class(formats.weight, act, dev)
     e_cls, e_deq = compute_class(formats.expert, act, dev)
+    h_cls, h_deq = compute_class(formats.head_format, act, dev)
     classes = {"attention_proj": w_cls, "attention_core": attention_class(formats, dev), "mlp": w_cls, "experts": e_cls,
-               "shared_experts": w_cls, "router": w_cls, "lm_head": w_cls}
+               "shared_experts": w_cls, "router": w_cls, "lm_head": h_cls}
     by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
         if np.any(flop > 0) and comp != "attention_core":
@@ -431,7 +432,8 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     core_s = seconds(classes["attention_core"], [core_flop], inv_core) if np.any(core_flop > 0) else 0.0
     compute = add(core_s, *(seconds(cls, flops) for cls, flops in by_class.items()))
     elements: Any = 0.0
-    for fmt, dequantised, comps in zip((formats.weight, formats.expert), (w_deq, e_deq), _COMPONENT_WEIGHTS):
+    for fmt, dequantised, comps in zip((formats.weight, formats.expert, formats.head_format), (w_deq, e_deq, h_deq),
+                                       _COMPONENT_WEIGHTS):
         for comp in comps if dequantised else ():   # each slice of token rows unpacks the weights it reads once
             n = work.weight_bytes[comp] / fmt.bytes_per_element
             elements = elements + np.ceil(_matmul_rows(work, comp) / params.dequant_tile_rows) * n
@@ -505,6 +507,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         raise LayoutError(f"tp {group.tp} does not divide the {model.num_heads} attention heads of {model.id} "
                           f"(tensor parallelism splits heads evenly): use one of {', '.join(map(str, divisors))}")
     params = resolve_profile(group.device, params)
+    formats = formats.with_toolchain_head(params.head_format)
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
     shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
     micro = np.minimum(B, pp) if pp > 1 else 1.0

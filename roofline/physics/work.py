@@ -208,7 +208,8 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
       verifying gamma+1 tokens reads more expert bytes than a decode step;
       shared experts and dense layers always count.
     * Weights are read once per pass; the embedding is a row gather (T*d
-      elements); the LM head is read once and costs 2*d*V per logit position.
+      elements); the LM head is read once and costs 2*d*V per logit position; both
+      in :attr:`Formats.head_format`.
     * KV: the prefix is read once per sequence (all new queries share it), the
       new tokens' K/V are written once; sliding layers read min(p, W).
     * Activations: every kernel of a layer (matmuls, norms, the MLP's activation, the experts' combine)
@@ -226,7 +227,7 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
     T = B * n
     m = model
     d, nL = m.hidden_size, m.num_layers
-    bw = formats.weight.bytes_per_element
+    bw, bh = formats.weight.bytes_per_element, formats.head_format.bytes_per_element
     bkv, ba = formats.kv_format.bytes_per_element, formats.activation.bytes_per_element
     n_moe = m.num_moe_layers
     n_dense = nL - n_moe
@@ -251,8 +252,8 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
         "shared_experts": np.float64(n_moe * m.shared_expert_params() * bw),
         "router": np.float64(n_moe * m.router_params() * bw),
         "norms": np.float64((nL * m.norm_params_per_layer() + d) * bw),
-        "lm_head": np.where(logits > 0, m.lm_head_params() * bw, 0.0),
-        "embedding": T * d * bw,
+        "lm_head": np.where(logits > 0, m.lm_head_params() * bh, 0.0),
+        "embedding": T * d * bh,
     }
     kv_elems = m.kv_elements_per_token_per_layer()
     window = float(m.sliding_window or 0)

@@ -127,8 +127,9 @@ def _fast_tier_stages(model: ModelSpec, group: DeviceGroup, formats: Mapping[str
     if len(tiers) < 2 or not tiers[0].capacity_bytes:
         return None
     s = setup(model, group, tp=None, ep=None, params=params, **{"experts": None, **formats})
-    usable = resolve_profile(group.device, s.params).usable_memory_fraction
-    return math.ceil(stored_weight_bytes(s.model, s.formats) / (group.tp * tiers[0].capacity_bytes * usable))
+    profile = resolve_profile(group.device, s.params)
+    weights = stored_weight_bytes(s.model, s.formats.with_toolchain_head(profile.head_format))
+    return math.ceil(weights / (group.tp * tiers[0].capacity_bytes * profile.usable_memory_fraction))
 
 
 def _best_batch(r: ServingResult, target: Target, speculative: bool) -> tuple[int, int] | None:

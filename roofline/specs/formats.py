@@ -124,12 +124,15 @@ def _check_format(_inst: object, attribute: attrs.Attribute, value: str | None) 
 
 @attrs.frozen(kw_only=True)
 class Formats:
-    """Storage formats: non-expert weights, expert weights (None = same), KV cache, activations."""
+    """Storage formats: non-expert weights, expert weights (None = same), KV cache, activations, and the
+    embedding table with the LM head (``head``; None = as the non-expert weights, or as the serving stack's
+    toolchain keeps them: :meth:`with_toolchain_head`)."""
 
     weights: str = attrs.field(default="bf16", validator=_check_format)
     experts: str | None = attrs.field(default=None, validator=_check_format)
     kv: str = attrs.field(default="bf16", validator=_check_format)
     activations: str = attrs.field(default="bf16", validator=_check_format)
+    head: str | None = attrs.field(default=None, validator=_check_format)
 
     @property
     def weight(self) -> Format:
@@ -138,6 +141,20 @@ class Formats:
     @property
     def expert(self) -> Format:
         return get_format(self.experts or self.weights)
+
+    @property
+    def head_format(self) -> Format:
+        """The format of the embedding table and the LM head."""
+        return get_format(self.head or self.weights)
+
+    def with_toolchain_head(self, head: str | None) -> Formats:
+        """These formats with the embedding table and LM head stored in ``head`` where a serving stack's
+        toolchain keeps them wider than the other weights (:attr:`EngineParams.head_format
+        <roofline.specs.params.EngineParams>`); unchanged when ``head`` is None, the head is already named, or
+        ``head`` is no wider than the weights."""
+        if head is None or self.head is not None or get_format(head).bits_per_element <= self.weight.bits_per_element:
+            return self
+        return attrs.evolve(self, head=head)
 
     @property
     def kv_format(self) -> Format:

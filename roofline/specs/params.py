@@ -145,6 +145,9 @@ class EngineParams:
       kernel's mask (TensorRT-LLM unless ``kv_cache_config.max_attention_window`` is set): capacity only, the
       kernel reads the window either way; None = windowed, or the serving stack's own choice
       (:data:`STACK_WINDOWED_KV`).
+    * ``head_format``: the format a stack's toolchain keeps the embedding table and LM head in when the other
+      weights are quantised narrower (:meth:`Formats.with_toolchain_head <roofline.specs.formats.Formats>`);
+      None = quantised with the weights, or the serving stack's own choice (:data:`STACK_HEAD_FORMAT`).
     * ``overlap``: what a pass's compute overlaps its memory traffic within: ``pass`` (one roofline over the
       whole pass, max(compute, memory): a compiled pipeline streams weights and KV beside every unit's work)
       or ``kernel`` (kernels run one after another and each overlaps only its own traffic: the weight matmuls
@@ -196,6 +199,8 @@ class EngineParams:
         attrs.validators.instance_of(bool)))
     windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
+    head_format: str | None = attrs.field(default=None, validator=attrs.validators.optional(
+        attrs.validators.instance_of(str)))
     overlap: str = attrs.field(default="pass", validator=one_of(OVERLAPS))
     overlap_efficiency: float = _p(1.0, [in_range(0, 1)])
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
@@ -408,10 +413,25 @@ STACK_CHUNKED_PREFILL = {"tensorrt-llm": False, "vllm": True, "sglang": True}
 #: not by the window: left at the default here.
 STACK_WINDOWED_KV = {"tensorrt-llm": False, "vllm": True}
 
+#: The format each serving-stack family's checkpoints keep the embedding table and LM head in when the other
+#: weights are 8- or 4-bit. NVIDIA's Model Optimizer, which makes the FP8 and NVFP4 checkpoints TensorRT-LLM,
+#: vLLM and SGLang serve, leaves the LM head unquantised by default (``"*lm_head*": {"enable": False}`` in
+#: ``_default_disabled_quantizer_cfg``, https://github.com/NVIDIA/TensorRT-Model-Optimizer/blob/
+#: 09914046803993961dfefe763ba04fffed76aaec/modelopt/torch/quantization/config.py; the FP8 checkpoints' cards
+#: say "Only the weights and activations of the linear operators within transformers blocks are quantized",
+#: https://huggingface.co/nvidia/Llama-3.1-405B-Instruct-FP8); vLLM's own FP8 quantises only linear layers,
+#: experts and the KV cache, so its LM head (a vocabulary-parallel embedding) stays 16-bit
+#: (``Fp8Config.get_quant_method``, https://github.com/vllm-project/vllm/blob/
+#: 0071b24bf8fe8c3d1bc3516d0ff8477f07964aaf/vllm/model_executor/layers/quantization/fp8.py). No toolchain here
+#: quantises the embedding table (a row gather). gpt-fast's quantize.py swaps every nn.Linear, its output head
+#: included (https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py): not listed, so quantised with the
+#: weights.
+STACK_HEAD_FORMAT = {"tensorrt-llm": "bf16", "vllm": "bf16", "sglang": "bf16"}
+
 #: The engine settings a serving stack fixes, by field: what :func:`with_stack_settings` applies.
 STACK_SETTINGS: dict[str, dict[str, Any]] = {
     "collective": STACK_COLLECTIVES, "kv_admission": STACK_ADMISSION, "chunked_prefill": STACK_CHUNKED_PREFILL,
-    "windowed_kv": STACK_WINDOWED_KV}
+    "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT}
 
 
 @attrs.frozen(kw_only=True)

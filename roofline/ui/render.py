@@ -304,7 +304,7 @@ def stage_rows(r: StageResult) -> list[dict[str, Any]]:
 def stage_dict(r: StageResult) -> dict[str, Any]:
     return {"stage": r.stage, "model": r.model_id, "group": r.group, "passes": r.passes,
             "formats": {"weights": r.formats.weights, "experts": r.formats.experts or r.formats.weights,
-                        "kv": r.formats.kv, "activations": r.formats.activations},
+                        "kv": r.formats.kv, "activations": r.formats.activations, "head": r.formats.head_format.name},
             "ridge_flop_per_byte": r.ridge_flop_per_byte, "usable_per_device_bytes": r.usable_per_device_bytes,
             "memory_by_tier_s": {k: v for k, v in r.memory_by_tier_s.items()}, "rows": stage_rows(r)}
 
