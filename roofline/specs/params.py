@@ -31,6 +31,7 @@ from ..errors import RooflineError, SpecError, UnitError, WorkloadError
 from ..units import parse_quantity
 from ..workload import in_range, one_of
 from .files import read_text, write_text_atomic
+from .formats import get_format
 
 _frac = [in_range(0, 1, lo_strict=True)]
 _nonneg = [in_range(0)]
@@ -199,8 +200,7 @@ class EngineParams:
         attrs.validators.instance_of(bool)))
     windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
-    head_format: str | None = attrs.field(default=None, validator=attrs.validators.optional(
-        attrs.validators.instance_of(str)))
+    head_format: str | None = attrs.field(default=None, validator=lambda _i, _a, v: v is None or get_format(v))
     overlap: str = attrs.field(default="pass", validator=one_of(OVERLAPS))
     overlap_efficiency: float = _p(1.0, [in_range(0, 1)])
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
