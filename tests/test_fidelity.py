@@ -644,6 +644,29 @@ def test_quantised_checkpoints_keep_the_embedding_and_lm_head_at_16_bits():
     assert b_kept / b_fp8 == pytest.approx(free[0] / free[1], rel=0.05) and b_kept < 0.85 * b_fp8
 
 
+def test_the_head_format_is_an_option_of_every_command_that_takes_formats(run_cli):
+    """``--lm-head`` names the embedding and LM head format outright: the stage table stores and reads it (without
+    ``--stack`` the head is quantised with the weights), and the serving commands carry it into their groups."""
+    m = resolve_model("llama-3.1-70b")
+    head = m.embedding_params() + m.lm_head_params()
+    base = ("stage", "llama-3.1-70b", "h100-sxm:2", "--weights", "fp8", "--kv", "fp8", "--json")
+    decode = {}
+    for extra in ((), ("--lm-head", "bf16")):
+        code, out, err = run_cli(*base, *extra)
+        assert code == 0, err
+        decode[extra] = json.loads(out)["stages"][1]
+    plain, wide = decode[()], decode[("--lm-head", "bf16")]
+    assert (plain["formats"]["head"], wide["formats"]["head"]) == ("fp8", "bf16")
+    stored = [d["rows"][0]["weights_per_device_bytes"] for d in (plain, wide)]
+    assert stored[1] - stored[0] == pytest.approx(head / 2)            # one more byte per head weight, tp 2
+    spec = ("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--draft-on", "h100-sxm",
+            "--verify-on", "h100-sxm:4", "--alpha", "0.8", "--gamma", "2", "--weights", "fp8", "--json")
+    verify = [json.dumps(json.loads(run_cli(*spec, *extra)[1])) for extra in ((), ("--lm-head", "bf16"))]
+    assert verify[0] != verify[1]
+    code, _, err = run_cli(*base, "--lm-head", "bf17")
+    assert code == 1 and "unknown format 'bf17'" in err and "Traceback" not in err
+
+
 def test_long_output_gpt_oss_rows_need_the_unwindowed_cache():
     """The published trtllm-bench gpt-oss rows at 1k in / 8k and 32k out on B200 and GB200 (max throughput,
     capacity-bound): within 15% (median) with every layer holding the whole context; sliding layers holding

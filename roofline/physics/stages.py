@@ -43,14 +43,15 @@ class Setup:
 
 
 def setup(model: ModelLike, device: GroupLike, *, tp: int | None, ep: int | None, weights: str,
-          experts: str | None, kv: str, activations: str, params: EngineParams | None) -> Setup:
+          experts: str | None, kv: str, activations: str, params: EngineParams | None,
+          head: str | None = None) -> Setup:
     """Resolve names to records and pick the formats (the checkpoint's expert format by default)."""
     m = resolve_model(model)
     g = resolve_group(device, tp=tp, ep=ep)
     if params is not None and not isinstance(params, EngineParams):
         raise WorkloadError(f"params must be an EngineParams, got {type(params).__name__}")
     return Setup(model=m, group=g, formats=Formats.for_model(m, weights=weights, experts=experts, kv=kv,
-                                                             activations=activations),
+                                                             activations=activations, head=head),
                  params=params if params is not None else default_params())
 
 
@@ -60,8 +61,8 @@ def _scalar(*values: ArrayLike) -> bool:
 
 @broadcast_errors
 def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, weights: str = "bf16",
-                experts: str | None = None, kv: str = "bf16", activations: str = "bf16", tp: int | None = None,
-                ep: int | None = None, params: EngineParams | None = None,
+                experts: str | None = None, kv: str = "bf16", activations: str = "bf16", head: str | None = None,
+                tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
                 on_infeasible: str = "auto") -> StageResult:
     """One decode step: ``batch`` sequences each add one token after ``context`` cached tokens.
 
@@ -70,7 +71,7 @@ def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, contex
     + Parameter size) / Total memory bandwidth", https://jax-ml.github.io/scaling-book/inference/).
     """
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
-              params=params)
+              params=params, head=head)
     B, L = check_count("batch", batch, minimum=1), check_count("context", context)
     check_grid(B, L)
     r = evaluate_pass(s.model, s.group, s.formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
@@ -81,7 +82,7 @@ def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, contex
 @broadcast_errors
 def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: ArrayLike = 1, prefix: ArrayLike = 0,
             chunk: int | None = None, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
-            activations: str = "bf16", tp: int | None = None, ep: int | None = None,
+            activations: str = "bf16", head: str | None = None, tp: int | None = None, ep: int | None = None,
             params: EngineParams | None = None, on_infeasible: str = "auto") -> StageResult:
     """Prefill ``prompt`` tokens per sequence (after ``prefix`` cached ones), logits for the last only.
 
@@ -91,7 +92,7 @@ def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: Ar
     re-reads the KV of the chunks before it.
     """
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
-              params=params)
+              params=params, head=head)
     S, P = check_count("prompt", prompt, minimum=1), check_count("prefix", prefix)
     Bb = check_count("batch", batch, minimum=1)
     check_grid(S, P, Bb)
@@ -120,7 +121,7 @@ def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: Ar
 @broadcast_errors
 def verify(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
            weights: str = "bf16", experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
-           tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
+           head: str | None = None, tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
            on_infeasible: str = "auto") -> StageResult:
     """One target forward over gamma + 1 tokens per sequence (the drafts plus the bonus position).
 
@@ -129,7 +130,7 @@ def verify(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: Ar
     decode step (docs/theory.md §3.4).
     """
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
-              params=params)
+              params=params, head=head)
     G = check_gamma(gamma)
     B, L = check_count("batch", batch, minimum=1), check_count("context", context)
     check_grid(G, B, L)
@@ -154,14 +155,14 @@ def draft_steps(s: Setup, *, batch: np.ndarray, context: np.ndarray, gamma: np.n
 @broadcast_errors
 def draft(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
           weights: str = "bf16", experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
-          tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
+          head: str | None = None, tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
           on_infeasible: str = "auto") -> StageResult:
     """gamma sequential decode steps of a draft model at contexts L, L+1, ..., L+gamma-1 (docs/theory.md §3.5).
 
     Exact sum over the steps (the draft's context grows by one each step); gamma = 0 costs nothing.
     """
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
-              params=params)
+              params=params, head=head)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
     check_grid(G, B, L)
     out = draft_steps(s, batch=B, context=L, gamma=G)
@@ -188,14 +189,15 @@ def draft_head(target: ModelLike, device: GroupLike, *, layers: int = 1, batch: 
 @broadcast_errors
 def max_batch(model: ModelLike, device: GroupLike, *, context: ArrayLike, new_tokens: ArrayLike = 1,
               weights: str = "bf16", experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
-              tp: int | None = None, ep: int | None = None, params: EngineParams | None = None) -> np.ndarray:
+              head: str | None = None, tp: int | None = None, ep: int | None = None,
+              params: EngineParams | None = None) -> np.ndarray:
     """Largest batch whose weights, KV at ``context`` + ``new_tokens`` and workspace fit (0 if none).
 
     B_max = floor((N C u - W) / (KV_seq(L) + A_seq)) per device (docs/theory.md §3.3 "Capacity limit"),
     over all memory tiers of the device.
     """
     s = setup(model, device, tp=tp, ep=ep, weights=weights, experts=experts, kv=kv, activations=activations,
-              params=params)
+              params=params, head=head)
     profile = resolve_profile(s.group.device, s.params)
     return memory.max_batch(s.model, s.group, s.formats.with_toolchain_head(profile.head_format),
                             context=check_count("context", context),

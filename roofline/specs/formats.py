@@ -171,11 +171,11 @@ class Formats:
 
     @classmethod
     def for_model(cls, model: ModelSpec, *, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
-                  activations: str = "bf16") -> Formats:
+                  activations: str = "bf16", head: str | None = None) -> Formats:
         """Defaults that follow the checkpoint: gpt-oss experts are MXFP4 unless told otherwise."""
         if experts is None and model.checkpoint_expert_format and weights in ("bf16", "fp16"):
             experts = model.checkpoint_expert_format
-        return cls(weights=weights, experts=experts, kv=kv, activations=activations)
+        return cls(weights=weights, experts=experts, kv=kv, activations=activations, head=head)
 
 
 #: The format each native compute class stores in, preferring 16-bit: what a device runs when the user does not say.

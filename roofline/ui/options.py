@@ -149,6 +149,8 @@ def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> Non
     sp.add_argument("--weights", default="bf16", help="non-expert weight format (default bf16; `roofline formats`)")
     sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's, else --weights)")
     sp.add_argument("--kv", default="bf16", help="KV-cache format (default bf16)")
+    sp.add_argument("--lm-head", default=None, help="embedding and LM head format (default: as --weights, or as "
+                                                    "--stack's checkpoints keep them: bf16 for tensorrt-llm, vllm, sglang)")
     if activations:
         sp.add_argument("--activations", default="bf16", help="activation format (default bf16)")
 
@@ -206,6 +208,8 @@ def formats(args: argparse.Namespace) -> dict[str, Any]:
     out = {"weights": args.weights, "experts": args.experts, "kv": args.kv}
     if hasattr(args, "activations"):
         out["activations"] = args.activations
+    if getattr(args, "lm_head", None) is not None:
+        out["head"] = args.lm_head
     return out
 
 

@@ -19,6 +19,7 @@ from ..options import (
     add_what_if,
     context_note,
     engine_params,
+    formats,
     nonnegative,
     parse_ints,
     positive,
@@ -41,7 +42,7 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           gamma=gammas if batch.size == 1 else gammas[None, :],
                           batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
                           link=args.link, sampling=args.sampling,
-                          target_formats={"weights": args.weights, "experts": args.experts, "kv": args.kv},
+                          target_formats=formats(args),
                           draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
                                          "activations": args.draft_activations},
                           params=engine_params(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
