@@ -48,7 +48,7 @@ from ..physics.memory import stored_weight_bytes
 from ..physics.stages import setup
 from ..specs.execution import resolve_profile
 from ..specs.models import ModelSpec
-from ..specs.params import STACK_HEAD_FORMAT
+from ..specs.params import with_stack_settings
 from .serve import Request
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -107,7 +107,8 @@ def _memory_fraction(model: ModelSpec, option: Any, formats: Mapping[str, Any], 
         return round(usable, 2)
     s = setup(model, group, tp=None, ep=None, params=None, **{"experts": None, **formats})
     capacity = (group.device.memory[0].capacity_bytes or 0) * group.count
-    weights = stored_weight_bytes(s.model, s.formats.with_toolchain_head(STACK_HEAD_FORMAT["tensorrt-llm"]))
+    trt = with_stack_settings(resolve_profile(group.device), "TensorRT-LLM")   # its checkpoints' LM head
+    weights = stored_weight_bytes(s.model, s.formats.with_toolchain_head(trt.head_format))
     return round(max(0.05, min(0.95, (usable * capacity - weights) / max(capacity - weights, 1.0))), 2)
 
 
