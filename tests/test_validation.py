@@ -11,8 +11,17 @@ from conftest import validate_rows
 
 import roofline as rl
 from roofline.errors import SpecError
-from roofline.evidence.calibrate import BOUNDS, Fit, builds_left_out, calibrate, fit_record, save_profile
-from roofline.evidence.validate import ENERGY_METRICS, METRICS, UNMODELLED, read_rows, shipped_data, validate
+from roofline.evidence.calibrate import BOUNDS, Fit, builds_left_out, calibrate, fit_record, fitted_row, save_profile
+from roofline.evidence.validate import (
+    ENERGY_METRICS,
+    METRICS,
+    UNMODELLED,
+    predict_row,
+    read_rows,
+    row_params,
+    shipped_data,
+    validate,
+)
 from roofline.specs.params import load_profile, shipped_profile, shipped_profile_path, stack_family
 from roofline.ui import render
 
@@ -289,6 +298,32 @@ def test_calibrate_command_writes_a_profile(run_cli, tmp_path):
     assert "no row of this stack responds to it: the pooled value" in out.read_text()
     code, text, _ = run_cli("validate", "--data", str(subset), "--profile", str(out), "--json")
     assert code == 0 and json.loads(text)["summary"]["overall"]["n"] == len(keep)
+
+
+def test_rows_with_a_partly_assumed_setup_are_predicted_not_fitted(tmp_path, monkeypatch):
+    """A grade C row (setup partly assumed) reaches no fit, neither the full one nor a held-out fold's; it is
+    still predicted and counted, and its leave-one-out error is its in-sample one."""
+    import roofline.evidence.calibrate as cal
+    rows = [r for r in ROWS if r.id.startswith("TL") and r.get("hardware") == "h200-sxm"
+            and r.get("model") == "llama-3.3-70b"]
+    src = rows[0]
+    odd = attrs.evolve(src, id="C1", fields={**src.fields, "grade": "C", "value": str(10 * float(src.get("value")))})
+    assert not fitted_row(odd) and fitted_row(src)
+    trained, solve = [], cal._solve
+    monkeypatch.setattr(cal, "_solve", lambda rs, *a, **k: (trained.append({r.id for r in rs}), solve(rs, *a, **k))[1])
+    fit = calibrate([*rows, odd], holdout=2, fold_by="row")
+    assert len(trained) >= 4 and not any("C1" in ids for ids in trained)   # full, pooled, each fold's
+    assert trained[0] == {r.id for r in rows}
+    assert fit.checked_rows == ("C1",) and "C1" in fit.rows
+    # predicted as its source row is (the same setup), so 10x below what it claims, in and out of sample
+    src_pred = predict_row(src, row_params(fit.profile, src))
+    assert fit.approx_loo_errors["C1"] == pytest.approx(src_pred / (10 * float(src.get("value"))) - 1)
+    assert fit.loo_errors["C1"] < -0.8 and "C1" not in fit.heldout_unseen_builds
+    # the in-sample median counts it: every row predicted by the fitted profile
+    errors = [predict_row(r, row_params(fit.profile, r)) / float(r.get("value")) - 1 for r in [*rows, odd]]
+    assert fit.median_abs_error == pytest.approx(float(np.median(np.abs(errors))), rel=1e-6)
+    save_profile(fit, str(tmp_path / "p.toml"), data="x")
+    assert load_profile(tmp_path / "p.toml").fit["checked_rows"] == fit_record(fit, data="x")["checked_rows"] == 1
 
 
 @pytest.mark.slow

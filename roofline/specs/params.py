@@ -597,7 +597,7 @@ _FIT_KINDS: dict[str, tuple[Any, str]] = {
 _FIT_FIELDS = {"data": "text", "rows": "count", "median_abs_error": "error", "loo_approx_median_abs_error": "error",
                "loo_approx": "text", "heldout_median_abs_error": "error", "heldout": "text",
                "not_identified": "parameters", "builds": "builds", "standard_errors": "errors by name",
-               "shrink": "error"}
+               "shrink": "error", "checked_rows": "count", "checked": "text"}
 
 
 def _fit_record(fit: Any, path: Path) -> dict[str, Any]:

@@ -677,7 +677,9 @@ def params_dict(p: EngineParams) -> dict[str, float]:
 
 def calibration_table(d: dict[str, Any]) -> Table:
     fams = list(d["families"])
-    t = _table(title=f"calibration on {len(d['rows'])} rows of {d['data']}",
+    checked = len(d.get("checked_rows") or ())
+    t = _table(title=f"calibration on {len(d['rows'])} rows of {d['data']}"
+                     + (f" ({checked} of grade C or D predicted, not fitted)" if checked else ""),
               caption=f"Median |error|: {fit_errors(d['record'])}"
                       + (f". Profile written to {d['profile']}." if d["profile"] else "."))
     t.add_column("parameter")

@@ -144,7 +144,8 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
                         fold_by=args.by, shrink=args.shrink)
     if args.out:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
-    data = {"data": path, "rows": fit.rows, "skipped": fit.skipped, "median_abs_error": fit.median_abs_error,
+    data = {"data": path, "rows": fit.rows, "checked_rows": list(fit.checked_rows), "skipped": fit.skipped,
+            "median_abs_error": fit.median_abs_error,
             "heldout": fit.holdout or None, "heldout_median_abs_error": fit.loo_median_abs_error,
             "heldout_errors": fit.loo_errors, "heldout_unseen_builds": sorted(fit.heldout_unseen_builds),
             "heldout_by_build": fit.heldout_split() if fit.loo_errors else None,
