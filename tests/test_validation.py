@@ -88,6 +88,12 @@ def test_validate_terminal_view_groups_errors_and_skips(run_cli):
     said = " ".join(summary.split())
     assert f"leave-one-out {fit['loo_approx_median_abs_error']:.1%}" in said
     assert f"held out ({fit['heldout']}) {fit['heldout_median_abs_error']:.1%}" in said
+    # each row carries its grade (the terminal's g column, the JSON's and CSV's grade), which says what the fit did
+    grades = {r.id: r.get("grade") for r in ROWS}
+    assert all(r["grade"] == grades[r["id"]] for r in data["rows"]) and {"A", "C"} <= {r["grade"] for r in data["rows"]}
+    c_row = next(r for r in data["rows"] if r["grade"] == "C")
+    assert any(line.split()[:1] == [c_row["id"]] and " C " in line for line in out.splitlines())
+    assert "only predicts C and D" in " ".join(out.split())
 
 
 def test_uncalibrated_roofline_is_optimistic():

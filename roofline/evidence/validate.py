@@ -375,6 +375,6 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> 
                      "kind": "energy" if row.get("metric") in ENERGY_METRICS else "time",
                      "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
                      "stack_family": row_stack_family(row),
-                     "model": row.get("model"), "predicted": predicted, "measured": measured,
-                     "error": (predicted - measured) / measured})
+                     "model": row.get("model"), "grade": row.get("grade") or "", "predicted": predicted,
+                     "measured": measured, "error": (predicted - measured) / measured})
     return Validation(rows=done, skipped=skipped)

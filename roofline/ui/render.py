@@ -591,14 +591,19 @@ def validation_table(v: Validation, path: str) -> Table:
     o = v.summary["overall"]
     cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
            f"{o.get('n', 0)} rows; by group in the next table" + (f", {len(v.skipped)} rows not predicted after it"
-                                                                   if v.skipped else "") + ".")
+                                                                   if v.skipped else "") + ". " + GRADES_CAPTION)
     t = _table(title=f"validation against {path}", caption=cap)
-    for c in ("id", "metric", "device", "model", "predicted", "measured", "error"):
+    for c in ("id", "metric", "device", "model", "g", "predicted", "measured", "error"):
         t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
     for r in v.rows:
-        t.add_row(r["id"], METRIC_SHORT.get(r["metric"], r["metric"]), r["hardware"], r["model"],
+        t.add_row(r["id"], METRIC_SHORT.get(r["metric"], r["metric"]), r["hardware"], r["model"], r.get("grade", ""),
                   _value(r["predicted"]), _value(r["measured"]), f"{r['error']:+.0%}")
     return t
+
+
+#: What a row's grade (the ``g`` column; the data README's ``grade``) says, and what calibration does with it.
+GRADES_CAPTION = ("g = grade: A a first-party table with its setup, B one or two details inferred, C a setup partly "
+                  "assumed, D second-hand; the GPU time calibration fits A and B rows and only predicts C and D.")
 
 
 #: The validation summary's groupings as the terminal shows them.
