@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -370,6 +371,34 @@ def test_weight_unpacking_hides_in_the_weight_stream_until_the_rows_outgrow_a_sl
     long = _pass(model, group, fmt, ops, 4096.0, "prefill")
     assert float(long.dequant_s) == pytest.approx(64 * per_slice + head, rel=0.02)
     assert float(long.time_s) > float(_pass(model, group, fmt, none, 4096.0, "prefill").time_s)
+
+
+def test_gpt_fast_int4_unpacks_per_few_rows_as_tinygemm_measures():
+    """gpt-fast's int4 matmul is tinygemm, whose cost grows with every ~4 token rows where Marlin's serves 64
+    (WEIGHT_ONLY_KERNELS): an int4 decode step's unpacking time grows with the batch as the measured kernel's
+    time does on an H200 (roofline/validation/h200_microbench.json, 8 to 64 tokens, where unpacking binds), within
+    25%; vLLM's (Marlin) stays one unpacking up to 64 rows; an int8 gpt-fast step keeps the family's slices."""
+    runs = json.loads((Path(__file__).parents[1] / "roofline" / "validation" / "h200_microbench.json").read_text())["runs"]
+    measured = {}
+    for run in runs:
+        for shape in {(g["k"], g["n"]) for g in run["int4"]}:
+            times = {g["tokens"]: g["int4_s"] for g in run["int4"] if (g["k"], g["n"]) == shape}
+            for tokens in (8, 16, 32, 64):
+                measured.setdefault(tokens, []).append(times[tokens] / times[1])
+    model, group = resolve_model("llama-3.1-8b"), rl.resolve_group("h200-sxm")
+    dev, prof = group.device, shipped_profile()
+    gptfast, vllm = (resolve_profile(dev, prof.for_stack(s, dev.vendor, dev.isa)) for s in ("gpt-fast", "vllm"))
+
+    def unpack_s(params, batch, weights="int4-g128"):
+        return float(evaluate_pass(model, group, Formats(weights=weights, kv="bf16", activations="bf16"),
+                                   batch=float(batch), new_tokens=1.0, prefix_tokens=0.0, logits_per_seq=1.0,
+                                   mla_absorbed=False, stage="decode", params=params).dequant_s)
+    for tokens, ratios in measured.items():
+        predicted = unpack_s(gptfast, tokens) / unpack_s(gptfast, 1)
+        assert all(abs(predicted / r - 1) < 0.25 for r in ratios), (tokens, predicted, ratios)
+        assert unpack_s(vllm, tokens) == pytest.approx(unpack_s(vllm, 1))
+        assert unpack_s(gptfast, tokens, "int8") == pytest.approx(unpack_s(gptfast, 1, "int8"))
+    assert (gptfast.weight_only_kernel, vllm.weight_only_kernel) == ("tinygemm", None)
 
 
 def test_the_stage_table_shows_unpacking_only_where_a_format_needs_it(run_cli):

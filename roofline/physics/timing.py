@@ -401,8 +401,10 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     routed tokens): Marlin, the W4A16 kernel vLLM and SGLang use, runs a batch in slices of at most 64 rows, each
     thread block unpacking its own copy of the weight tiles
     (https://github.com/IST-DASLab/marlin/blob/0f102e119bddf2f03cff9f944d065b04952028fa/marlin/marlin_cuda_kernel.cu,
-    ``marlin_cuda``). The unpacking runs in the weight stream, overlapped with the loads (:func:`assemble`), so a
-    small batch hides it under the weight traffic and a large one pays it beside the tensor-core work.
+    ``marlin_cuda``); a stack's own kernel may serve fewer rows per unpacking (tinygemm, gpt-fast's int4: about
+    4, measured: :data:`roofline.specs.params.WEIGHT_ONLY_KERNELS`). The unpacking runs in the weight stream,
+    overlapped with the loads (:func:`assemble`), so a small batch hides it under the weight traffic and a large
+    one pays it beside the tensor-core work.
     ``params`` is the device's resolved execution profile.
     """
     dev, act = group.device, formats.activation
@@ -436,7 +438,7 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
                                        _COMPONENT_WEIGHTS):
         for comp in comps if dequantised else ():   # each slice of token rows unpacks the weights it reads once
             n = work.weight_bytes[comp] / fmt.bytes_per_element
-            elements = elements + np.ceil(_matmul_rows(work, comp) / params.dequant_tile_rows) * n
+            elements = elements + np.ceil(_matmul_rows(work, comp) / params.unpack_tile_rows(fmt.name)) * n
     if not (np.any(elements > 0) and params.dequant_ops_per_element > 0):
         return compute, 0.0, core_s
     if dev.peak_flop_per_s.get("fp32") is None:

@@ -51,6 +51,33 @@ ADMISSIONS = ("paged", "reserve")
 OVERLAPS = ("pass", "kernel")
 
 
+@attrs.frozen(kw_only=True)
+class WeightOnlyKernel:
+    """A weight-only matmul kernel whose unpacking does not follow its device family's ``dequant_tile_rows``:
+    the weight formats it runs (format-name prefixes) and the token rows one unpacking of the weights serves."""
+
+    formats: tuple[str, ...]
+    tile_rows: float
+    source: str
+
+
+#: Weight-only kernels a serving stack runs in place of its family's (:data:`STACK_WEIGHT_ONLY_KERNEL`).
+#: tinygemm (PyTorch's ``_weight_int4pack_mm``, https://github.com/pytorch/pytorch/blob/
+#: 05f814fecfca7d2a17f28cbe7e1cb2d8d4c13230/aten/src/ATen/native/cuda/int4mm.cu) is the int4 kernel gpt-fast
+#: and torchao call. Its cost grows with the token rows well inside one 16-row m-tile: on an H200 an 8192 x 28672
+#: int4 matmul (group 128) takes 65-69 us at 1-2 tokens and 94, 159, 275, 535 and 1,032 us at 4, 8, 16, 32 and
+#: 64 (scripts/measure_h200.py, roofline/validation/h200_microbench.json; 4096 x 14336 the same shape of curve),
+#: about one more 1-token cost per 3.5-4 rows; torchao's table of it on an RTX A6000 (4096 x 4096) grows 8.7x
+#: from 128 to 1,024 rows (https://github.com/pytorch/ao/blob/2a18357813a661f9db05459e15af7a4ea0488997/
+#: torchao/prototype/hqq/README.md). Charged as one unpacking per 4 rows: what it measures, not why (each warp
+#: of its n-tiles re-reads the activations, so the per-row work is plausibly the activation fragments' loads and
+#: the scale-and-zero arithmetic rather than the unpacking itself).
+WEIGHT_ONLY_KERNELS: dict[str, WeightOnlyKernel] = {
+    "tinygemm": WeightOnlyKernel(formats=("int4-g",), tile_rows=4.0,
+                                 source="scripts/measure_h200.py int4 section (h200_microbench.json)"),
+}
+
+
 def _whole(name: str, value: float) -> None:
     if not math.isfinite(value) or value != int(value):
         raise WorkloadError(f"{name} is a count of devices, a whole number: got {value!r}")
@@ -149,6 +176,11 @@ class EngineParams:
     * ``head_format``: the format a stack's toolchain keeps the embedding table and LM head in when the other
       weights are quantised narrower (:meth:`Formats.with_toolchain_head <roofline.specs.formats.Formats>`);
       None = quantised with the weights, or the serving stack's own choice (:data:`STACK_HEAD_FORMAT`).
+    * ``weight_only_kernel``: the weight-only matmul kernel a serving stack runs where it unpacks weights
+      differently from its family's ``dequant_tile_rows`` (:data:`WEIGHT_ONLY_KERNELS`: tinygemm, gpt-fast's
+      int4, unpacks per ~4 token rows); for the formats it runs its rows replace ``dequant_tile_rows`` (a
+      what-if of that field then changes only the other formats). None = the family's, or the serving stack's
+      own choice (:data:`STACK_WEIGHT_ONLY_KERNEL`).
     * ``overlap``: what a pass's compute overlaps its memory traffic within: ``pass`` (one roofline over the
       whole pass, max(compute, memory): a compiled pipeline streams weights and KV beside every unit's work)
       or ``kernel`` (kernels run one after another and each overlaps only its own traffic: the weight matmuls
@@ -201,6 +233,8 @@ class EngineParams:
     windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
     head_format: str | None = attrs.field(default=None, validator=lambda _i, _a, v: v is None or get_format(v))
+    weight_only_kernel: str | None = attrs.field(default=None, validator=attrs.validators.optional(
+        one_of(tuple(WEIGHT_ONLY_KERNELS))))
     overlap: str = attrs.field(default="pass", validator=one_of(OVERLAPS))
     overlap_efficiency: float = _p(1.0, [in_range(0, 1)])
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
@@ -211,6 +245,14 @@ class EngineParams:
     def bandwidth_fraction(self, tier: str) -> float:
         """Achieved fraction of peak bandwidth for a memory tier."""
         return self.tier_bandwidth_fraction.get(tier, self.memory_bandwidth_fraction)
+
+    def unpack_tile_rows(self, weight_format: str) -> float:
+        """Token rows one unpacking of ``weight_format`` weights serves: the stack's weight-only kernel's
+        (:data:`WEIGHT_ONLY_KERNELS`) for the formats it runs, else ``dequant_tile_rows``."""
+        kernel = WEIGHT_ONLY_KERNELS.get(self.weight_only_kernel or "")
+        if kernel is not None and weight_format.startswith(kernel.formats):
+            return kernel.tile_rows
+        return self.dequant_tile_rows
 
 
 #: Names of profile fields as spec files and ``--set ID.execution.NAME=VALUE`` write them: attribute and unit kind.
@@ -428,10 +470,17 @@ STACK_WINDOWED_KV = {"tensorrt-llm": False, "vllm": True}
 #: weights.
 STACK_HEAD_FORMAT = {"tensorrt-llm": "bf16", "vllm": "bf16", "sglang": "bf16"}
 
+#: The weight-only matmul kernel each serving-stack family runs where it is not its device family's (Marlin's
+#: 64-row slices on GPUs): gpt-fast's int4 ``WeightOnlyInt4Linear`` calls ``torch.ops.aten._weight_int4pack_mm``,
+#: tinygemm (https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py), as torchao's int4 weight-only
+#: layout does. Its int8 path (``F.linear(x, w.to(dtype)) * scales``, fused by Inductor) keeps the family's.
+STACK_WEIGHT_ONLY_KERNEL = {"gpt-fast": "tinygemm"}
+
 #: The engine settings a serving stack fixes, by field: what :func:`with_stack_settings` applies.
 STACK_SETTINGS: dict[str, dict[str, Any]] = {
     "collective": STACK_COLLECTIVES, "kv_admission": STACK_ADMISSION, "chunked_prefill": STACK_CHUNKED_PREFILL,
-    "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT}
+    "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT,
+    "weight_only_kernel": STACK_WEIGHT_ONLY_KERNEL}
 
 
 @attrs.frozen(kw_only=True)
