@@ -333,14 +333,32 @@ def test_rows_with_a_partly_assumed_setup_are_predicted_not_fitted(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_held_out_folds_are_the_same_in_parallel():
-    """Held-out fits by publication give the same errors whether the folds run in one process or two."""
+def test_fits_are_the_same_in_parallel():
+    """A calibration gives the same parameters, in-sample and held-out errors whether its fits evaluate their
+    rows in one process or share them out among two."""
     tl = [r for r in ROWS if r.id.startswith("TL") and r.get("hardware") == "h200-sxm" and r.get("model") == "llama-3.3-70b"]
     rows = [r for r in ROWS if r.id.startswith("GF")] + tl   # more rows than parameters, the means included
     one = calibrate(rows, holdout=2, jobs=1)
     two = calibrate(rows, holdout=2, jobs=2)
     assert one.holdout == "2-fold by source" and set(one.loo_errors) == {r.id for r in rows}
-    assert one.loo_errors == pytest.approx(two.loo_errors)
+    assert one.loo_errors == two.loo_errors and one.profile == two.profile
+    assert one.approx_loo_errors == two.approx_loo_errors and one.median_abs_error == two.median_abs_error
+
+
+def test_fit_residuals_are_the_same_shared_among_processes():
+    """``calibrate(jobs=N)`` shares each evaluation's rows among N processes: the residuals come back in row
+    order, equal to one process's to the last bit (so every fit, and its Jacobian, is the same)."""
+    from roofline.evidence import calibrate as cal
+    rows = _gpu_time_rows("vllm")[:5] + _gpu_time_rows("tensorrt-llm")[:6] + _gpu_time_rows("gpt-fast")[:4]
+    base = cal._gpu_base()
+    layout = cal._stack_layout(rows, cal.SHRINK)
+    x = layout.x0(base) * 1.01
+    alone = cal._residuals(x, rows, base, layout)
+    with cal._workers(3) as workers:
+        shared = cal._residuals(x, rows, base, layout, workers)
+    with cal._workers(1) as none:
+        assert none is None
+    assert len(alone) > len(rows) and np.array_equal(alone, shared)
 
 
 def test_platform_builds_merge_or_tie_up_their_family_chain():
@@ -611,7 +629,7 @@ def test_held_out_folds_lend_an_unseen_build_its_isas_kernel_costs(monkeypatch):
     rows = _gpu_time_rows("vllm-rocm-gfx942")[:6] + _gpu_time_rows("vllm")[:8] + _gpu_time_rows("sglang")[:8] + fold_rows
     solved = {}
 
-    def fake_solve(train, base, layout):
+    def fake_solve(train, base, layout, workers=None):
         x = layout.x0(base)
         for i, (fam, k) in enumerate(layout.keys):
             if (fam, k) == ("vllm-rocm-gfx942", "kernel_overhead_s"):

@@ -27,6 +27,7 @@ that family's rows push it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections.abc import Mapping
@@ -272,7 +273,8 @@ def _stack_layout(rows: list[Row], shrink: float = 0.0) -> _Layout:
     return _Layout(sorted(counts), merged, ties, shrink)
 
 
-def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> np.ndarray:
+def _row_residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> list[float]:
+    """Each row's log residual log(predicted / measured) under the parameters ``x``."""
     per = layout.params(base, x)
     out = []
     for r in rows:
@@ -280,7 +282,43 @@ def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layo
             out.append(math.log(predict_row(r, per[_family(layout, r)]) / float(r.get("value"))))
         except RooflineError:
             out.append(3.0)  # a parameter set that makes a row infeasible is heavily penalised
-    return np.concatenate([out, layout.prior(x)])
+    return out
+
+
+@attrs.frozen
+class _Workers:
+    """``jobs`` processes that share out a fit's rows: every evaluation of the residuals (the optimiser's steps
+    and its finite-difference Jacobian alike) sends each process every ``jobs``-th row and puts the answers back
+    in row order, so a fit gives the same numbers in any number of processes."""
+
+    executor: Any
+    jobs: int
+
+    def residuals(self, x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> list[float]:
+        shares = [rows[i::self.jobs] for i in range(self.jobs)]
+        out = [0.0] * len(rows)
+        for i, part in enumerate(self.executor.map(_row_residuals, *zip(*[(x, sh, base, layout) for sh in shares]))):
+            out[i::self.jobs] = part
+        return out
+
+
+def _workers(jobs: int) -> Any:
+    """A context giving :class:`_Workers` of ``jobs`` processes, or None for one (no process is started)."""
+    if jobs <= 1:
+        return contextlib.nullcontext(None)
+    from concurrent.futures import ProcessPoolExecutor
+
+    @contextlib.contextmanager
+    def pool() -> Any:
+        with ProcessPoolExecutor(max_workers=jobs) as executor:
+            yield _Workers(executor, jobs)
+    return pool()
+
+
+def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout,
+               workers: _Workers | None = None) -> np.ndarray:
+    data = _row_residuals(x, rows, base, layout) if workers is None else workers.residuals(x, rows, base, layout)
+    return np.concatenate([data, layout.prior(x)])
 
 
 def _sparsity(rows: list[Row], layout: _Layout) -> np.ndarray:
@@ -291,13 +329,13 @@ def _sparsity(rows: list[Row], layout: _Layout) -> np.ndarray:
     return np.vstack([rows_part, layout.prior_sparsity()])
 
 
-def _solve(rows: list[Row], base: EngineParams, layout: _Layout) -> Any:
+def _solve(rows: list[Row], base: EngineParams, layout: _Layout, workers: _Workers | None = None) -> Any:
     from scipy.optimize import least_squares
     lo, hi = layout.bounds()
     # soft-L1: residuals beyond ~25% weigh linearly, so a few rows the model cannot express (a mislabelled
     # setup, a kernel far off its roofline) do not drag every parameter toward them
     return least_squares(_residuals, np.clip(layout.x0(base), lo, hi), bounds=(lo, hi), jac_sparsity=_sparsity(
-        rows, layout), args=(rows, base, layout), x_scale="jac", diff_step=1e-3, max_nfev=60, loss="soft_l1",
+        rows, layout), args=(rows, base, layout, workers), x_scale="jac", diff_step=1e-3, max_nfev=60, loss="soft_l1",
         f_scale=F_SCALE, ftol=1e-4, xtol=1e-4)
 
 
@@ -402,7 +440,8 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     of folds, grouped by publication (``fold_by="source"``: every row of a source lands in the same fold, so
     no fit sees a sibling of the row it predicts) or of rows drawn at random (``"row"``, seed 0: leave-one-out
     approximated with as many fits as folds). ``progress(done, total, what)`` is called between fits.
-    ``jobs`` > 1 runs the held-out fits in that many processes. ``shrink``: the partial pooling of the stack
+    ``jobs`` > 1 evaluates every fit's rows in that many processes (:class:`_Workers`: the same numbers as one
+    process, each fit about ``jobs`` times faster on as many cores). ``shrink``: the partial pooling of the stack
     families' own parameters (:meth:`_Layout.prior`; 0: each family on its own rows alone).
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -419,22 +458,23 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     folds = _folds(ok, holdout, fold_by)
     total = 2 + len(folds)
     tick = progress or (lambda done, total, what: None)
-    tick(0, total, "fitting per stack family")
-    res = _solve(fitted, base, layout)
+    with _workers(jobs) as workers:
+        tick(0, total, "fitting per stack family")
+        res = _solve(fitted, base, layout, workers)
+        # the default, for any other stack and for the stage commands: one parameter set fitted to all rows
+        tick(1, total, "fitting the pooled default")
+        pooled = _Layout(["all"])
+        pooled_fit = _solve(fitted, base, pooled, workers)
+        held = _held_out(ok, folds, base, shrink=shrink, workers=workers,
+                         tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     se = _standard_errors(res, layout, len(fitted))
     per = layout.params(base, res.x)
-    # the default, for any other stack and for the stage commands: one parameter set fitted to all rows
-    tick(1, total, "fitting the pooled default")
-    pooled = _Layout(["all"])
-    pooled_fit = _solve(fitted, base, pooled)
     default = pooled.params(base, pooled_fit.x)["all"]
     pooled_se = _standard_errors(pooled_fit, pooled, len(fitted))
     se["default"] = {**pooled_se.get("*", {}), **pooled_se.get("all", {})}
     unseen = _unseen_by_rows(_blind(res, layout), per, default, fitted, layout)
     per = _pool_blind(per, unseen, default, layout.ties)
     profile = Profile(default=default, families=per)
-    held = _held_out(ok, folds, base, shrink=shrink, jobs=jobs,
-                     tick=lambda i: tick(2 + i, total, f"held out: fold {i + 1} of {len(folds)}"))
     # rows the fit only predicts are out of sample already: their error is their leave-one-out error too
     checked = {r.id: predict_row(r, row_params(profile, r)) / float(r.get("value")) - 1 for r in ok
                if not fitted_row(r)}
@@ -511,21 +551,13 @@ def _gpu_base() -> EngineParams:
     return EngineParams(**{k: getattr(fam, k) for k in fixed}, dequant_ops_per_element=DEQUANT_START)
 
 
-def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, shrink: float, jobs: int,
-              tick: Any) -> dict[str, float]:
-    """Each fold's rows predicted by a fit on the others, in ``jobs`` processes (folds are independent)."""
+def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, shrink: float,
+              workers: _Workers | None, tick: Any) -> dict[str, float]:
+    """Each fold's rows predicted by a fit on the others (each fit's rows shared out among ``workers``)."""
     held: dict[str, float] = {}
-    if jobs <= 1 or len(folds) <= 1:
-        for i, fold in enumerate(folds):
-            tick(i)
-            held.update(_predict_fold(rows, fold, base, shrink))
-        return held
-    from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(max_workers=min(jobs, len(folds))) as pool:
-        futures = [pool.submit(_predict_fold, rows, fold, base, shrink) for fold in folds]
-        for i, f in enumerate(futures):   # as in one process: the tick names the fold being waited on
-            tick(i)
-            held.update(f.result())
+    for i, fold in enumerate(folds):
+        tick(i)
+        held.update(_predict_fold(rows, fold, base, shrink, workers))
     return held
 
 
@@ -570,13 +602,14 @@ def builds_left_out(rows: list[Row], folds: list[set[str]]) -> set[str]:
     return out
 
 
-def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams, shrink: float = 0.0) -> dict[str, float]:
+def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams, shrink: float = 0.0,
+                  workers: _Workers | None = None) -> dict[str, float]:
     """Fit on every row outside ``fold`` and predict the fold's rows (a stack family the training rows lack
     gets the training rows' pooled parameters)."""
     train = [r for r in rows if r.id not in fold and fitted_row(r)]
     trained = {row_stack_family(r) for r in train}
     layout = _stack_layout(train, shrink)
-    res = _solve(train, base, layout)
+    res = _solve(train, base, layout, workers)
     per = layout.params(base, res.x)
     blind = _blind(res, layout)
     wanted = {layout.fitted_as(row_stack_family(r)) for r in rows if r.id in fold} - {None}
@@ -586,7 +619,7 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams, shrink: f
     def pooled() -> EngineParams:   # fitted once, only if a held-out row needs it
         if not pooled_params:
             one = _Layout(["all"])
-            pooled_params.append(one.params(base, _solve(train, base, one).x)["all"])
+            pooled_params.append(one.params(base, _solve(train, base, one, workers).x)["all"])
         return pooled_params[0]
     if any(blind.get(f, set()) & set(PLATFORM_FULL) for f in wanted):
         per = _pool_blind(per, _unseen_by_rows(blind, per, pooled(), train, layout), pooled(), layout.ties)
