@@ -385,6 +385,21 @@ def test_stack_names_identified_parameters_stopped_at_a_physical_bound(run_cli, 
         " ".join(out.split())
 
 
+def test_stack_says_the_engine_settings_it_fixes(run_cli):
+    """--stack names what the stack sets besides its fitted parameters (STACK_SETTINGS): gpt-fast's ring
+    all-reduce and tinygemm int4 kernel, TensorRT-LLM's KV reserved at admission and whole prompts; in the JSON
+    record and under the table."""
+    for stack, want, words in (("gpt-fast", {"collective": "ring", "weight_only_kernel": "tinygemm"},
+                                "tinygemm for int4 weights"),
+                               ("trtllm", {"kv_admission": "reserve", "chunked_prefill": False}, "whole prompts")):
+        args = ("stage", "llama-3.1-8b", "h100-sxm", "--batch", "1", "--stack", stack)
+        code, out, _ = run_cli(*args, "--json")
+        settings = json.loads(out)["stack"]["settings"]
+        assert code == 0 and want.items() <= settings.items(), (stack, settings)
+        code, out, _ = run_cli(*args)
+        assert code == 0 and "The stack runs " in " ".join(out.split()) and words in " ".join(out.split())
+
+
 def test_stack_on_an_unmeasured_build_says_whose_kernel_costs_it_borrows(run_cli, tmp_path):
     """A profile without SGLang's gfx942 build answers SGLang on MI300X with SGLang's own set and vLLM's gfx942
     kernel efficiencies and gap; the JSON record and the line under the table say so."""

@@ -41,6 +41,7 @@ from ..specs.execution import family_profile
 from ..specs.params import (
     NOT_IN_PROFILE_FILES,
     PLATFORM_OWN,
+    STACK_SET,
     EngineParams,
     Profile,
     StackChoice,
@@ -647,9 +648,10 @@ def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
     the GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with
     the value used and whether it sits at a bound of the fit); ``at_bound``, its identified parameters the fit
     stopped at a bound of their physical range (:data:`BOUNDS`: its rows would push them further, so the model
-    misses something there); ``platform_parameters_from``, the same ISA's
-    builds whose efficiencies and kernel gap it borrowed (:func:`roofline.specs.params.platform_donors`), whose
-    own loose ends then count for those parameters."""
+    misses something there); ``settings``, the engine settings the stack fixes (:data:`STACK_SETTINGS
+    <roofline.specs.params.STACK_SETTINGS>`: all-reduce, KV admission, prompt chunking, ...);
+    ``platform_parameters_from``, the same ISA's builds whose efficiencies and kernel gap it borrowed
+    (:func:`roofline.specs.params.platform_donors`), whose own loose ends then count for those parameters."""
     names = set(prof.not_identified(choice.fitted))
     if choice.platform_from:
         names = (names - set(PLATFORM_OWN)) | {k for d in choice.platform_from for k in prof.not_identified(d)
@@ -658,9 +660,11 @@ def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
     loose = {name: {"value": v, "at_bound": bound_side(name, v)} for name, v in values.items()}
     at_bound = {k: {"value": getattr(choice.params, k), "bound": side} for k in BOUNDS
                 if k not in names and (side := bound_side(k, getattr(choice.params, k)))}
+    settings = {k: getattr(choice.params, k) for k in STACK_SET if getattr(choice.params, k) is not None}
     return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
             "fitted_on_other_platform": choice.other_platform,
-            "platform_parameters_from": list(choice.platform_from), "not_identified": loose, "at_bound": at_bound}
+            "platform_parameters_from": list(choice.platform_from), "not_identified": loose, "at_bound": at_bound,
+            "settings": settings}
 
 
 #: Kinds of note on a fitted parameter (:func:`assessment`) that say the data do not identify it.

@@ -55,6 +55,17 @@ def emit(console: Console, view: View, args: argparse.Namespace) -> None:
             console.print(stack_line(note))
 
 
+#: How the line under the tables words each setting a serving stack fixes (STACK_SETTINGS).
+_SETTING_WORDS: dict[str, Any] = {
+    "collective": lambda v: f"{v} all-reduce" if v != "auto" else "one-shot or ring all-reduce by message size",
+    "kv_admission": lambda v: "KV reserved for the whole output at admission" if v == "reserve" else "paged KV",
+    "chunked_prefill": lambda v: "chunked prompts" if v else "whole prompts",
+    "windowed_kv": lambda v: "window-only KV on sliding-window layers" if v else "full-context KV on every layer",
+    "head_format": lambda v: f"a {v} LM head",
+    "weight_only_kernel": lambda v: f"{v} for int4 weights" if v == "tinygemm" else f"the {v} weight-only kernel",
+}
+
+
 def stack_line(note: dict[str, Any]) -> str:
     """The line under the tables saying which fitted parameter set the GPUs ran with, and what it leaves open."""
     build, used = note["build"], note["parameters"]
@@ -69,6 +80,9 @@ def stack_line(note: dict[str, Any]) -> str:
              for k, x in note["not_identified"].items()]
     if loose:
         text += f". Its rows do not pin down {'; '.join(loose)}: uncertain"
+    settings = [_SETTING_WORDS[k](v) for k, v in note.get("settings", {}).items() if k in _SETTING_WORDS]
+    if settings:
+        text += f". The stack runs {', '.join(settings)}"
     pinned = [f"{k} = {x['value']:.3g} ({x['bound']})" for k, x in note.get("at_bound", {}).items()]
     if pinned:
         text += f". At a bound of its physical range (its rows would go further): {'; '.join(pinned)}"
