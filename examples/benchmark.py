@@ -3,6 +3,8 @@
 * a decode sweep of batch x context (10^6 points at full size);
 * the Corsair scenario's placement x batch x gamma sweep (examples/gimlet_corsair.py);
 * `roofline validate` on the shipped measurements;
+* one evaluation of the calibration's residuals over its fitted rows (what `roofline calibrate` repeats a few
+  hundred times per fit), in this process and shared among every core (``--jobs``; the same numbers);
 * `roofline.sweep` of 8 device groups x batch x context reduced to its Pareto frontier in chunks, in this
   process and on a process pool of every core (the same answer; the speed-up says when a pool pays);
 * `import roofline`, `roofline --help` and `roofline devices` wall time (fresh interpreters).
@@ -70,6 +72,35 @@ def sweep_rows(quick: bool, repeat: int) -> list[dict]:
     return rows
 
 
+def calibration_rows(quick: bool) -> list[dict]:
+    """One evaluation of the calibration's residuals (every fitted row predicted under one parameter vector) in
+    this process and shared among a pool of every core, as ``roofline calibrate --jobs`` does."""
+    import os
+
+    from roofline.evidence import calibrate as cal
+    from roofline.evidence.validate import read_rows, shipped_data
+    base = cal._gpu_base()
+    usable, _skipped = cal._usable(read_rows(shipped_data()), base)
+    rows = [r for r in usable if cal.fitted_row(r)][:: 20 if quick else 1]
+    layout = cal._stack_layout(rows, cal.SHRINK)
+    x = layout.x0(base)
+    cal._residuals(x, rows, base, layout)   # warm the per-process caches (specs, memory-bound batches)
+    t = time.perf_counter()
+    alone = cal._residuals(x, rows, base, layout)
+    out = [{"workload": "calibration residuals, one process", "points": len(rows),
+            "time_s": time.perf_counter() - t, "floor_s": floor_s(len(rows), 3), "goal_ratio": None}]
+    workers = os.cpu_count() or 1
+    with cal._workers(workers) as pool:
+        cal._residuals(x, rows, base, layout, pool)   # start the workers and warm their caches
+        t = time.perf_counter()
+        shared = cal._residuals(x, rows, base, layout, pool)
+        elapsed = time.perf_counter() - t
+    assert alone.tolist() == shared.tolist()
+    out.append({"workload": f"the same, shared among {workers} processes (calibrate --jobs {workers})",
+                "points": len(rows), "time_s": elapsed, "floor_s": floor_s(len(rows), 3), "goal_ratio": None})
+    return out
+
+
 def run(quick: bool) -> dict:
     repeat = 3 if quick else 7
     side = 100 if quick else 1000
@@ -104,6 +135,7 @@ def run(quick: bool) -> dict:
     rows.append({"workload": "validate (shipped measurements)", "points": len(data),
                  "time_s": best_of(lambda: validate(data), 1 if quick else 3), "floor_s": floor_s(len(data), repeat),
                  "goal_ratio": None})
+    rows += calibration_rows(quick)
     rows += sweep_rows(quick, repeat)
     for r in rows:
         r["points_per_s"] = r["points"] / r["time_s"]
