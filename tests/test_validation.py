@@ -486,6 +486,22 @@ def test_held_out_folds_of_publications_or_of_random_rows(run_cli):
         assert code == 2 and "--folds" in err and len(err.strip().splitlines()) == 1
 
 
+def test_calibrate_uses_every_core_unless_told(run_cli, monkeypatch):
+    """`roofline calibrate` shares its fits' rows among one process per core by default (the same numbers,
+    test_fit_residuals_are_the_same_shared_among_processes), and among --jobs N when given."""
+    import os
+
+    from roofline.ui.commands import evidence
+
+    def fake(rows, **kw):
+        raise rl.RooflineError(f"jobs={kw['jobs']}")
+    monkeypatch.setattr(evidence, "calibrate", fake)
+    code, _, err = run_cli("calibrate")
+    assert code != 0 and f"jobs={os.cpu_count() or 1}" in err
+    code, _, err = run_cli("calibrate", "--jobs", "3")
+    assert code != 0 and "jobs=3" in err
+
+
 def test_calibrate_rejects_a_bad_process_count(run_cli):
     with pytest.raises(rl.RooflineError, match="jobs"):
         calibrate(ROWS[:5], jobs=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 import attrs
@@ -136,11 +137,11 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
 
         if args.loo and args.folds:
             raise UsageError("give --loo or --folds, not both")
-        if args.jobs < 1:
+        if args.jobs is not None and args.jobs < 1:
             raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
         if not (math.isfinite(args.shrink) and args.shrink >= 0):
             raise UsageError(f"--shrink must be a finite number >= 0, got {args.shrink}")
-        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs,
+        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs or os.cpu_count() or 1,
                         fold_by=args.by, shrink=args.shrink)
     if args.out:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
@@ -190,8 +191,9 @@ def register(add: Adder) -> None:
                     help="also compute the held-out error with K folds of whole publications (K fits)")
     sp.add_argument("--by", choices=FOLD_BY, default=FOLD_BY[0],
                     help="--folds of whole publications (default) or of rows drawn at random (seed 0)")
-    sp.add_argument("--jobs", type=int, default=1, metavar="N",
-                    help="share every fit's rows among N processes (the same numbers, ~N times faster on N cores; default 1)")
+    sp.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="share every fit's rows among N processes (the same numbers, ~N times faster on N cores; "
+                         "default: one per core)")
     sp.add_argument("--shrink", type=float, default=SHRINK, metavar="W",
                     help="partial pooling: draw each stack family's own parameters toward their mean over the "
                          f"families with a prior of sd = bound range / W (0: none; default {SHRINK:g})")
