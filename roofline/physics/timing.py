@@ -103,7 +103,7 @@ class StagesFootprint:
     masks: tuple[Any, ...]
 
     def _total(self, name: str, zero: Array) -> Array:
-        return sum((np.asarray(m, dtype=float) * np.nan_to_num(getattr(r, name))
+        return sum((np.asarray(m, dtype=float) * finite(getattr(r, name))
                     for r, m in zip(self.parts, self.masks)), zero)
 
     def _peak(self, name: str) -> Array:
@@ -121,6 +121,14 @@ class StagesFootprint:
 
     def memory_held(self) -> Array:
         return self._peak("memory_per_device_bytes")
+
+
+def finite(x: Any) -> Array:
+    """``x`` as floats with NaN (a point that does not fit) as 0 and infinities as the largest finite float, as
+    ``np.nan_to_num`` gives, without its cost where every value is finite already (the common case); for
+    arithmetic only: the answer may be ``x`` itself."""
+    a = np.asarray(x, dtype=float)
+    return a if np.isfinite(a).all() else np.nan_to_num(a)
 
 
 def prefix_sum(values: list[Any], count: Array, *, op: Any = np.add, initial: float = 0.0) -> Array:
@@ -577,8 +585,13 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
     the same pipeline stage as the loads (Marlin issues its weight loads asynchronously to all compute,
     https://github.com/IST-DASLab/marlin/blob/2f6d7c10e124b3c5fa29ff8d77d568bd7af3274c/README.md): the
     matmuls' memory term is the longer of the two."""
-    def full(x: Any) -> Array:
-        return np.broadcast_to(np.asarray(x, dtype=float), shape)
+    def full(x: Any) -> Array:   # a read-only view of the pass's shape (broadcast_to's, cheaper when it fits)
+        a = np.asarray(x, dtype=float)
+        if a.shape != shape:
+            return np.broadcast_to(a, shape)
+        view = a.view()
+        view.flags.writeable = False
+        return view
 
     # bytes spilled to a slower tier are read after the fast tier's, not beside them: a layer's weights arrive
     # from both before it runs, so tier times add (and moving data to a slower tier never speeds a pass up)
@@ -626,11 +639,11 @@ def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> Stag
     weights = [np.asarray(m, dtype=float) for m in masks]
 
     def total(name: str) -> Array:
-        return sum((w * np.nan_to_num(getattr(r, name)) for r, w in zip(results, weights)), zero)
+        return sum((w * finite(getattr(r, name)) for r, w in zip(results, weights)), zero)
 
     fits = np.all([np.where(w > 0, r.fits, True) for r, w in zip(results, weights)], axis=0)
     tiers = sorted({t for r in results for t in r.memory_by_tier_s})   # sorted: key order never depends on hashing
-    by_tier = {t: sum((w * np.nan_to_num(r.memory_by_tier_s.get(t, zero)) for r, w in zip(results, weights)), zero)
+    by_tier = {t: sum((w * finite(r.memory_by_tier_s.get(t, zero)) for r, w in zip(results, weights)), zero)
                for t in tiers}
     return attrs.evolve(
         first, stage=stage, batch=np.broadcast_to(first.batch, shape), context=np.broadcast_to(first.context, shape),
@@ -687,7 +700,7 @@ def accumulate(steps: list[StageResult], count: Any, *, stage: str) -> StageResu
     count = np.asarray(count, dtype=float)
 
     def total(name: str) -> Array:
-        return prefix_sum([np.nan_to_num(getattr(r, name)) for r in steps], count)
+        return prefix_sum([finite(getattr(r, name)) for r in steps], count)
 
     fits = prefix_sum([r.fits.astype(float) for r in steps], count, op=np.minimum, initial=1.0) > 0.5
     tiers = sorted({t for r in steps for t in r.memory_by_tier_s})
@@ -697,7 +710,7 @@ def accumulate(steps: list[StageResult], count: Any, *, stage: str) -> StageResu
         first, stage=stage, batch=np.broadcast_to(first.batch, shape), context=np.broadcast_to(first.context, shape),
         new_tokens=np.broadcast_to(count, shape), time_s=np.where(fits, total("time_s"), np.nan),
         compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
-        memory_by_tier_s={t: prefix_sum([np.nan_to_num(r.memory_by_tier_s.get(t, zero)) for r in steps], count)
+        memory_by_tier_s={t: prefix_sum([finite(r.memory_by_tier_s.get(t, zero)) for r in steps], count)
                           for t in tiers},
         communication_s=total("communication_s"), overhead_s=total("overhead_s"),
         attention_compute_s=total("attention_compute_s"), kv_memory_s=total("kv_memory_s"),

@@ -102,9 +102,14 @@ class Work:
 def add(*terms: ArrayLike) -> Array:
     """Sum of broadcastable terms, smallest first, so only the last additions run at the full grid size."""
     out: Any = np.float64(0.0)
-    for t in sorted(terms, key=np.size):
+    for t in sorted(terms, key=_size):
         out = out + t
     return out
+
+
+def _size(x: ArrayLike) -> int:
+    """``np.size(x)``, read straight off an array or numpy scalar (np.size's dispatch costs more than a sum)."""
+    return x.size if isinstance(x, np.ndarray | np.generic) else int(np.size(x))
 
 
 def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> Array:

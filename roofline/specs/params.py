@@ -411,10 +411,9 @@ def with_stack_settings(params: EngineParams, stack: str) -> EngineParams:
     """``params`` with the settings of the serving stack that ran a measurement (:data:`STACK_SETTINGS`: its
     all-reduce algorithm, KV admission, prompt chunking and sliding-window KV), each unless already set."""
     family = stack_family(stack)
-    for name, table in STACK_SETTINGS.items():
-        if getattr(params, name) is None and family in table:
-            params = attrs.evolve(params, **{name: table[family]})
-    return params
+    fixed = {name: table[family] for name, table in STACK_SETTINGS.items()
+             if getattr(params, name) is None and family in table}
+    return attrs.evolve(params, **fixed) if fixed else params
 
 
 #: The all-reduce each serving-stack family runs inside a GPU group: gpt-fast calls torch.distributed's
