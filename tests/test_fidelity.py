@@ -401,6 +401,21 @@ def test_gpt_fast_int4_unpacks_per_few_rows_as_tinygemm_measures():
     assert (gptfast.weight_only_kernel, vllm.weight_only_kernel) == ("tinygemm", None)
 
 
+def test_the_fitted_unpacking_cost_is_what_tinygemm_measures_at_one_token():
+    """The fitted unpacking cost (identified by the published weight-only rows) agrees with our own H200
+    micro-benchmark: one token through tinygemm, where unpacking binds (roofline/validation/h200_microbench.json),
+    implies 16-19 ops per element at the fitted gpt-fast share of the FP32 rate. Its time also holds the launch
+    and the weight stream's tail, so it bounds the fitted value from above; a fit that drove the cost toward 0
+    (as one did before the unpacking overlapped the weight stream) would fall below half of it."""
+    runs = json.loads((Path(__file__).parents[1] / "roofline" / "validation" / "h200_microbench.json").read_text())["runs"]
+    dev = rl.load_device("h200-sxm")
+    p = resolve_profile(dev, shipped_profile().for_stack("gpt-fast", dev.vendor, dev.isa))
+    rate_ops_per_s = dev.get("compute.fp32") * p.compute_fraction
+    implied = [g["int4_s"] * rate_ops_per_s / (g["k"] * g["n"]) for r in runs for g in r["int4"] if g["tokens"] == 1]
+    assert len(implied) == 4
+    assert all(0.5 * ops < p.dequant_ops_per_element <= ops for ops in implied), (p.dequant_ops_per_element, implied)
+
+
 def test_the_stage_table_shows_unpacking_only_where_a_format_needs_it(run_cli):
     """A weight-only format gets a dequant column (and ``dequant_s`` in JSON); a native format does not."""
     code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--weights", "int4-g128", "--batch", "1,64")
