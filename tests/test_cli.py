@@ -390,7 +390,7 @@ def test_stack_says_the_engine_settings_it_fixes(run_cli):
     all-reduce and tinygemm int4 kernel, TensorRT-LLM's KV reserved at admission and whole prompts; in the JSON
     record and under the table."""
     for stack, want, words in (("gpt-fast", {"collective": "ring", "weight_only_kernel": "tinygemm"},
-                                "tinygemm for int4 weights"),
+                                "tinygemm for int4 (groups of 32-256) weights"),
                                ("trtllm", {"kv_admission": "reserve", "chunked_prefill": False}, "whole prompts")):
         args = ("stage", "llama-3.1-8b", "h100-sxm", "--batch", "1", "--stack", stack)
         code, out, _ = run_cli(*args, "--json")

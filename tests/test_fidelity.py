@@ -385,6 +385,7 @@ def test_gpt_fast_int4_unpacks_per_few_rows_as_tinygemm_measures():
             times = {g["tokens"]: g["int4_s"] for g in run["int4"] if (g["k"], g["n"]) == shape}
             for tokens in (8, 16, 32, 64):
                 measured.setdefault(tokens, []).append(times[tokens] / times[1])
+    assert sorted(measured) == [8, 16, 32, 64] and all(len(r) == 4 for r in measured.values())   # 2 runs x 2 shapes
     model, group = resolve_model("llama-3.1-8b"), rl.resolve_group("h200-sxm")
     dev, prof = group.device, shipped_profile()
     gptfast, vllm = (resolve_profile(dev, prof.for_stack(s, dev.vendor, dev.isa)) for s in ("gpt-fast", "vllm"))

@@ -486,9 +486,10 @@ def test_held_out_folds_of_publications_or_of_random_rows(run_cli):
         assert code == 2 and "--folds" in err and len(err.strip().splitlines()) == 1
 
 
-def test_calibrate_uses_every_core_unless_told(run_cli, monkeypatch):
-    """`roofline calibrate` shares its fits' rows among one process per core by default (the same numbers,
-    test_fit_residuals_are_the_same_shared_among_processes), and among --jobs N when given."""
+def test_calibrate_uses_every_core_unless_told(run_cli, monkeypatch, tmp_path):
+    """`roofline calibrate` shares its fits' rows among the cores it may run on by default (the same numbers,
+    test_fit_residuals_are_the_same_shared_among_processes), never more processes than cores nor fewer than
+    ROWS_PER_JOB rows each (a small file stays in one process), and among --jobs N when given."""
     import os
 
     from roofline.ui.commands import evidence
@@ -496,10 +497,17 @@ def test_calibrate_uses_every_core_unless_told(run_cli, monkeypatch):
     def fake(rows, **kw):
         raise rl.RooflineError(f"jobs={kw['jobs']}")
     monkeypatch.setattr(evidence, "calibrate", fake)
-    code, _, err = run_cli("calibrate")
-    assert code != 0 and f"jobs={os.cpu_count() or 1}" in err
-    code, _, err = run_cli("calibrate", "--jobs", "3")
-    assert code != 0 and "jobs=3" in err
+
+    def jobs(*args):
+        code, _, err = run_cli("calibrate", *args)
+        assert code != 0
+        return int(err.split("jobs=")[1].split()[0])
+    cores = len(os.sched_getaffinity(0))
+    shipped = jobs()
+    assert 1 <= shipped <= cores and (shipped >= 2 or cores == 1)
+    small = tmp_path / "small.csv"
+    small.write_text("\n".join(shipped_data().read_text().splitlines()[:31]) + "\n")
+    assert jobs("--data", str(small)) == 1 and jobs("--jobs", "3") == 3
 
 
 def test_calibrate_rejects_a_bad_process_count(run_cli):

@@ -54,9 +54,10 @@ OVERLAPS = ("pass", "kernel")
 @attrs.frozen(kw_only=True)
 class WeightOnlyKernel:
     """A weight-only matmul kernel whose unpacking does not follow its device family's ``dequant_tile_rows``:
-    the weight formats it runs (format-name prefixes) and the token rows one unpacking of the weights serves."""
+    the weight formats it runs (format names) and the token rows one unpacking of the weights serves."""
 
     formats: tuple[str, ...]
+    weights: str   # the formats in words, for the line under the tables
     tile_rows: float
     source: str
 
@@ -73,7 +74,9 @@ class WeightOnlyKernel:
 #: of its n-tiles re-reads the activations, so the per-row work is plausibly the activation fragments' loads and
 #: the scale-and-zero arithmetic rather than the unpacking itself).
 WEIGHT_ONLY_KERNELS: dict[str, WeightOnlyKernel] = {
-    "tinygemm": WeightOnlyKernel(formats=("int4-g",), tile_rows=4.0,
+    # int4mm.cu accepts groups of 32, 64, 128 and 256 only (TORCH_CHECK on qGroupSize)
+    "tinygemm": WeightOnlyKernel(formats=("int4-g32", "int4-g64", "int4-g128", "int4-g256"),
+                                 weights="int4 (groups of 32-256)", tile_rows=4.0,
                                  source="scripts/measure_h200.py int4 section (h200_microbench.json)"),
 }
 
@@ -250,7 +253,7 @@ class EngineParams:
         """Token rows one unpacking of ``weight_format`` weights serves: the stack's weight-only kernel's
         (:data:`WEIGHT_ONLY_KERNELS`) for the formats it runs, else ``dequant_tile_rows``."""
         kernel = WEIGHT_ONLY_KERNELS.get(self.weight_only_kernel or "")
-        if kernel is not None and weight_format.startswith(kernel.formats):
+        if kernel is not None and weight_format in kernel.formats:
             return kernel.tile_rows
         return self.dequant_tile_rows
 
@@ -428,8 +431,9 @@ STACK_COLLECTIVES = {"gpt-fast": "ring", "tensorrt-llm": "auto", "vllm": "auto",
 #: scheduler policy GUARANTEED_NO_EVICT guarantees "that a started request is never paused", reserving its
 #: prompt plus maximum output (https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/useful-runtime-flags.html);
 #: vLLM and SGLang allocate paged blocks as sequences grow and preempt when they run out
-#: (https://docs.vllm.ai/en/latest/configuration/optimization.html#preemption).
-STACK_ADMISSION = {"tensorrt-llm": "reserve", "vllm": "paged", "sglang": "paged", "gpt-fast": "paged"}
+#: (https://docs.vllm.ai/en/latest/configuration/optimization.html#preemption). gpt-fast batches statically
+#: into a preallocated cache: no admission policy (the default, paged, gives the same numbers there).
+STACK_ADMISSION = {"tensorrt-llm": "reserve", "vllm": "paged", "sglang": "paged"}
 
 #: Whether each serving-stack family chunks prompts by default: TensorRT-LLM's LLM API has
 #: ``enable_chunked_prefill`` False (https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/llmapi/llm_args.py)

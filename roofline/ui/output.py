@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..records import plain
+from ..specs.params import WEIGHT_ONLY_KERNELS
 from .render import View
 
 #: numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null): the records' own conversion.
@@ -62,7 +63,7 @@ _SETTING_WORDS: dict[str, Any] = {
     "chunked_prefill": lambda v: "chunked prompts" if v else "whole prompts",
     "windowed_kv": lambda v: "window-only KV on sliding-window layers" if v else "full-context KV on every layer",
     "head_format": lambda v: f"a {v} LM head",
-    "weight_only_kernel": lambda v: f"{v} for int4 weights" if v == "tinygemm" else f"the {v} weight-only kernel",
+    "weight_only_kernel": lambda v: f"{v} for {WEIGHT_ONLY_KERNELS[v].weights} weights",
 }
 
 
@@ -80,12 +81,13 @@ def stack_line(note: dict[str, Any]) -> str:
              for k, x in note["not_identified"].items()]
     if loose:
         text += f". Its rows do not pin down {'; '.join(loose)}: uncertain"
-    settings = [_SETTING_WORDS[k](v) for k, v in note.get("settings", {}).items() if k in _SETTING_WORDS]
-    if settings:
-        text += f". The stack runs {', '.join(settings)}"
     pinned = [f"{k} = {x['value']:.3g} ({x['bound']})" for k, x in note.get("at_bound", {}).items()]
     if pinned:
         text += f". At a bound of its physical range (its rows would go further): {'; '.join(pinned)}"
+    settings = [_SETTING_WORDS[k](v) for k, v in note.get("settings", {}).items() if k in _SETTING_WORDS]
+    if settings:
+        listed = settings[0] if len(settings) == 1 else f"{', '.join(settings[:-1])} and {settings[-1]}"
+        text += f". The stack runs {listed}"
     return text + "."
 
 

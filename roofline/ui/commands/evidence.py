@@ -141,7 +141,7 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
         if not (math.isfinite(args.shrink) and args.shrink >= 0):
             raise UsageError(f"--shrink must be a finite number >= 0, got {args.shrink}")
-        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs or os.cpu_count() or 1,
+        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs or default_jobs(len(rows)),
                         fold_by=args.by, shrink=args.shrink)
     if args.out:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
@@ -157,6 +157,17 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             "record": fit_record(fit, data=path)}
     emit(console, render.calibration_view(data), args)
     return 0
+
+
+#: Rows per process below which sharing a fit's rows costs more (each process warms its own caches) than it saves.
+ROWS_PER_JOB = 200
+
+
+def default_jobs(n_rows: int) -> int:
+    """Processes a calibration of ``n_rows`` rows shares its fits among: one per core this process may run on
+    (its CPU affinity, not the host's count), at most one per ROWS_PER_JOB rows."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, n_rows // ROWS_PER_JOB))
 
 
 def register(add: Adder) -> None:
@@ -193,7 +204,7 @@ def register(add: Adder) -> None:
                     help="--folds of whole publications (default) or of rows drawn at random (seed 0)")
     sp.add_argument("--jobs", type=int, default=None, metavar="N",
                     help="share every fit's rows among N processes (the same numbers, ~N times faster on N cores; "
-                         "default: one per core)")
+                         "default: one per core, at most one per 200 rows)")
     sp.add_argument("--shrink", type=float, default=SHRINK, metavar="W",
                     help="partial pooling: draw each stack family's own parameters toward their mean over the "
                          f"families with a prior of sd = bound range / W (0: none; default {SHRINK:g})")
