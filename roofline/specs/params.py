@@ -412,7 +412,8 @@ def with_platform_of(params: EngineParams, donors: list[EngineParams]) -> Engine
 
 def with_stack_settings(params: EngineParams, stack: str) -> EngineParams:
     """``params`` with the settings of the serving stack that ran a measurement (:data:`STACK_SETTINGS`: its
-    all-reduce algorithm, KV admission, prompt chunking and sliding-window KV), each unless already set."""
+    all-reduce algorithm, KV admission, prompt chunking, sliding-window KV, LM head format and weight-only
+    kernel), each unless already set."""
     family = stack_family(stack)
     fixed = {name: table[family] for name, table in STACK_SETTINGS.items()
              if getattr(params, name) is None and family in table}
