@@ -19,7 +19,18 @@ It measures, each section on its own (a section that fails records its error and
   LM head, argmax) in bf16, eager PyTorch kernels replayed from a CUDA graph, at batch 1 .. 256 and 1,024 and
   4,096 tokens of context: milliseconds per step;
 * ``prefill``: one forward pass of the same model over a 512 .. 8,192-token prompt (batch 1, causal flash
-  attention), eager: the time to the first token inside the process.
+  attention), eager: the time to the first token inside the process;
+* ``moe``: one decode step of a random-weight Mixtral-8x7B-shaped model (the Llama layer above with 8 SwiGLU
+  experts of 14336, top-2 routing, vocab 32000) in bf16 at batch 1 .. 128 and 1,024 tokens of context, replayed
+  from a CUDA graph: the routed experts run as two grouped GEMMs (``torch._grouped_mm``, one group per expert,
+  an expert with no token has no tile and its weights are not read), so the step streams the experts its batch
+  touches. Also counted: the experts a layer's batch touches under the random router (against the closed form
+  E (1 - (1 - k/E)^B));
+* ``int8``: the weight-only int8 linear gpt-fast runs (``F.linear(x, w.to(bf16)) * scale``) compiled by
+  Inductor as gpt-fast compiles it, beside the bf16 linear and the same int8 linear run eagerly (a cast kernel,
+  then cuBLAS), at 1 .. 8 token rows on the 8B model's shapes: what the int8 recipe streams;
+* ``grouped``: the MoE section's grouped GEMM alone, every one of 8 experts given 1 .. 64 rows, beside one
+  cuBLAS matmul per expert replayed from a CUDA graph: what the grouped kernel streams at decode's row counts.
 
 The decode and prefill rows are written in roofline's measurements format (``roofline/validation/README.md``)
 so ``roofline validate --data measured.csv`` predicts them; the micro-benchmarks go to the setup JSON with the
@@ -40,12 +51,15 @@ COLUMNS = ["id", "source", "stack", "hardware", "n_devices", "tp", "ep", "model"
            "value", "grade", "notes"]
 #: Llama-3.1-8B's shape (https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json).
 LLAMA_8B = {"layers": 32, "d": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ff": 14336, "vocab": 128256}
+#: Mixtral-8x7B's shape (https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json).
+MIXTRAL = {"layers": 32, "d": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ff": 14336, "vocab": 32000,
+           "experts": 8, "top_k": 2}
 
 
 def _row(rid: str, *, metric: str, value: float, batch: int, isl: int, osl: int, hardware: str,
-         torch_version: str, note: str) -> dict:
+         torch_version: str, note: str, model: str = "llama-3.1-8b") -> dict:
     return {"id": rid, "source": "scripts/measure_h200.py", "stack": f"PyTorch {torch_version} eager kernels",
-            "hardware": hardware, "n_devices": 1, "tp": 1, "ep": 1, "model": "llama-3.1-8b", "weight_dtype": "bf16",
+            "hardware": hardware, "n_devices": 1, "tp": 1, "ep": 1, "model": model, "weight_dtype": "bf16",
             "expert_dtype": "", "kv_dtype": "bf16", "batch": batch, "serving": "static", "isl": isl, "osl": osl,
             "spec_method": "none", "draft_len": 0, "acceptance_length": "", "metric": metric, "value": f"{value:.4f}",
             "grade": "A", "notes": note}
@@ -88,6 +102,17 @@ def gptfast_rows(steps: list[dict], *, hardware: str, torch_version: str, gpu: s
         row["weight_dtype"] = fmts[r["format"]]
         out.append(row)
     return out
+
+
+def moe_rows(steps: list[dict], *, hardware: str, torch_version: str, gpu: str) -> list[dict]:
+    """The MoE decode steps (``{"batch", "ctx", "ms_per_step", "experts_touched"}`` each) as ITL rows of
+    Mixtral-8x7B at batch 1 .. 128."""
+    return [_row(f"MX{r['batch']}", metric="itl_ms", value=r["ms_per_step"], batch=r["batch"], isl=r["ctx"] - 1,
+                 osl=2, hardware=hardware, torch_version=torch_version, model="mixtral-8x7b",
+                 note=f"random weights and router; one decode step at {r['ctx']} tokens of context, replayed from a "
+                      f"CUDA graph; experts as grouped GEMMs (torch._grouped_mm); a layer's batch touched "
+                      f"{r['experts_touched']:.2f} of 8 experts on average; {gpu}")
+            for r in steps if "ms_per_step" in r]
 
 
 def write_rows(path: str, rows: list[dict]) -> None:
@@ -271,6 +296,189 @@ def measure_prefill(torch, F, bench: Bench, w: dict, shape: dict) -> list[dict]:
             for t in (512, 2048, 8192)]
 
 
+def moe_weights(torch, shape: dict) -> dict:
+    """Random Mixtral-shaped weights: attention as :func:`llama_weights`, a router and per layer the experts'
+    gate-up (E, 2 ff, d) and down (E, d, ff) matrices, passed transposed to the grouped GEMM."""
+    d, hd, nh, nkv, ff, e = (shape[k] for k in ("d", "head_dim", "heads", "kv_heads", "ff", "experts"))
+    bf = torch.bfloat16
+
+    def mat(*s):
+        return torch.empty(*s, device="cuda", dtype=bf).normal_(0.0, 0.02)
+
+    layers = [{"ln1": torch.ones(d, device="cuda", dtype=bf), "ln2": torch.ones(d, device="cuda", dtype=bf),
+               "qkv": mat(d, (nh + 2 * nkv) * hd), "o": mat(nh * hd, d), "router": mat(d, e),
+               "gu": mat(e, 2 * ff, d), "down": mat(e, d, ff)} for _ in range(shape["layers"])]
+    return {"layers": layers, "norm": torch.ones(d, device="cuda", dtype=bf), "head": mat(d, shape["vocab"])}
+
+
+def moe_mlp(torch, F, x, lw: dict, shape: dict, touched=None):
+    """Top-k routed SwiGLU experts over a batch of rows: the rows sorted by expert, one grouped GEMM for
+    gate-up and one for down (``offs`` = each expert's last row), weighted and summed back per token.
+    ``touched`` (a 0-d tensor) accumulates the experts that received a row."""
+    e, k = shape["experts"], shape["top_k"]
+    top_v, top_i = (x @ lw["router"]).topk(k, dim=-1)
+    wts = torch.softmax(top_v.float(), dim=-1).to(x.dtype).reshape(-1)
+    flat = top_i.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = (flat[:, None] == torch.arange(e, device=flat.device)).sum(0)   # bincount would sync to size itself
+    if touched is not None:
+        touched += (counts > 0).sum()
+    offs = counts.cumsum(0).to(torch.int32)
+    g, u = torch._grouped_mm(x[order // k], lw["gu"].transpose(-2, -1), offs=offs).chunk(2, dim=-1)
+    y = torch._grouped_mm(F.silu(g) * u, lw["down"].transpose(-2, -1), offs=offs) * wts[order, None]
+    return torch.zeros_like(x).index_add_(0, order // k, y)
+
+
+def moe_reference(torch, F, x, lw: dict, shape: dict):
+    """The same experts one token and expert at a time in float32: the check on :func:`moe_mlp`."""
+    top_v, top_i = (x @ lw["router"]).topk(shape["top_k"], dim=-1)
+    wts = torch.softmax(top_v.float(), dim=-1)
+    out = torch.zeros(x.shape, device=x.device, dtype=torch.float32)
+    for t in range(x.shape[0]):
+        for j in range(shape["top_k"]):
+            ex = int(top_i[t, j])
+            g, u = (x[t].float() @ lw["gu"][ex].float().t()).chunk(2)
+            out[t] += wts[t, j] * ((F.silu(g) * u) @ lw["down"][ex].float().t())
+    return out
+
+
+def moe_loop(torch, F, x, lw: dict, shape: dict, touched=None):
+    """The fallback where the grouped GEMM is missing: one gate-up and one down matmul per touched expert,
+    found on the host (a sync per layer; not capturable in a CUDA graph)."""
+    k = shape["top_k"]
+    top_v, top_i = (x @ lw["router"]).topk(k, dim=-1)
+    wts = torch.softmax(top_v.float(), dim=-1).to(x.dtype)
+    out = torch.zeros_like(x)
+    experts = top_i.unique().tolist()
+    if touched is not None:
+        touched += len(experts)
+    for ex in experts:
+        tok, slot = (top_i == ex).nonzero(as_tuple=True)
+        g, u = (x[tok] @ lw["gu"][ex].t()).chunk(2, dim=-1)
+        out.index_add_(0, tok, ((F.silu(g) * u) @ lw["down"][ex].t()) * wts[tok, slot, None])
+    return out
+
+
+def moe_step(torch, F, shape: dict, w: dict, cache: list, h0, pos: int, cos, sin, touched=None, mlp=moe_mlp):
+    """One decode step of the Mixtral-shaped model: :func:`decode_step`'s attention, routed experts for the MLP."""
+    nh, nkv, hd, d = shape["heads"], shape["kv_heads"], shape["head_dim"], shape["d"]
+    b, h = h0.shape[0], h0
+    for lw, (kc, vc) in zip(w["layers"], cache):
+        x = F.rms_norm(h, (d,), lw["ln1"])
+        q, k, v = (x @ lw["qkv"]).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+        q = rope(torch, q.view(b, nkv, nh // nkv, hd), cos, sin)
+        kc[:, :, pos] = rope(torch, k.view(b, nkv, hd), cos, sin)
+        vc[:, :, pos] = v.view(b, nkv, hd)
+        att = F.scaled_dot_product_attention(q, kc[:, :, :pos + 1], vc[:, :, :pos + 1])
+        h = h + att.reshape(b, nh * hd) @ lw["o"]
+        h = h + mlp(torch, F, F.rms_norm(h, (d,), lw["ln2"]), lw, shape, touched)
+    return (F.rms_norm(h, (d,), w["norm"]) @ w["head"]).argmax(-1)
+
+
+def measure_moe(torch, F, bench: Bench, shape: dict = MIXTRAL, ctx: int = 1024,
+                batches: tuple = (1, 2, 4, 8, 16, 32, 64, 128)) -> list[dict]:
+    """Mixtral-shaped decode steps by batch: grouped GEMMs replayed from a CUDA graph, or, where the grouped
+    GEMM fails its check against :func:`moe_reference`, the per-expert loop timed eagerly (the record says which)."""
+    w = moe_weights(torch, shape)
+    x = F.rms_norm(torch.randn(6, shape["d"], device="cuda", dtype=torch.bfloat16), (shape["d"],))
+    ref = moe_reference(torch, F, x, w["layers"][0], shape)
+    check = {"check_max_abs_ref": float(ref.abs().max())}
+    mlp = moe_mlp
+    try:
+        check["check_max_abs_error"] = float((moe_mlp(torch, F, x, w["layers"][0], shape).float() - ref).abs().max())
+        if not check["check_max_abs_error"] <= 0.05 * check["check_max_abs_ref"]:
+            mlp = moe_loop
+    except Exception as e:  # noqa: BLE001 - no grouped GEMM in this build: the loop instead
+        check["grouped_error"], mlp = f"{type(e).__name__}: {e}"[:500], moe_loop
+    check["implementation"] = mlp.__name__
+    out = [check]
+    print(check, flush=True)
+    cos = torch.ones(shape["head_dim"], device="cuda", dtype=torch.bfloat16)
+    sin = torch.zeros_like(cos)
+    for b in batches:
+        cache = [tuple(torch.randn(b, shape["kv_heads"], ctx, shape["head_dim"], device="cuda",
+                                   dtype=torch.bfloat16) for _ in range(2)) for _ in range(shape["layers"])]
+        h0 = torch.randn(b, shape["d"], device="cuda", dtype=torch.bfloat16)
+        touched = torch.zeros((), device="cuda", dtype=torch.int64)
+
+        def step(t=None):
+            return moe_step(torch, F, shape, w, cache, h0, ctx - 1, cos, sin, t, mlp)
+
+        step(touched)
+        torch.cuda.synchronize()
+        rec = {"batch": b, "ctx": ctx, "experts_touched": float(touched) / shape["layers"]}
+        if mlp is moe_mlp:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+            rec["ms_per_step"] = bench.time_s(graph.replay) * 1e3
+            del graph
+        else:
+            rec["eager_ms_per_step"] = bench.time_s(step, repeat=5) * 1e3
+        out.append(rec)
+        print(rec, flush=True)
+        del cache
+    return out
+
+
+def measure_grouped(torch, bench: Bench, experts: int = 8) -> list[dict]:
+    """The experts' matmuls alone, every expert given ``m`` rows: the grouped GEMM of :func:`moe_mlp` against
+    one cuBLAS matmul per expert replayed from a CUDA graph, on Mixtral's gate-up and down shapes."""
+    out = []
+    for k, n in ((4096, 28672), (14336, 4096)):
+        w = torch.empty(experts, n, k, device="cuda", dtype=torch.bfloat16).normal_(0.0, 0.02)
+        for m in (1, 2, 4, 16, 64):
+            x = torch.randn(experts * m, k, device="cuda", dtype=torch.bfloat16)
+            offs = torch.arange(1, experts + 1, device="cuda", dtype=torch.int32) * m
+
+            def loop():
+                for e in range(experts):
+                    x[e * m:(e + 1) * m] @ w[e].t()
+
+            loop()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                loop()
+            rec = {"k": k, "n": n, "experts": experts, "rows_per_expert": m,
+                   "grouped_s": bench.time_s(lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)),
+                   "cublas_loop_s": bench.time_s(graph.replay), "weight_bytes": w.numel() * 2}
+            out.append(rec)
+            print(rec, flush=True)
+            del graph
+        del w
+    return out
+
+
+def measure_int8(torch, F, bench: Bench) -> list[dict]:
+    """gpt-fast's int8 weight-only linear, ``F.linear(x, w.to(bf16)) * s``, compiled as gpt-fast compiles
+    (Inductor, coordinate-descent tuning), eager, and the bf16 linear of the same shape, at 1 .. 8 rows."""
+    import torch._inductor.config as ic
+    ic.coordinate_descent_tuning = True
+    out = []
+    for k, n in ((4096, 28672), (14336, 4096)):
+        w8 = torch.randint(-127, 127, (n, k), device="cuda", dtype=torch.int8)
+        s = torch.rand(n, device="cuda", dtype=torch.bfloat16) * 1e-3
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+
+        def int8_linear(x):
+            return F.linear(x, w8.to(x.dtype)) * s
+
+        compiled = torch.compile(int8_linear, dynamic=False)
+        for t in (1, 2, 8):
+            x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
+            start = time.perf_counter()
+            compiled(x)
+            torch.cuda.synchronize()
+            out.append({"k": k, "n": n, "tokens": t, "compile_s": round(time.perf_counter() - start, 1),
+                        "int8_compiled_s": bench.time_s(lambda: compiled(x), repeat=50),
+                        "int8_eager_s": bench.time_s(lambda: int8_linear(x), repeat=50),
+                        "bf16_s": bench.time_s(lambda: F.linear(x, w), repeat=50)})
+            print(out[-1], flush=True)
+        del w8, w
+        torch._dynamo.reset()
+    return out
+
+
 def count_kernels(torch, F, w: dict, shape: dict) -> dict:
     """The GPU kernels one eager decode step at batch 1 launches (torch.profiler), per layer."""
     from torch.profiler import ProfilerActivity, profile
@@ -397,7 +605,7 @@ def main() -> None:
     ap.add_argument("--out", default="measured.csv")
     ap.add_argument("--setup", default="measured_setup.json")
     ap.add_argument("--hardware", default="h200-sxm", help="roofline device id of the GPU under test")
-    ap.add_argument("--sections", default="memory,gemm,int4,launch,decode,prefill,kernels,gptfast",
+    ap.add_argument("--sections", default="memory,gemm,int4,launch,decode,prefill,kernels,gptfast,moe,int8,grouped",
                     help="comma-separated sections to run")
     args = ap.parse_args()
     bench = Bench(torch)
@@ -418,12 +626,14 @@ def main() -> None:
                 ("decode", lambda: measure_decode(torch, F, bench, w, shape)),
                 ("prefill", lambda: measure_prefill(torch, F, bench, w, shape)),
                 ("kernels", lambda: count_kernels(torch, F, w, shape)),
-                ("gptfast", lambda: measure_gptfast(torch, F, shape))]
+                ("gptfast", lambda: measure_gptfast(torch, F, shape)),
+                ("moe", lambda: measure_moe(torch, F, bench)), ("int8", lambda: measure_int8(torch, F, bench)),
+                ("grouped", lambda: measure_grouped(torch, bench))]
     wanted = args.sections.split(",")
     for name, fn in sections:
         if name not in wanted:
             continue
-        if name == "gptfast":
+        if name in ("gptfast", "moe", "int8", "grouped"):
             w = None   # free the eager model's weights
             torch.cuda.empty_cache()
         if name in ("decode", "prefill", "kernels") and w is None:
@@ -445,7 +655,8 @@ def main() -> None:
     write_rows(args.out, decode_rows(setup.get("decode", []), ctx=1024, hardware=args.hardware, torch_version=tv,
                                      gpu=gpu) + prefill_rows(setup.get("prefill", []), hardware=args.hardware,
                                                              torch_version=tv, gpu=gpu)
-               + gptfast_rows(setup.get("gptfast", []), hardware=args.hardware, torch_version=tv, gpu=gpu))
+               + gptfast_rows(setup.get("gptfast", []), hardware=args.hardware, torch_version=tv, gpu=gpu)
+               + moe_rows(setup.get("moe", []), hardware=args.hardware, torch_version=tv, gpu=gpu))
     print(json.dumps(setup, indent=1))
 
 

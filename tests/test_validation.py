@@ -699,11 +699,16 @@ def test_the_h200_measurement_script_writes_rows_validate_predicts(run_cli, tmp_
     path = tmp_path / "measured.csv"
     steps.append({"batch": 16, "ctx": 4096, "ms_per_step": 9.0})
     passes = [{"tokens": 2048, "ms": 120.0}]
+    moe = [{"check_max_abs_error": 0.01}, {"batch": 4, "ctx": 1024, "ms_per_step": 29.0, "experts_touched": 5.4},
+           {"batch": 8, "ctx": 1024, "eager_ms_per_step": 90.0, "experts_touched": 7.2}]   # eager: no row
     mod.write_rows(str(path), mod.decode_rows(steps, ctx=1024, hardware="h200-sxm", torch_version="2.9", gpu="H200")
-                   + mod.prefill_rows(passes, hardware="h200-sxm", torch_version="2.9", gpu="H200"))
+                   + mod.prefill_rows(passes, hardware="h200-sxm", torch_version="2.9", gpu="H200")
+                   + mod.moe_rows(moe, hardware="h200-sxm", torch_version="2.9", gpu="H200"))
     code, out, _ = run_cli("validate", "--data", str(path), "--json")
     data = json.loads(out)
-    assert code == 0 and sorted(r["id"] for r in data["rows"]) == ["MH1", "MH16c4096", "MH256", "MH64", "MH8", "MP2048"]
+    assert code == 0 and sorted(r["id"] for r in data["rows"]) == ["MH1", "MH16c4096", "MH256", "MH64", "MH8", "MP2048",
+                                                                   "MX4"]
+    assert {r["id"]: r["model"] for r in data["rows"]}["MX4"] == "mixtral-8x7b"
     assert all(r["predicted"] > 0 for r in data["rows"])
     assert {r["id"]: r["metric"] for r in data["rows"]}["MP2048"] == "ttft_ms"
 
@@ -729,15 +734,17 @@ H200_DATA = Path(__file__).parents[1] / "roofline" / "validation"
 
 def test_our_h200_measurements_are_predicted_blind(run_cli):
     """The decode and prefill passes measured on a lent H200 (scripts/measure_h200.py) were never fitted: the
-    shipped calibration predicts every one, with the accuracy docs/validation.md reports (median 10.8%; the worst,
-    gpt-fast's int8 recipe under PyTorch 2.11, -43%). A physics change that breaks single-GPU decode or
-    prefill moves these first."""
+    shipped calibration predicts every one, with the accuracy docs/validation.md reports (the 16 dense-model rows:
+    median 10.8%, the worst gpt-fast's int8 recipe under PyTorch 2.11, -43%; the 8 Mixtral-shaped MoE rows -18 to
+    -38%, their experts streamed by a grouped GEMM slower than the calibrated kernels). A physics change that
+    breaks single-GPU decode or prefill moves these first."""
     code, out, _ = run_cli("validate", "--data", str(H200_DATA / "h200_measured.csv"), "--json")
     data = json.loads(out)
-    assert code == 0 and not data["skipped"] and len(data["rows"]) == 16
+    assert code == 0 and not data["skipped"] and len(data["rows"]) == 24
     assert {r["grade"] for r in data["rows"]} == {"A"}
-    errors = [abs(r["error"]) for r in data["rows"]]
-    assert np.median(errors) < 0.15 and max(errors) < 0.5
+    errors = {r["id"]: abs(r["error"]) for r in data["rows"]}
+    dense = [e for rid, e in errors.items() if not rid.startswith("MX")]
+    assert len(dense) == 16 and np.median(dense) < 0.15 and max(errors.values()) < 0.5
 
 
 def test_the_calibration_stays_within_what_an_h200_measures():
@@ -748,11 +755,11 @@ def test_the_calibration_stays_within_what_an_h200_measures():
     runs = json.loads((H200_DATA / "h200_microbench.json").read_text())["runs"]
     dev = rl.load_device("h200-sxm")
     spec_bytes_per_s = dev.memory[0].bandwidth_bytes_per_s
-    copy_share = max(r["memory"]["copy_bytes_per_s"] for r in runs) / spec_bytes_per_s
+    copy_share = max(r["memory"]["copy_bytes_per_s"] for r in runs if "memory" in r) / spec_bytes_per_s
     peak = dev.peak_flop_per_s   # each GEMM's share of its format's spec peak, FP8's over BF16's
     fp8_over_bf16 = max((g["fp8_rows"] / g["fp8_s"] / peak["fp8"]) / (g["tokens"] / g["bf16_s"] / peak["bf16"])
-                        for r in runs for g in r["gemm"] if g["tokens"] >= 1024)
-    graph_gap_s = min(r["launch"]["graph_s_per_kernel"] for r in runs)
+                        for r in runs for g in r.get("gemm", []) if g["tokens"] >= 1024)
+    graph_gap_s = min(r["launch"]["graph_s_per_kernel"] for r in runs if "launch" in r)
     assert 0.85 < copy_share < 0.95 and 0.9 < fp8_over_bf16 < 1.0 and 5e-7 < graph_gap_s < 2e-6
     profile = shipped_profile()
     for family in ("default", "gpt-fast", "tensorrt-llm", "vllm", "sglang"):
