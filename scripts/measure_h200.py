@@ -29,6 +29,11 @@ It measures, each section on its own (a section that fails records its error and
 * ``int8``: the weight-only int8 linear gpt-fast runs (``F.linear(x, w.to(bf16)) * scale``) compiled by
   Inductor as gpt-fast compiles it, beside the bf16 linear and the same int8 linear run eagerly (a cast kernel,
   then cuBLAS), at 1 .. 8 token rows on the 8B model's shapes: what the int8 recipe streams;
+* ``power``: the board's power (NVML's energy counter over a window, else nvidia-smi's readings) while idle,
+  while copying 4 GiB over and over (memory saturated), while multiplying 16384 x 8192 by 8192 x 28672 in bf16
+  (tensor cores saturated), and during the Llama-shaped decode steps at batch 1 .. 256 and its 8,192-token
+  prefill, each held ~4 s after a 1 s warm-up: what the power model's idle, memory and compute terms and
+  its busy floor are on this board; ``power_gemm``: the same meter over one bf16 matmul at 1 .. 4,096 token rows;
 * ``grouped``: the MoE section's grouped GEMM alone, every one of 8 experts given 1 .. 64 rows, beside one
   cuBLAS matmul per expert replayed from a CUDA graph: what the grouped kernel streams at decode's row counts.
 
@@ -449,6 +454,106 @@ def measure_grouped(torch, bench: Bench, experts: int = 8) -> list[dict]:
     return out
 
 
+def _power_meter(torch):
+    """(how, start, stop): start() begins a window, stop() returns its mean power in watts. NVML's total-energy
+    counter where pynvml is installed (energy / time over the window), else nvidia-smi's power readings every
+    100 ms averaged over the window."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        state = {}
+
+        def start():
+            state["j"], state["t"] = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3, time.perf_counter()
+
+        def stop():
+            return (pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3 - state["j"]) / (time.perf_counter() - state["t"])
+        return "nvml energy counter", start, stop
+    except Exception:  # noqa: BLE001 - no pynvml: sample nvidia-smi instead
+        import subprocess
+        state = {}
+
+        def start():
+            state["p"] = subprocess.Popen(["nvidia-smi", "--query-gpu=power.draw", "--format=csv,noheader,nounits",
+                                           "-lms", "100"], stdout=subprocess.PIPE, text=True)
+
+        def stop():
+            state["p"].terminate()
+            samples = [float(x) for x in state["p"].communicate()[0].split() if x.replace(".", "", 1).isdigit()]
+            return sum(samples) / len(samples) if samples else float("nan")
+        return "nvidia-smi power.draw every 100 ms", start, stop
+
+
+def _held(torch, meter, fn, seconds: float = 4.0, warmup_s: float = 1.0) -> dict:
+    """Run ``fn`` back to back for a warm-up and then ``seconds`` under the power meter."""
+    _, start, stop = meter
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        fn()
+        torch.cuda.synchronize()
+    start()
+    t0, calls = time.perf_counter(), 0
+    while time.perf_counter() < t0 + seconds:
+        fn()
+        torch.cuda.synchronize()
+        calls += 1
+    elapsed = time.perf_counter() - t0
+    return {"power_w": stop(), "s_per_call": elapsed / calls, "calls": calls}
+
+
+def measure_power(torch, F, w: dict, shape: dict) -> dict:
+    meter = _power_meter(torch)
+    out = {"meter": meter[0]}
+    torch.cuda.synchronize()
+    out["idle"] = _held(torch, meter, lambda: time.sleep(0.05), warmup_s=2.0)
+    a = torch.empty(2 * 2**30, dtype=torch.bfloat16, device="cuda").normal_()
+    b = torch.empty_like(a)
+    out["copy"] = _held(torch, meter, lambda: b.copy_(a))
+    del a, b
+    x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
+    wm = torch.randn(8192, 28672, device="cuda", dtype=torch.bfloat16) * 0.02
+    out["gemm"] = {**_held(torch, meter, lambda: x @ wm), "flop": 2 * 16384 * 8192 * 28672}
+    del x, wm
+    cos = torch.ones(shape["head_dim"], device="cuda", dtype=torch.bfloat16)
+    sin = torch.zeros_like(cos)
+    out["decode"] = []
+    for batch in (1, 16, 64, 256):
+        cache = [tuple(torch.randn(batch, shape["kv_heads"], 1024, shape["head_dim"], device="cuda",
+                                   dtype=torch.bfloat16) for _ in range(2)) for _ in range(shape["layers"])]
+        h0 = torch.randn(batch, shape["d"], device="cuda", dtype=torch.bfloat16)
+
+        def step():
+            return decode_step(torch, F, shape, w, cache, h0, 1023, cos, sin)
+        step()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        out["decode"].append({"batch": batch, "ctx": 1024, **_held(torch, meter, graph.replay)})
+        print(out["decode"][-1], flush=True)
+        del cache, graph
+    out["prefill"] = {"tokens": 8192, **_held(torch, meter, lambda: prefill_pass(torch, F, shape, w, 8192))}
+    print({k: v for k, v in out.items() if k != "decode"}, flush=True)
+    return out
+
+
+def measure_power_gemm(torch) -> list[dict]:
+    """The board's power while one bf16 matmul x (T x 8192) @ W (8192 x 28672) runs back to back, T = 1 ..
+    4,096: from a weight stream (T small) to saturated tensor cores, with the achieved bytes/s and FLOP/s."""
+    meter = _power_meter(torch)
+    w = torch.randn(8192, 28672, device="cuda", dtype=torch.bfloat16) * 0.02
+    out = []
+    for t in (1, 16, 64, 256, 1024, 4096):
+        x = torch.randn(t, 8192, device="cuda", dtype=torch.bfloat16)
+        rec = {"tokens": t, **_held(torch, meter, lambda: x @ w, seconds=3.0)}
+        rec["flop_per_s"] = 2 * t * 8192 * 28672 / rec["s_per_call"]
+        rec["bytes_per_s"] = 2 * (8192 * 28672 + t * (8192 + 28672)) / rec["s_per_call"]
+        out.append(rec)
+        print(rec, flush=True)
+    return out
+
+
 def measure_int8(torch, F, bench: Bench) -> list[dict]:
     """gpt-fast's int8 weight-only linear, ``F.linear(x, w.to(bf16)) * s``, compiled as gpt-fast compiles
     (Inductor, coordinate-descent tuning), eager, and the bf16 linear of the same shape, at 1 .. 8 rows."""
@@ -605,7 +710,8 @@ def main() -> None:
     ap.add_argument("--out", default="measured.csv")
     ap.add_argument("--setup", default="measured_setup.json")
     ap.add_argument("--hardware", default="h200-sxm", help="roofline device id of the GPU under test")
-    ap.add_argument("--sections", default="memory,gemm,int4,launch,decode,prefill,kernels,gptfast,moe,int8,grouped",
+    ap.add_argument("--sections", default="memory,gemm,int4,launch,decode,prefill,kernels,gptfast,moe,int8,grouped,"
+                                          "power,power_gemm",
                     help="comma-separated sections to run")
     args = ap.parse_args()
     bench = Bench(torch)
@@ -628,7 +734,8 @@ def main() -> None:
                 ("kernels", lambda: count_kernels(torch, F, w, shape)),
                 ("gptfast", lambda: measure_gptfast(torch, F, shape)),
                 ("moe", lambda: measure_moe(torch, F, bench)), ("int8", lambda: measure_int8(torch, F, bench)),
-                ("grouped", lambda: measure_grouped(torch, bench))]
+                ("grouped", lambda: measure_grouped(torch, bench)),
+                ("power", lambda: measure_power(torch, F, w, shape)), ("power_gemm", lambda: measure_power_gemm(torch))]
     wanted = args.sections.split(",")
     for name, fn in sections:
         if name not in wanted:
@@ -636,7 +743,7 @@ def main() -> None:
         if name in ("gptfast", "moe", "int8", "grouped"):
             w = None   # free the eager model's weights
             torch.cuda.empty_cache()
-        if name in ("decode", "prefill", "kernels") and w is None:
+        if name in ("decode", "prefill", "kernels", "power") and w is None:
             w = llama_weights(torch, shape)
         start = time.perf_counter()
         try:

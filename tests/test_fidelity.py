@@ -459,6 +459,34 @@ def test_moe_decode_time_grows_with_the_experts_a_batch_touches():
     assert measured["MX1"] / measured["MX16"] < 0.4
 
 
+def test_the_gpu_power_weights_are_what_an_h200_draws():
+    """The GPU family's power weights (hardware_specs/execution/gpu.toml) are what two held loads on an H200 draw
+    of its idle-to-TDP range (h200_microbench.json, power: a copy at full bandwidth, a saturated GEMM), and with
+    them the linear model gives the board's power along one bf16 GEMM from 1 to 4,096 token rows (power_gemm)
+    within 3%, its time shares the achieved bytes/s over the copy's and FLOP/s over the largest GEMM's. The
+    earlier even split (0.5 each) puts a weight stream 25% low."""
+    from roofline.physics.energy import busy_power_w
+    from roofline.specs.devices import override
+    runs = _microbench_runs()
+    power = next(r["power"] for r in runs if "power" in r)
+    sweep = next(r["power_gemm"] for r in runs if "power_gemm" in r)
+    idle_w = power["idle"]["power_w"]
+    dev = override(rl.load_device("h200-sxm"), "power.idle", f"{idle_w} W")
+    p, tdp = resolve_profile(dev), dev.get("power.tdp")
+    assert p.memory_power_weight == pytest.approx((power["copy"]["power_w"] - idle_w) / (tdp - idle_w), abs=0.01)
+    assert p.compute_power_weight == pytest.approx((power["gemm"]["power_w"] - idle_w) / (tdp - idle_w), abs=0.01)
+    copy_bytes_per_s = 2 * 4 * 2**30 / power["copy"]["s_per_call"]   # 4 GiB read and 4 GiB written per call
+    top_flop_per_s = max(g["flop_per_s"] for g in sweep)
+    assert len(sweep) == 6
+
+    def watts(g, wc, wm):
+        return float(busy_power_w(dev, time_s=1.0, compute_s=g["flop_per_s"] / top_flop_per_s,
+                                  memory_s=g["bytes_per_s"] / copy_bytes_per_s, compute_weight=wc, memory_weight=wm))
+    for g in sweep:
+        assert watts(g, p.compute_power_weight, p.memory_power_weight) == pytest.approx(g["power_w"], rel=0.03), g
+    assert watts(sweep[0], 0.5, 0.5) < 0.8 * sweep[0]["power_w"]
+
+
 def test_the_stage_table_shows_unpacking_only_where_a_format_needs_it(run_cli):
     """A weight-only format gets a dequant column (and ``dequant_s`` in JSON); a native format does not."""
     code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--weights", "int4-g128", "--batch", "1,64")

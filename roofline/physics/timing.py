@@ -210,9 +210,12 @@ class StageResult(ArrayRecord):
     fits: NDArray[np.bool_]
     passes: int = 1
     footprint: PassFootprint | StagesFootprint | PrefixFootprint = attrs.field(eq=False, repr=False)
-    #: the execution family whose profile timed this stage, and its busy power floor (fraction of TDP)
+    #: the execution family whose profile timed this stage, its busy power floor (fraction of TDP) and the
+    #: shares of the idle-to-TDP range its saturated compute and memory draw (:mod:`roofline.physics.energy`)
     family: str = "gpu"
     busy_floor_fraction: float = 0.0
+    compute_power_weight: float = 0.5
+    memory_power_weight: float = 0.5
 
     def _full(self, value: Any) -> Array:
         return np.broadcast_to(np.asarray(value, dtype=float), self.time_s.shape)
@@ -617,7 +620,8 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
         dequant_s=full(dequant_s),
         ridge_flop_per_byte=_ridge(model, group, formats),
         weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, footprint=footprint,
-        family=profile.family, busy_floor_fraction=profile.busy_floor_fraction)
+        family=profile.family, busy_floor_fraction=profile.busy_floor_fraction,
+        compute_power_weight=profile.compute_power_weight, memory_power_weight=profile.memory_power_weight)
 
 
 def _owned(x: Any, shape: tuple[int, ...]) -> Array:

@@ -36,7 +36,7 @@ from .params import (
     with_values,
 )
 
-PROVENANCE = ("source", "estimate", "fitted")
+PROVENANCE = ("source", "estimate", "fitted", "measured")
 
 
 @attrs.frozen(kw_only=True)

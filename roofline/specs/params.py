@@ -201,6 +201,10 @@ class EngineParams:
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
       or a launch-bound GPU is not at idle power).
+    * ``compute_power_weight`` (w_c) / ``memory_power_weight`` (w_m): the share of the range from idle to TDP
+      that saturated compute units / a saturated memory stream draw; busy power is idle + (TDP - idle) x
+      min(1, w_c T_compute / T + w_m T_memory / T) (:mod:`roofline.physics.energy`). Independent: an H200
+      copying at its full bandwidth draws 0.76 of the range and a saturated GEMM reaches its 700 W cap.
     * ``max_tp``: default layout: tensor parallel up to this many devices, then pipeline stages.
     """
 
@@ -243,6 +247,8 @@ class EngineParams:
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
+    compute_power_weight: float = _p(0.5, [in_range(0, 1)])
+    memory_power_weight: float = _p(0.5, [in_range(0, 1)])
     max_tp: float = _p(8.0, [in_range(1), lambda _i, _a, v: _whole("max_tp", v)])
 
     def bandwidth_fraction(self, tier: str) -> float:
@@ -283,6 +289,8 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "usable_memory_fraction": ("usable_memory_fraction", "fraction"),
     "expert_imbalance": ("expert_imbalance", "number"),
     "busy_floor_fraction": ("busy_floor_fraction", "share"),
+    "compute_power_weight": ("compute_power_weight", "share"),
+    "memory_power_weight": ("memory_power_weight", "share"),
     "overlap_efficiency": ("overlap_efficiency", "share"),
     "max_tp": ("max_tp", "number"),
     "collective": ("collective", "choice"),
@@ -589,7 +597,8 @@ def stack_name(text: str) -> str:
 STACK_SET = tuple(STACK_SETTINGS)
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
 NOT_IN_PROFILE_FILES = ("family", "m_tile", "dequant_tile_rows", "tier_bandwidth_fraction", *STACK_SET, "overlap",
-                        "pipeline_hop_s", "busy_floor_fraction", "max_tp")
+                        "pipeline_hop_s", "busy_floor_fraction", "compute_power_weight", "memory_power_weight",
+                        "max_tp")
 
 
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:
