@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
+from roofline.evidence.calibrate import usable_cores
 from roofline.ui.output import run_example
 
 
@@ -49,7 +50,6 @@ def wall(cmd: list[str], repeat: int) -> float:
 def sweep_rows(quick: bool, repeat: int) -> list[dict]:
     """The chunked Pareto sweep in one process and on a pool of every core (the pool is started once, outside
     the timing, as a long-lived cluster would be)."""
-    import os
     from concurrent.futures import ProcessPoolExecutor
     groups = ["b200", "b200:2", "b200:4", "h200-sxm", "h200-sxm:2", "h100-sxm:4", "mi300x", "mi300x:2"]
     side = 128 if quick else 768
@@ -61,7 +61,7 @@ def sweep_rows(quick: bool, repeat: int) -> list[dict]:
     serial = go()
     rows = [{"workload": f"sweep {len(groups)} groups x {side} x {side}, one process", "points": n,
              "time_s": best_of(go, min(repeat, 3)), "floor_s": floor_s(n, repeat), "goal_ratio": None}]
-    workers = os.cpu_count() or 1
+    workers = usable_cores()
     with ProcessPoolExecutor(workers) as ex:
         go(ex)   # start the workers
         pooled = go(ex)
@@ -75,7 +75,6 @@ def sweep_rows(quick: bool, repeat: int) -> list[dict]:
 def calibration_rows(quick: bool) -> list[dict]:
     """One evaluation of the calibration's residuals (every fitted row predicted under one parameter vector) in
     this process and shared among a pool of every core, as ``roofline calibrate --jobs`` does."""
-    import os
 
     from roofline.evidence import calibrate as cal
     from roofline.evidence.validate import read_rows, shipped_data
@@ -89,7 +88,7 @@ def calibration_rows(quick: bool) -> list[dict]:
     alone = cal._residuals(x, rows, base, layout)
     out = [{"workload": "calibration residuals, one process", "points": len(rows),
             "time_s": time.perf_counter() - t, "floor_s": floor_s(len(rows), 3), "goal_ratio": None}]
-    workers = os.cpu_count() or 1
+    workers = usable_cores()
     with cal._workers(workers) as pool:
         cal._residuals(x, rows, base, layout, pool)   # start the workers and warm their caches
         t = time.perf_counter()
@@ -131,8 +130,8 @@ def run(quick: bool) -> dict:
                  "time_s": best_of(scenario, repeat), "floor_s": floor_s(int(n), repeat), "goal_ratio": None})
 
     from roofline.evidence.validate import read_rows, shipped_data, validate
-    data = read_rows(shipped_data())
-    rows.append({"workload": "validate (shipped measurements)", "points": len(data),
+    data = read_rows(shipped_data())[:: 10 if quick else 1]
+    rows.append({"workload": "validate (shipped measurements" + (", every 10th row)" if quick else ")"), "points": len(data),
                  "time_s": best_of(lambda: validate(data), 1 if quick else 3), "floor_s": floor_s(len(data), repeat),
                  "goal_ratio": None})
     rows += calibration_rows(quick)

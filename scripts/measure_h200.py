@@ -34,6 +34,8 @@ It measures, each section on its own (a section that fails records its error and
   (tensor cores saturated), and during the Llama-shaped decode steps at batch 1 .. 256 and its 8,192-token
   prefill, each held ~4 s after a 1 s warm-up: what the power model's idle, memory and compute terms and
   its busy floor are on this board; ``power_gemm``: the same meter over one bf16 matmul at 1 .. 4,096 token rows;
+  ``power_wait``: over work that mostly waits (the decode step at batch 1 launched eagerly, one-element kernels
+  launched eagerly or replayed from a CUDA graph): what a GPU waiting on its host draws;
 * ``grouped``: the MoE section's grouped GEMM alone, every one of 8 experts given 1 .. 64 rows, beside one
   cuBLAS matmul per expert replayed from a CUDA graph: what the grouped kernel streams at decode's row counts.
 
@@ -554,6 +556,31 @@ def measure_power_gemm(torch) -> list[dict]:
     return out
 
 
+def measure_power_wait(torch, F, w: dict, shape: dict) -> dict:
+    """The board's power while it mostly waits: the Llama-shaped decode step at batch 1 launched eagerly from
+    Python (its ~840 kernels each wait on a host launch), one-element kernels launched eagerly back to back, and
+    the same kernels replayed from a CUDA graph (the GPU busy with nothing but kernel boundaries)."""
+    meter = _power_meter(torch)
+    cos = torch.ones(shape["head_dim"], device="cuda", dtype=torch.bfloat16)
+    cache = [tuple(torch.randn(1, shape["kv_heads"], 1024, shape["head_dim"], device="cuda", dtype=torch.bfloat16)
+                   for _ in range(2)) for _ in range(shape["layers"])]
+    h0 = torch.randn(1, shape["d"], device="cuda", dtype=torch.bfloat16)
+    out = {"decode_eager_batch1": _held(torch, meter, lambda: decode_step(torch, F, shape, w, cache, h0, 1023, cos,
+                                                                          cos * 0))}
+    x = torch.zeros(1, device="cuda")
+
+    def chain():
+        for _ in range(2000):
+            x.add_(1.0)
+    out["tiny_kernels_eager"] = {**_held(torch, meter, chain), "kernels_per_call": 2000}
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain()
+    out["tiny_kernels_graph"] = {**_held(torch, meter, graph.replay), "kernels_per_call": 2000}
+    print(out, flush=True)
+    return out
+
+
 def measure_int8(torch, F, bench: Bench) -> list[dict]:
     """gpt-fast's int8 weight-only linear, ``F.linear(x, w.to(bf16)) * s``, compiled as gpt-fast compiles
     (Inductor, coordinate-descent tuning), eager, and the bf16 linear of the same shape, at 1 .. 8 rows."""
@@ -711,7 +738,7 @@ def main() -> None:
     ap.add_argument("--setup", default="measured_setup.json")
     ap.add_argument("--hardware", default="h200-sxm", help="roofline device id of the GPU under test")
     ap.add_argument("--sections", default="memory,gemm,int4,launch,decode,prefill,kernels,gptfast,moe,int8,grouped,"
-                                          "power,power_gemm",
+                                          "power,power_gemm,power_wait",
                     help="comma-separated sections to run")
     args = ap.parse_args()
     bench = Bench(torch)
@@ -735,7 +762,8 @@ def main() -> None:
                 ("gptfast", lambda: measure_gptfast(torch, F, shape)),
                 ("moe", lambda: measure_moe(torch, F, bench)), ("int8", lambda: measure_int8(torch, F, bench)),
                 ("grouped", lambda: measure_grouped(torch, bench)),
-                ("power", lambda: measure_power(torch, F, w, shape)), ("power_gemm", lambda: measure_power_gemm(torch))]
+                ("power", lambda: measure_power(torch, F, w, shape)), ("power_gemm", lambda: measure_power_gemm(torch)),
+                ("power_wait", lambda: measure_power_wait(torch, F, w, shape))]
     wanted = args.sections.split(",")
     for name, fn in sections:
         if name not in wanted:
@@ -743,7 +771,7 @@ def main() -> None:
         if name in ("gptfast", "moe", "int8", "grouped"):
             w = None   # free the eager model's weights
             torch.cuda.empty_cache()
-        if name in ("decode", "prefill", "kernels", "power") and w is None:
+        if name in ("decode", "prefill", "kernels", "power", "power_wait") and w is None:
             w = llama_weights(torch, shape)
         start = time.perf_counter()
         try:

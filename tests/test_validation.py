@@ -96,6 +96,23 @@ def test_validate_terminal_view_groups_errors_and_skips(run_cli):
     assert "only predicts C and D" in " ".join(out.split())
 
 
+def test_validating_again_answers_from_memory_but_never_for_other_parameters():
+    """validate() remembers its last answers for the same rows under the same profile object (the suite and a
+    notebook re-validate the shipped data often); another profile, or changed rows, are predicted afresh, and
+    what a caller does to one answer does not reach the next."""
+    from roofline.evidence import validate as v
+    rows = ROWS[:40]
+    first = validate(rows)
+    first.rows[0]["predicted"] = -1.0
+    again = validate(rows)
+    assert again.rows[0]["predicted"] > 0 and again.rows == validate(rows).rows
+    slow = rl.Profile(default=attrs.evolve(shipped_profile().default, memory_bandwidth_fraction=0.3))
+    other = validate(rows, slow)
+    assert [r["predicted"] for r in other.rows] != [r["predicted"] for r in again.rows]
+    changed = [v.Row(id=r.id, fields={**r.fields, "value": str(2 * float(r.get("value")))}) for r in rows]
+    assert [r["measured"] for r in validate(changed).rows] == [2 * r["measured"] for r in again.rows]
+
+
 def test_uncalibrated_roofline_is_optimistic():
     # docs/design.md: pure rooflines land 30-50% off, fast. The engineering defaults with peak-efficiency 1 show it.
     pure = attrs.evolve(rl.EngineParams(), memory_bandwidth_fraction=1.0, compute_fraction=1.0, step_overhead_s=0.0,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -301,6 +302,11 @@ class _Workers:
         for i, part in enumerate(self.executor.map(_row_residuals, *zip(*[(x, sh, base, layout) for sh in shares]))):
             out[i::self.jobs] = part
         return out
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform has one, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _workers(jobs: int) -> Any:
@@ -869,9 +875,11 @@ def fit_power_floor(rows: list[Row], profile: Profile) -> PowerFit:
     """Fit the gpu family's ``busy_floor_fraction`` to the measured ``power_w`` rows of GPUs.
 
     Busy power is idle + (TDP - idle) x utilisation, never below floor x TDP (:mod:`roofline.physics.energy`);
-    a GPU waiting on launches, synchronisation and the host is not at idle power, which the utilisation of
-    the timed work alone misses. One parameter, chosen on a 0.01 grid to minimise the squared log error of
-    the power rows (time parameters fixed at ``profile``); J-per-token rows are then predicted as a check.
+    a loaded serving GPU draws more than the utilisation of the timed work gives (our H200: 0.92-0.99 of TDP
+    at decode batch 64-256 where the linear model gives 0.67-0.75), while a GPU waiting on host launches draws
+    its idle power, so the floor is a fitted stand-in, not a measured waiting power. One parameter, chosen on
+    a 0.01 grid to minimise the squared log error of the power rows (time parameters fixed at ``profile``);
+    J-per-token rows are then predicted as a check.
     """
     gpu = [r for r in rows if row_family(r) == "gpu"]
     power = [r for r in gpu if r.get("metric") == "power_w"]

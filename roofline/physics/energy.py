@@ -54,8 +54,8 @@ def busy_power_w(device: Device, *, time_s: ArrayLike, compute_s: ArrayLike, mem
                  memory_weight: float = 0.5) -> Array:
     """Power of one device while it runs a stage: idle + (TDP - idle) x utilisation, utilisation =
     ``compute_weight`` x compute_s / time_s + ``memory_weight`` x memory_s / time_s clipped to [0, 1], and never
-    below ``floor_fraction`` x TDP (the execution profile's busy floor: a clocked pipeline or a launch-bound GPU
-    waiting between kernels is not at idle power)."""
+    below ``floor_fraction`` x TDP (the execution profile's busy floor: a clocked pipeline is not at idle power;
+    the GPU family's is fitted to serving power, see ``EngineParams``)."""
     t = np.asarray(time_s, dtype=float)
     tdp, idle = device.get("power.tdp"), idle_w(device, power)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -200,7 +200,8 @@ class EngineParams:
       cores nor its memory system busy all the time, so real kernels sit between them.
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
     * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
-      or a launch-bound GPU is not at idle power).
+      is not at idle power; on GPUs a fitted stand-in for the power a loaded serving GPU draws beyond the
+      linear model, not the power of waiting: an H200 waiting on host launches draws its idle power).
     * ``compute_power_weight`` (w_c) / ``memory_power_weight`` (w_m): the share of the range from idle to TDP
       that saturated compute units / a saturated memory stream draw; busy power is idle + (TDP - idle) x
       min(1, w_c T_compute / T + w_m T_memory / T) (:mod:`roofline.physics.energy`). Independent: an H200

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from pathlib import Path
 
 import attrs
@@ -20,6 +19,7 @@ from ...evidence.calibrate import (
     fit_record,
     save_profile,
     uncertainty,
+    usable_cores,
 )
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.validate import read_rows, shipped_data, validate
@@ -166,8 +166,7 @@ ROWS_PER_JOB = 200
 def default_jobs(n_rows: int) -> int:
     """Processes a calibration of ``n_rows`` rows shares its fits among: one per core this process may run on
     (its CPU affinity, not the host's count), at most one per ROWS_PER_JOB rows."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, n_rows // ROWS_PER_JOB))
+    return max(1, min(usable_cores(), n_rows // ROWS_PER_JOB))
 
 
 def register(add: Adder) -> None:
