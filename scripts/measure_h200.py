@@ -557,16 +557,25 @@ def measure_power_gemm(torch) -> list[dict]:
 
 
 def measure_power_wait(torch, F, w: dict, shape: dict) -> dict:
-    """The board's power while it mostly waits: the Llama-shaped decode step at batch 1 launched eagerly from
-    Python (its ~840 kernels each wait on a host launch), one-element kernels launched eagerly back to back, and
-    the same kernels replayed from a CUDA graph (the GPU busy with nothing but kernel boundaries)."""
+    """The board's power while it mostly waits, beside its idle power and the same step from a CUDA graph on the
+    same machine: the Llama-shaped decode step at batch 1 launched eagerly from Python (its ~840 kernels each
+    wait on a host launch), one-element kernels launched eagerly back to back, and the same kernels replayed
+    from a CUDA graph (the GPU busy with nothing but kernel boundaries)."""
     meter = _power_meter(torch)
     cos = torch.ones(shape["head_dim"], device="cuda", dtype=torch.bfloat16)
     cache = [tuple(torch.randn(1, shape["kv_heads"], 1024, shape["head_dim"], device="cuda", dtype=torch.bfloat16)
                    for _ in range(2)) for _ in range(shape["layers"])]
     h0 = torch.randn(1, shape["d"], device="cuda", dtype=torch.bfloat16)
-    out = {"decode_eager_batch1": _held(torch, meter, lambda: decode_step(torch, F, shape, w, cache, h0, 1023, cos,
-                                                                          cos * 0))}
+
+    def step():
+        return decode_step(torch, F, shape, w, cache, h0, 1023, cos, cos * 0)
+    torch.cuda.synchronize()
+    out = {"idle": _held(torch, meter, lambda: time.sleep(0.05), warmup_s=2.0),
+           "decode_eager_batch1": _held(torch, meter, step)}
+    step_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(step_graph):
+        step()
+    out["decode_graph_batch1"] = _held(torch, meter, step_graph.replay)
     x = torch.zeros(1, device="cuda")
 
     def chain():

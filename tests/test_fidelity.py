@@ -487,6 +487,27 @@ def test_the_gpu_power_weights_are_what_an_h200_draws():
     assert watts(sweep[0], 0.5, 0.5) < 0.8 * sweep[0]["power_w"]
 
 
+def test_a_familys_power_weights_reach_every_stage_and_its_power():
+    """The power weights travel from the execution profile to each stage and its busy power: a what-if of
+    either (``--set DEV.execution.memory_power_weight=...``) changes the stage's power as the linear model
+    says (busy floor set to 0 so the weights show)."""
+    from roofline.physics.energy import idle_w, stage_power_w
+    from roofline.specs.devices import override
+    base = override(rl.load_device("h200-sxm"), "execution.busy_floor_fraction", 0.0)
+    seen = set()
+    for wc, wm in ((None, None), (0.3, 0.9)):
+        dev = base if wc is None else override(override(base, "execution.compute_power_weight", wc),
+                                               "execution.memory_power_weight", wm)
+        s = rl.decode_step("llama-3.1-8b", rl.DeviceGroup(device=dev), batch=64, context=1024)
+        p = resolve_profile(dev)
+        assert (s.compute_power_weight, s.memory_power_weight) == (p.compute_power_weight, p.memory_power_weight)
+        u = (p.compute_power_weight * float(s.compute_s) + p.memory_power_weight * float(s.memory_s)) / float(s.time_s)
+        idle, tdp = idle_w(dev), dev.get("power.tdp")
+        assert float(stage_power_w(dev, s)) == pytest.approx(idle + (tdp - idle) * min(u, 1.0), rel=1e-9)
+        seen.add(round(float(stage_power_w(dev, s)), 3))
+    assert len(seen) == 2 and resolve_profile(base).memory_power_weight == 0.76
+
+
 def test_the_stage_table_shows_unpacking_only_where_a_format_needs_it(run_cli):
     """A weight-only format gets a dequant column (and ``dequant_s`` in JSON); a native format does not."""
     code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--weights", "int4-g128", "--batch", "1,64")

@@ -151,9 +151,13 @@ def test_round_energy_counts_every_device_of_each_group(draft_on, cards):
 
     def device_j(dev, res):
         floor = res.busy_floor_fraction    # the family's busy floor (a share of TDP; the GPU one is fitted on power)
-        assert floor == rl.resolve_profile(dev).busy_floor_fraction
+        prof = rl.resolve_profile(dev)
+        assert floor == prof.busy_floor_fraction
+        assert (res.compute_power_weight, res.memory_power_weight) == (prof.compute_power_weight,
+                                                                       prof.memory_power_weight)
         busy = busy_power_w(dev, time_s=res.time_s, compute_s=res.compute_s, memory_s=res.memory_s,
-                            floor_fraction=floor)
+                            floor_fraction=floor, compute_weight=res.compute_power_weight,
+                            memory_weight=res.memory_power_weight)
         return busy * res.time_s + idle_w(dev) * (r.round_s - res.time_s)
 
     energy = cards * device_j(dg.device, d) + 8 * device_j(tg.device, v)

@@ -102,6 +102,11 @@ def test_validating_again_answers_from_memory_but_never_for_other_parameters():
     what a caller does to one answer does not reach the next."""
     from roofline.evidence import validate as v
     rows = ROWS[:40]
+    fresh, counted = attrs.evolve(shipped_profile()), []   # a profile object no earlier test validated with
+    real = v._validate
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(v, "_validate", lambda rs, p: (counted.append(p), real(rs, p))[1])
+        assert validate(rows, fresh).rows == validate(rows, fresh).rows and len(counted) == 1
     first = validate(rows)
     first.rows[0]["predicted"] = -1.0
     again = validate(rows)
@@ -762,6 +767,9 @@ def test_our_h200_measurements_are_predicted_blind(run_cli):
     errors = {r["id"]: abs(r["error"]) for r in data["rows"]}
     dense = [e for rid, e in errors.items() if not rid.startswith("MX")]
     assert len(dense) == 16 and np.median(dense) < 0.15 and max(errors.values()) < 0.5
+    # the MoE rows' known miss (the grouped GEMM streams slower than the calibrated kernels) stays where
+    # docs/validation.md explains it: too fast by 18-38%, not drifting further unnoticed
+    assert all(-0.45 < r["error"] < -0.10 for r in data["rows"] if r["id"].startswith("MX"))
 
 
 def test_the_calibration_stays_within_what_an_h200_measures():

@@ -876,7 +876,7 @@ def fit_power_floor(rows: list[Row], profile: Profile) -> PowerFit:
 
     Busy power is idle + (TDP - idle) x utilisation, never below floor x TDP (:mod:`roofline.physics.energy`);
     a loaded serving GPU draws more than the utilisation of the timed work gives (our H200: 0.92-0.99 of TDP
-    at decode batch 64-256 where the linear model gives 0.67-0.75), while a GPU waiting on host launches draws
+    at decode batch 64-256 where the linear model gives 0.67-0.74), while a GPU waiting on host launches draws
     its idle power, so the floor is a fitted stand-in, not a measured waiting power. One parameter, chosen on
     a 0.01 grid to minimise the squared log error of the power rows (time parameters fixed at ``profile``);
     J-per-token rows are then predicted as a check.

@@ -356,8 +356,9 @@ class Validation:
 
 #: validate's recent answers by the profile object (held here, so its id is not reused while its entry lives) and
 #: the rows' contents: in one process (a notebook, the test suite, a command that reports twice) the shipped
-#: data under the shipped calibration is predicted once. Profiles and rows are immutable; the specs they name are
-#: read once per process.
+#: data under the shipped calibration is predicted once. Profiles are frozen records (their ``families`` table
+#: is a plain dict: change it in place and the old answers come back; make a new Profile instead) and the specs
+#: they name are read once per process. A bare EngineParams is wrapped anew on every call and never remembered.
 _VALIDATED: dict[tuple[int, tuple[Any, ...]], tuple[Profile, Validation]] = {}
 _VALIDATED_MAX = 4
 
@@ -365,7 +366,9 @@ _VALIDATED_MAX = 4
 def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> Validation:
     """Predict every row with the parameters of its serving stack's family (``profile``, default: the shipped
     calibration); one :class:`EngineParams` applies to every row."""
-    prof = profile if isinstance(profile, Profile) else shipped_profile() if profile is None else Profile(default=profile)
+    if profile is not None and not isinstance(profile, Profile):
+        return _validate(rows, Profile(default=profile))
+    prof = profile if profile is not None else shipped_profile()
     key = (id(prof), tuple((r.id, tuple(sorted(r.fields.items()))) for r in rows))
     hit = _VALIDATED.get(key)
     if hit is None or hit[0] is not prof:

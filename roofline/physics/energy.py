@@ -50,8 +50,8 @@ def idle_w(device: Device, power: PowerModel = DEFAULT_POWER) -> float:
 
 
 def busy_power_w(device: Device, *, time_s: ArrayLike, compute_s: ArrayLike, memory_s: ArrayLike,
-                 power: PowerModel = DEFAULT_POWER, floor_fraction: float = 0.0, compute_weight: float = 0.5,
-                 memory_weight: float = 0.5) -> Array:
+                 compute_weight: float, memory_weight: float, power: PowerModel = DEFAULT_POWER,
+                 floor_fraction: float = 0.0) -> Array:
     """Power of one device while it runs a stage: idle + (TDP - idle) x utilisation, utilisation =
     ``compute_weight`` x compute_s / time_s + ``memory_weight`` x memory_s / time_s clipped to [0, 1], and never
     below ``floor_fraction`` x TDP (the execution profile's busy floor: a clocked pipeline is not at idle power;

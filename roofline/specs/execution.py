@@ -89,7 +89,7 @@ def family_profile(family: str) -> FamilyProfile:
     for name, entry in table.items():
         where = f"{path} [profile].{name}"
         if not isinstance(entry, dict):
-            raise SpecError(f"{where}: must be a table {{ value = ..., source|estimate|fitted = ... }}")
+            raise SpecError(f"{where}: must be a table {{ value = ..., source|estimate|fitted|measured = ... }}")
         provenance[name] = _provenance(entry, refs, where)
         if "value" in entry:
             attr, v = profile_value(name, entry["value"], what=str(path))
