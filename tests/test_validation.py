@@ -107,6 +107,11 @@ def test_validating_again_answers_from_memory_but_never_for_other_parameters():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(v, "_validate", lambda rs, p: (counted.append(p), real(rs, p))[1])
         assert validate(rows, fresh).rows == validate(rows, fresh).rows and len(counted) == 1
+        others = [attrs.evolve(shipped_profile()) for _ in range(v._VALIDATED_MAX)]
+        for p in others:   # as many other profiles as it keeps answers: the least recently used goes
+            validate(rows[:2], p)
+        validate(rows, fresh)
+        assert len(counted) == 2 + v._VALIDATED_MAX and len(v._VALIDATED) <= v._VALIDATED_MAX
     first = validate(rows)
     first.rows[0]["predicted"] = -1.0
     again = validate(rows)

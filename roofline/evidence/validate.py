@@ -354,13 +354,14 @@ class Validation:
         return out
 
 
-#: validate's recent answers by the profile object (held here, so its id is not reused while its entry lives) and
-#: the rows' contents: in one process (a notebook, the test suite, a command that reports twice) the shipped
-#: data under the shipped calibration is predicted once. Profiles are frozen records (their ``families`` table
-#: is a plain dict: change it in place and the old answers come back; make a new Profile instead) and the specs
-#: they name are read once per process. A bare EngineParams is wrapped anew on every call and never remembered.
+#: validate's last answers (the least recently used dropped first) by the profile object (held here, so its id
+#: is not reused while its entry lives) and the rows' contents: in one process (a notebook, the test suite, a
+#: command that reports twice) the shipped data under the shipped calibration is predicted once. Profiles are
+#: frozen records (their ``families`` table is a plain dict: change it in place and the old answers come back;
+#: make a new Profile instead) and the specs they name are read once per process. A bare EngineParams is wrapped
+#: anew on every call and never remembered.
 _VALIDATED: dict[tuple[int, tuple[Any, ...]], tuple[Profile, Validation]] = {}
-_VALIDATED_MAX = 4
+_VALIDATED_MAX = 8
 
 
 def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> Validation:
@@ -370,11 +371,12 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> 
         return _validate(rows, Profile(default=profile))
     prof = profile if profile is not None else shipped_profile()
     key = (id(prof), tuple((r.id, tuple(sorted(r.fields.items()))) for r in rows))
-    hit = _VALIDATED.get(key)
+    hit = _VALIDATED.pop(key, None)
     if hit is None or hit[0] is not prof:
-        if len(_VALIDATED) >= _VALIDATED_MAX:
-            _VALIDATED.clear()
-        hit = _VALIDATED[key] = (prof, _validate(rows, prof))
+        hit = (prof, _validate(rows, prof))
+    _VALIDATED[key] = hit   # the most recently used last; the least recently used goes first
+    while len(_VALIDATED) > _VALIDATED_MAX:
+        del _VALIDATED[next(iter(_VALIDATED))]
     return Validation(rows=[dict(r) for r in hit[1].rows], skipped=[dict(s) for s in hit[1].skipped])
 
 
