@@ -237,9 +237,16 @@ def rope(torch, x, cos, sin):
     return x * cos + rotated * sin
 
 
-def decode_step(torch, F, shape: dict, w: dict, cache: list, h0, pos: int, cos, sin):
+def dense_mlp(torch, F, x, lw: dict, shape: dict, touched=None):
+    """The Llama layer's SwiGLU MLP (``touched``: unused, the MoE MLP's counter)."""
+    g, u = (x @ lw["gu"]).chunk(2, dim=-1)
+    return (F.silu(g) * u) @ lw["down"]
+
+
+def decode_step(torch, F, shape: dict, w: dict, cache: list, h0, pos: int, cos, sin, touched=None, mlp=dense_mlp):
     """One decode step for a batch: each sequence writes its new K/V at ``pos`` and attends over pos + 1
-    tokens. GQA runs as ``heads / kv_heads`` query rows per KV head (the flash kernel, no expanded KV)."""
+    tokens. GQA runs as ``heads / kv_heads`` query rows per KV head (the flash kernel, no expanded KV). ``mlp``:
+    the dense SwiGLU, or :func:`moe_mlp` / :func:`moe_loop` for the Mixtral-shaped model."""
     nh, nkv, hd, d = shape["heads"], shape["kv_heads"], shape["head_dim"], shape["d"]
     b = h0.shape[0]
     h = h0
@@ -251,8 +258,7 @@ def decode_step(torch, F, shape: dict, w: dict, cache: list, h0, pos: int, cos, 
         vc[:, :, pos] = v.view(b, nkv, hd)
         att = F.scaled_dot_product_attention(q, kc[:, :, :pos + 1], vc[:, :, :pos + 1])
         h = h + att.reshape(b, nh * hd) @ lw["o"]
-        g, u = (F.rms_norm(h, (d,), lw["ln2"]) @ lw["gu"]).chunk(2, dim=-1)
-        h = h + (F.silu(g) * u) @ lw["down"]
+        h = h + mlp(torch, F, F.rms_norm(h, (d,), lw["ln2"]), lw, shape, touched)
     return (F.rms_norm(h, (d,), w["norm"]) @ w["head"]).argmax(-1)
 
 
@@ -366,22 +372,6 @@ def moe_loop(torch, F, x, lw: dict, shape: dict, touched=None):
     return out
 
 
-def moe_step(torch, F, shape: dict, w: dict, cache: list, h0, pos: int, cos, sin, touched=None, mlp=moe_mlp):
-    """One decode step of the Mixtral-shaped model: :func:`decode_step`'s attention, routed experts for the MLP."""
-    nh, nkv, hd, d = shape["heads"], shape["kv_heads"], shape["head_dim"], shape["d"]
-    b, h = h0.shape[0], h0
-    for lw, (kc, vc) in zip(w["layers"], cache):
-        x = F.rms_norm(h, (d,), lw["ln1"])
-        q, k, v = (x @ lw["qkv"]).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-        q = rope(torch, q.view(b, nkv, nh // nkv, hd), cos, sin)
-        kc[:, :, pos] = rope(torch, k.view(b, nkv, hd), cos, sin)
-        vc[:, :, pos] = v.view(b, nkv, hd)
-        att = F.scaled_dot_product_attention(q, kc[:, :, :pos + 1], vc[:, :, :pos + 1])
-        h = h + att.reshape(b, nh * hd) @ lw["o"]
-        h = h + mlp(torch, F, F.rms_norm(h, (d,), lw["ln2"]), lw, shape, touched)
-    return (F.rms_norm(h, (d,), w["norm"]) @ w["head"]).argmax(-1)
-
-
 def measure_moe(torch, F, bench: Bench, shape: dict = MIXTRAL, ctx: int = 1024,
                 batches: tuple = (1, 2, 4, 8, 16, 32, 64, 128)) -> list[dict]:
     """Mixtral-shaped decode steps by batch: grouped GEMMs replayed from a CUDA graph, or, where the grouped
@@ -409,7 +399,7 @@ def measure_moe(torch, F, bench: Bench, shape: dict = MIXTRAL, ctx: int = 1024,
         touched = torch.zeros((), device="cuda", dtype=torch.int64)
 
         def step(t=None):
-            return moe_step(torch, F, shape, w, cache, h0, ctx - 1, cos, sin, t, mlp)
+            return decode_step(torch, F, shape, w, cache, h0, ctx - 1, cos, sin, t, mlp)
 
         step(touched)
         torch.cuda.synchronize()
