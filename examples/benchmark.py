@@ -75,7 +75,6 @@ def sweep_rows(quick: bool, repeat: int) -> list[dict]:
 def calibration_rows(quick: bool) -> list[dict]:
     """One evaluation of the calibration's residuals (every fitted row predicted under one parameter vector) in
     this process and shared among a pool of every core, as ``roofline calibrate --jobs`` does."""
-
     from roofline.evidence import calibrate as cal
     from roofline.evidence.validate import read_rows, shipped_data
     base = cal._gpu_base()
