@@ -8,6 +8,7 @@ naming the argument the user passed (``context``, not an internal name).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,10 @@ def as_array(name: str, value: ArrayLike) -> Array:
 def check_count(name: str, value: ArrayLike, *, minimum: float = 0, integer: bool = True) -> Array:
     """A token or sequence count: finite, >= ``minimum``, whole unless ``integer`` is False (mean-field)."""
     a = as_array(name, value)
+    if a.ndim == 0:   # one number: the same checks without the array machinery
+        v = float(a)
+        if math.isfinite(v) and minimum <= v <= MAX_TOKENS and (not integer or v == round(v)):
+            return a
     if not np.all(np.isfinite(a)):
         raise WorkloadError(f"{name} must be finite, got {show(a)}")
     if np.any(a < minimum):
@@ -108,12 +113,12 @@ def in_range(lo: float | None = None, hi: float | None = None, *, lo_strict: boo
     def check(inst: object, attribute: Any, value: Any) -> None:
         if value is None and optional:
             return
-        where = f"{type(inst).__name__}.{attribute.name}"
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise WorkloadError(f"{where} must be a number, got {value!r}")
-        bad = not np.isfinite(value) or (lo is not None and (value <= lo if lo_strict else value < lo)) or (
+            raise WorkloadError(f"{type(inst).__name__}.{attribute.name} must be a number, got {value!r}")
+        bad = not math.isfinite(value) or (lo is not None and (value <= lo if lo_strict else value < lo)) or (
             hi is not None and value > hi)
         if bad:
+            where = f"{type(inst).__name__}.{attribute.name}"
             low = "" if lo is None else f"{'>' if lo_strict else '>='} {lo:g}"
             high = "" if hi is None else f"<= {hi:g}"
             raise WorkloadError(f"{where} must be a finite number {' and '.join(x for x in (low, high) if x)}, "

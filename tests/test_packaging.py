@@ -5,6 +5,7 @@ Works from inside any virtual environment: the wheel is built with the running i
 by the running interpreter, whose numpy, attrs and rich it uses; nothing is downloaded.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,7 +29,9 @@ def test_wheel_install_ships_specs_and_presets(tmp_path):
     probe = ("import roofline, roofline.specs.devices as d\n"
              "print(roofline.__file__); print(d.specs_dir()); print(len(roofline.list_devices()));"
              "print(len(roofline.list_models())); print(roofline.load_device('corsair').get('sram.bandwidth'));"
-             "print(roofline.DEFAULT_PARAMS.step_overhead_s > 0)")
+             "print(roofline.DEFAULT_PARAMS.step_overhead_s > 0)\n"
+             "from roofline.evidence.validate import read_rows, shipped_data\n"
+             "print(shipped_data()); print(len(read_rows(shipped_data())))")
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path,
                          env=env).stdout.split()
@@ -36,6 +39,11 @@ def test_wheel_install_ships_specs_and_presets(tmp_path):
     assert out[1].startswith(str(site)) and out[1].endswith("roofline/hardware_specs")
     assert int(out[2]) >= 28 and int(out[3]) >= 15
     assert float(out[4]) == 150e12 and out[5] == "True"
-    cli = subprocess.run([sys.executable, "-m", "roofline", "validate", "--json"], capture_output=True, text=True,
-                         cwd=tmp_path, env=env)
+    assert out[6].startswith(str(site)) and int(out[7]) >= 1500   # the published measurements ship
+    # the command validates with the shipped calibration (on the 24 rows of our own H200 file, which ships too:
+    # the 1,581 published rows take a minute here and prove nothing more about packaging)
+    ours = Path(out[6]).parent / "h200_measured.csv"
+    cli = subprocess.run([sys.executable, "-m", "roofline", "validate", "--data", str(ours), "--json"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
     assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["summary"]["overall"]["n"] >= 20

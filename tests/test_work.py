@@ -118,3 +118,52 @@ def test_array_call_equals_stacked_scalar_calls():
         one = forward_work(GPT, f, batch=b, prefix_tokens=ctx, new_tokens=nn, logits_per_seq=1)
         assert grid.bytes_total[i, j, k] == one.bytes_total
         assert grid.flop_total[i, j, k] == one.flop_total
+
+
+def test_a_pass_counted_again_is_the_same_count():
+    """pass_work remembers a pass of scalar arguments (a calibration times each row hundreds of times under new
+    engine parameters): the answer is count_work's (with its prompt chunks), the same record on a repeat, and
+    never a sweep's (arrays are counted afresh)."""
+    from roofline.physics.work import count_work, pass_work, with_prompt_chunks
+    m, f = rl.load_model("gpt-oss-120b"), Formats(weights="bf16", experts="mxfp4")
+    args = dict(batch=48.0, new_tokens=1.0, prefix_tokens=1500.0, logits_per_seq=1.0, mla_absorbed=True)
+    chunk = dict(chunks=1.0, chunk_tokens=512.0, chunk_prefix=1024.0)
+    got = pass_work(m, f, **args, **chunk)
+    want = with_prompt_chunks(m, f, count_work(m, f, **args), **chunk)
+    assert got.flop == want.flop and got.weight_bytes == want.weight_bytes and got.tokens == want.tokens
+    assert got.kv_read_bytes == want.kv_read_bytes and got.activation_bytes == want.activation_bytes
+    assert pass_work(m, f, **args, **chunk) is got
+    assert pass_work(m, f, **args).tokens == count_work(m, f, **args).tokens != got.tokens   # no chunk: another pass
+    sweep = {**args, "batch": np.array([1.0, 48.0])}
+    assert pass_work(m, f, **sweep) is not pass_work(m, f, **sweep)
+    assert float(pass_work(m, f, **sweep).tokens[1]) == float(count_work(m, f, **args).tokens)
+
+
+def test_one_points_shard_imbalance_is_the_sweeps_and_stays_put():
+    """The remembered busiest-shard imbalance of one point is the array form's, and changing an answer does not
+    change the next."""
+    from roofline.physics.work import expert_shard_imbalance
+    sweep = expert_shard_imbalance(128, 4, np.array([1.0, 7.0, 300.0]), 8)
+    one = expert_shard_imbalance(128, 4, 7.0, 8)
+    assert np.ndim(one) == 0 and float(one) == sweep[1] > 1
+    if isinstance(one, np.ndarray):   # a 0-d array (a numpy scalar cannot be changed)
+        one[...] = -1.0
+    assert float(expert_shard_imbalance(128, 4, 7.0, 8)) == sweep[1]
+
+
+def test_adding_numbers_keeps_their_order_and_arrays_go_last():
+    """add() sums smallest first; numbers (one size) keep the order given, as the sorted path would."""
+    from roofline.physics.work import add
+    assert add(1e16, 1.0, -1e16) == (1e16 + 1.0) - 1e16 == 0.0
+    assert add(np.float64(1.0), np.asarray(2.0)) == 3.0
+    big = np.full(3, 1e16)
+    assert np.array_equal(add(big, 1.0, -1e16), (1.0 - 1e16) + big)   # the numbers first, the array last
+
+
+def test_spread_is_broadcast_to_without_the_copy():
+    from roofline.physics.timing import spread
+    a = np.arange(3.0)
+    for x, shape in ((a, (3,)), (a, (2, 3)), (np.float64(2.0), ()), (2.0, (4,))):
+        got = spread(x, shape)
+        assert np.array_equal(got, np.broadcast_to(x, shape)) and got.shape == shape and not got.flags.writeable
+    assert np.shares_memory(spread(a, (3,)), a)

@@ -259,6 +259,28 @@ def _offline_total(row: Row, batch: int, replicas: int, full: Any, serve: Any) -
     return float(offline_tokens_per_s(per, float(batch), full.tpot_s, tpot_rest)) * replicas
 
 
+#: _row_engine's recent answers by the parameters' identity (held, so an id is not reused while its entry lives):
+#: a calibration gives every row of a stack family one parameter object per evaluation
+_ENGINES: dict[tuple[int, str, bool], tuple[EngineParams, EngineParams]] = {}
+_ENGINES_MAX = 256
+
+
+def _row_engine(params: EngineParams, stack: str, in_process: bool) -> EngineParams:
+    """``params`` with the settings of the row's serving stack (:func:`with_stack_settings`) and, for a run timed
+    in-process, no request overhead (no API server before the first token)."""
+    key = (id(params), stack, in_process)
+    hit = _ENGINES.get(key)
+    if hit is not None and hit[0] is params:
+        return hit[1]
+    out = with_stack_settings(params, stack)
+    if in_process:
+        out = attrs.evolve(out, request_overhead_s=0.0)
+    if len(_ENGINES) >= _ENGINES_MAX:
+        _ENGINES.clear()
+    _ENGINES[key] = (params, out)
+    return out
+
+
 def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None = None) -> float:
     """The model's value for a row's metric; raises RooflineError when the row cannot be expressed.
     ``what_if`` overrides fields of the row's device (``{"execution.busy_floor_fraction": 0.3}``)."""
@@ -270,9 +292,7 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     if row.get("batch") == "slo":
         raise RooflineError("the load is the largest that meets the publication's latency limits (MLPerf Server and "
                             "Interactive), which the format does not carry")
-    params = with_stack_settings(params, row.get("stack"))
-    if timed_in_process(row):   # no API server before the first token
-        params = attrs.evolve(params, request_overhead_s=0.0)
+    params = _row_engine(params, row.get("stack"), timed_in_process(row))
     model = resolve_model(row.get("model"))
     dev = _device_memory(resolve_device(row.get("hardware")))
     for path, value in (what_if or {}).items():
@@ -359,9 +379,10 @@ class Validation:
 #: command that reports twice) the shipped data under the shipped calibration is predicted once. Profiles are
 #: frozen records (their ``families`` table is a plain dict: change it in place and the old answers come back;
 #: make a new Profile instead) and the specs they name are read once per process. A bare EngineParams is wrapped
-#: anew on every call and never remembered.
+#: anew on every call and never remembered. What it holds is bounded by rows (a row's answer is one small dict):
+#: the shipped file five times over, so many small validations do not push out the big one.
 _VALIDATED: dict[tuple[int, tuple[Any, ...]], tuple[Profile, Validation]] = {}
-_VALIDATED_MAX = 8
+_VALIDATED_MAX_ROWS = 8_000
 
 
 def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> Validation:
@@ -375,7 +396,7 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> 
     if hit is None or hit[0] is not prof:
         hit = (prof, _validate(rows, prof))
     _VALIDATED[key] = hit   # the most recently used last; the least recently used goes first
-    while len(_VALIDATED) > _VALIDATED_MAX:
+    while len(_VALIDATED) > 1 and sum(len(k[1]) for k in _VALIDATED) > _VALIDATED_MAX_ROWS:
         del _VALIDATED[next(iter(_VALIDATED))]
     return Validation(rows=[dict(r) for r in hit[1].rows], skipped=[dict(s) for s in hit[1].skipped])
 

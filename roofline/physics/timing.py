@@ -62,7 +62,7 @@ from .memory import (
     stored_weight_bytes,
     workspace_per_sequence_bytes,
 )
-from .work import Work, add, count_work, expert_shard_imbalance, kernels_per_pass, with_prompt_chunks
+from .work import Work, add, expert_shard_imbalance, kernels_per_pass, pass_work
 
 Array = NDArray[np.float64]
 LOW_PRECISION = frozenset({"fp8", "fp6", "fp4", "int8", "int4"})
@@ -121,6 +121,17 @@ class StagesFootprint:
 
     def memory_held(self) -> Array:
         return self._peak("memory_per_device_bytes")
+
+
+def spread(x: Any, shape: tuple[int, ...]) -> Array:
+    """``np.broadcast_to(x, shape)``: a read-only view of ``x`` at ``shape``, without broadcast_to's cost where
+    ``x`` already has that shape (most points a serving evaluation builds are one number)."""
+    a = np.asarray(x)
+    if a.shape != shape:
+        return np.broadcast_to(a, shape)
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def finite(x: Any) -> Array:
@@ -218,7 +229,7 @@ class StageResult(ArrayRecord):
     memory_power_weight: float = 0.5
 
     def _full(self, value: Any) -> Array:
-        return np.broadcast_to(np.asarray(value, dtype=float), self.time_s.shape)
+        return spread(np.asarray(value, dtype=float), self.time_s.shape)
 
     @functools.cached_property
     def time_serial_s(self) -> Array:
@@ -428,7 +439,7 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
                "shared_experts": w_cls, "router": w_cls, "lm_head": h_cls}
     by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
-        if np.any(flop > 0) and comp != "attention_core":
+        if comp != "attention_core" and _positive(flop):
             by_class.setdefault(classes[comp], []).append(flop * _expert_slowdown(work, params) if comp == "experts"
                                                           else flop)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product
@@ -442,7 +453,7 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     # timed as one roofline per pass keeps its tile model for them too
     core_flop = work.flop.get("attention_core", 0.0)
     inv_core = 1.0 / params.compute_fraction if params.overlap == "kernel" else inv_mfu
-    core_s = seconds(classes["attention_core"], [core_flop], inv_core) if np.any(core_flop > 0) else 0.0
+    core_s = seconds(classes["attention_core"], [core_flop], inv_core) if _positive(core_flop) else 0.0
     compute = add(core_s, *(seconds(cls, flops) for cls, flops in by_class.items()))
     elements: Any = 0.0
     for fmt, dequantised, comps in zip((formats.weight, formats.expert, formats.head_format), (w_deq, e_deq, h_deq),
@@ -450,7 +461,7 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
         for comp in comps if dequantised else ():   # each slice of token rows unpacks the weights it reads once
             n = work.weight_bytes[comp] / fmt.bytes_per_element
             elements = elements + np.ceil(_matmul_rows(work, comp) / params.unpack_tile_rows(fmt.name)) * n
-    if not (np.any(elements > 0) and params.dequant_ops_per_element > 0):
+    if not (_positive(elements) and params.dequant_ops_per_element > 0):
         return compute, 0.0, core_s
     if dev.peak_flop_per_s.get("fp32") is None:
         name = formats.expert.name if e_deq else formats.weight.name
@@ -459,6 +470,11 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
             f"pairs them with {act.name} activations) runs on the vector units, whose rate compute.fp32 is not "
             f"published; supply --set {dev.id}.compute.fp32=VALUE or choose formats {dev.id} multiplies natively")
     return compute, elements / group.tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction), core_s
+
+
+def _positive(x: Any) -> bool:
+    """Whether any value of ``x`` is above 0 (``np.any(x > 0)``, without its dispatch for one number)."""
+    return x > 0 if isinstance(x, float) else bool(np.any(x > 0))
 
 
 def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, *, batch: Any, new_tokens: Any,
@@ -524,11 +540,9 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
     shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
     micro = np.minimum(B, pp) if pp > 1 else 1.0
-    work = count_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
-                      logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
-    if np.any(np.asarray(chunks) > 0):
-        work = with_prompt_chunks(model, formats, work, chunks=chunks, chunk_tokens=chunk_tokens,
-                                  chunk_prefix=chunk_prefix)
+    work = pass_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
+                     logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed, chunks=chunks,
+                     chunk_tokens=chunk_tokens, chunk_prefix=chunk_prefix)
     compute, dequant_s, core_s = compute_time_s(work, group, formats, params)
     if stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency
         compute, core_s = compute / params.prefill_compute_scale, core_s / params.prefill_compute_scale
@@ -588,19 +602,14 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
     the same pipeline stage as the loads (Marlin issues its weight loads asynchronously to all compute,
     https://github.com/IST-DASLab/marlin/blob/2f6d7c10e124b3c5fa29ff8d77d568bd7af3274c/README.md): the
     matmuls' memory term is the longer of the two."""
-    def full(x: Any) -> Array:   # a read-only view of the pass's shape (broadcast_to's, cheaper when it fits)
-        a = np.asarray(x, dtype=float)
-        if a.shape != shape:
-            return np.broadcast_to(a, shape)
-        view = a.view()
-        view.flags.writeable = False
-        return view
+    def full(x: Any) -> Array:   # a read-only view of the pass's shape
+        return spread(np.asarray(x, dtype=float), shape)
 
     # bytes spilled to a slower tier are read after the fast tier's, not beside them: a layer's weights arrive
     # from both before it runs, so tier times add (and moving data to a slower tier never speeds a pass up)
     mem = list(by_tier.values()) or [0.0]
     memory = memory_serial = mem[0] if len(mem) == 1 else sum(mem)
-    fits = np.broadcast_to(np.asarray(fits, dtype=bool), shape)
+    fits = spread(np.asarray(fits, dtype=bool), shape)
     eta = profile.overlap_efficiency
     if attention_s is None:
         lower = _owned(overlapped(compute, np.maximum(memory, dequant_s), eta), shape)   # a fresh array, written below
@@ -628,7 +637,7 @@ def _owned(x: Any, shape: tuple[int, ...]) -> Array:
     """``x`` itself when it is already a fresh float array of ``shape``, else a full-size copy."""
     if isinstance(x, np.ndarray) and x.shape == shape and x.dtype == np.float64 and x.flags.owndata:
         return x
-    return np.array(np.broadcast_to(np.asarray(x, dtype=float), shape), dtype=float)
+    return np.array(spread(np.asarray(x, dtype=float), shape), dtype=float)
 
 
 def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> StageResult:
@@ -650,13 +659,13 @@ def combine(results: list[StageResult], masks: list[Any], *, stage: str) -> Stag
     by_tier = {t: sum((w * finite(r.memory_by_tier_s.get(t, zero)) for r, w in zip(results, weights)), zero)
                for t in tiers}
     return attrs.evolve(
-        first, stage=stage, batch=np.broadcast_to(first.batch, shape), context=np.broadcast_to(first.context, shape),
+        first, stage=stage, batch=spread(first.batch, shape), context=spread(first.context, shape),
         new_tokens=total("new_tokens"), time_s=np.where(fits, total("time_s"), np.nan),
         compute_s=total("compute_s"), memory_s=total("memory_s"), memory_serial_s=total("memory_serial_s"),
         memory_by_tier_s=by_tier, communication_s=total("communication_s"), overhead_s=total("overhead_s"),
         attention_compute_s=total("attention_compute_s"), kv_memory_s=total("kv_memory_s"),
-        dequant_s=total("dequant_s"), weights_per_device_bytes=np.broadcast_to(first.weights_per_device_bytes, shape),
-        fits=np.broadcast_to(fits, shape), passes=len(results),
+        dequant_s=total("dequant_s"), weights_per_device_bytes=spread(first.weights_per_device_bytes, shape),
+        fits=spread(fits, shape), passes=len(results),
         footprint=StagesFootprint(parts=tuple(results), masks=tuple(masks)))
 
 

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 from ..errors import UnknownSpecError, WorkloadError
 from ..physics.energy import PowerModel, group_busy_w, group_idle_w
 from ..physics.stages import Setup, draft_steps, head_model
-from ..physics.timing import StageResult, evaluate_pass, mix, native_default_format
+from ..physics.timing import StageResult, evaluate_pass, mix, native_default_format, spread
 from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink
@@ -144,7 +144,7 @@ class Round:
                 out["target"] = out["target"] + (d_busy - t_idle) * draft_s
             else:
                 out["draft"] = d_busy * draft_s + group_idle_w(dg, power) * (verify_s + self.transfer_s)
-        return {k: np.broadcast_to(v, self.fits.shape) for k, v in out.items()}
+        return {k: spread(v, self.fits.shape) for k, v in out.items()}
 
 
 @attrs.frozen(kw_only=True)
@@ -241,8 +241,8 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
         transfer = np.broadcast_to(round_transfer_s(plan.link, batch, G, vocab_size=plan.target.vocab_size,
                                                     probability_rows=plan.sampling == "lossless"), shape)
     dg = tg if plan.shared or plan.draft_group is None else plan.draft_group
-    return Round(verify=v, verify_end=v_end, draft=d, transfer_s=transfer, fits=np.broadcast_to(fits, shape),
-                 chunk_s=np.broadcast_to(chunk_s, shape), shared=plan.shared,
+    return Round(verify=v, verify_end=v_end, draft=d, transfer_s=transfer, fits=spread(fits, shape),
+                 chunk_s=spread(chunk_s, shape), shared=plan.shared,
                  target_group=tg, draft_group=dg)
 
 

@@ -42,7 +42,7 @@ from ..errors import UnknownSpecError, WorkloadError, broadcast_errors
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w, group_idle_w
 from ..physics.speculative import Acceptance
 from ..physics.stages import prefill
-from ..physics.timing import StageResult
+from ..physics.timing import StageResult, spread
 from ..records import ArrayRecord
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats
@@ -361,7 +361,7 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
         zero = np.zeros(batch.shape)
         return _Prefill(result=alone, mixed=True, time_s=zero, kv_transfer_s=zero,
                         ttft_s=alone.time_s + np.where(batch > 1, queue_s + step_s, 0.0),
-                        fits=np.broadcast_to(alone.fits, batch.shape), batch=zero)
+                        fits=spread(alone.fits, batch.shape), batch=zero)
     p_batch = batch if mode == "static" else np.full(batch.shape, float(prefill_batch))
     r = prefill(model, placement.prefill or placement.decode, prompt=isl, batch=p_batch, **kw)
     kv = np.zeros(batch.shape)
@@ -381,7 +381,7 @@ def _devices_by_group(placement: Placement, pre: _Prefill, *, mode: str, tokens_
         out["draft"] = np.full(shape, float(placement.draft.count))
     if placement.prefill is not None:
         groups = tokens_per_s / osl * pre.time_s / pre.batch if mode == "continuous" else np.ones(shape)
-        out["prefill"] = np.broadcast_to(groups * placement.prefill.count, shape)
+        out["prefill"] = spread(groups * placement.prefill.count, shape)
     return out
 
 
@@ -521,7 +521,7 @@ def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: 
     nan = np.where(fits, 1.0, np.nan)
 
     def full(a: Any) -> Array:
-        return np.broadcast_to(a, B.shape)
+        return spread(a, B.shape)
 
     def bound(r: StageResult | None) -> NDArray[np.str_]:
         return full(r.bound) if r is not None else np.full(B.shape, "—")
