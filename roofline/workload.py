@@ -115,7 +115,8 @@ def in_range(lo: float | None = None, hi: float | None = None, *, lo_strict: boo
             return
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise WorkloadError(f"{type(inst).__name__}.{attribute.name} must be a number, got {value!r}")
-        bad = not (isinstance(value, int | np.integer) or math.isfinite(value)) or (lo is not None and (value <= lo if lo_strict else value < lo)) or (
+        finite = isinstance(value, int | np.integer) or math.isfinite(value)   # a whole number always is
+        bad = not finite or (lo is not None and (value <= lo if lo_strict else value < lo)) or (
             hi is not None and value > hi)
         if bad:
             where = f"{type(inst).__name__}.{attribute.name}"
