@@ -370,6 +370,11 @@ def test_rows_with_a_partly_assumed_setup_are_predicted_not_fitted(tmp_path, mon
     assert fit.median_abs_error == pytest.approx(float(np.median(np.abs(errors))), rel=1e-6)
     save_profile(fit, str(tmp_path / "p.toml"), data="x")
     assert load_profile(tmp_path / "p.toml").fit["checked_rows"] == fit_record(fit, data="x")["checked_rows"] == 1
+    # one fold alone (scripts/heldout_fold.py) gives the full run's numbers for its rows, in one process too
+    one = cal.heldout_fold([*rows, odd], 2, 2, fold_by="row")
+    assert 0 < len(one) < len(rows) and one == {k: fit.loo_errors[k] for k in one}
+    with pytest.raises(rl.RooflineError, match="1..2"):
+        cal.heldout_fold(rows, 3, 2)
 
 
 @pytest.mark.slow

@@ -568,6 +568,22 @@ def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, shr
     return held
 
 
+def heldout_fold(rows: list[Row], fold: int, folds: int, *, fold_by: str = "source", shrink: float = SHRINK,
+                 jobs: int = 1, base: EngineParams | None = None) -> dict[str, float]:
+    """The held-out errors of one fold (1-based) of ``calibrate(rows, holdout=folds, fold_by=fold_by)``: the
+    fold's rows predicted by a fit on the others, the same numbers the full run gives for them, without its main
+    fit and the other folds (one fit instead of ``folds`` + 2: how a change is tried on the fold it is for)."""
+    if isinstance(fold, bool) or not isinstance(fold, int) or not 1 <= fold <= folds:
+        raise RooflineError(f"fold must be a whole number in 1..{folds}, got {fold!r}")
+    base = base or _gpu_base()
+    ok, _skipped = _usable(rows, base)
+    made = _folds(ok, folds, fold_by)
+    if fold > len(made):
+        raise RooflineError(f"the usable rows make only {len(made)} folds (one per publication at most), not {fold}")
+    with _workers(jobs) as workers:
+        return _predict_fold(ok, made[fold - 1], base, shrink, workers)
+
+
 def _holdout_name(holdout: str | int | None, fold_by: str = "source") -> str:
     return "" if holdout is None else "leave-one-out" if holdout == "loo" else f"{holdout}-fold by {fold_by}"
 
