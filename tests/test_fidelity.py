@@ -151,7 +151,7 @@ def test_gpu_busy_floor_is_the_energy_fit():
     """hardware_specs/execution/gpu.toml's busy floor is what `roofline calibrate --energy` fits on the shipped
     power rows (a hand edit, or new rows without a refit, fails here), and it beats no floor."""
     from roofline.evidence.calibrate import fit_power_floor
-    fit = fit_power_floor(read_rows(shipped_data()), shipped_profile())
+    fit = fit_power_floor(read_rows(shipped_data()), shipped_profile(), jobs=2)   # the same numbers as one process
     assert fit.floor_fraction == pytest.approx(resolve_profile(rl.load_device("h100-sxm")).busy_floor_fraction)
     assert np.median(np.abs(list(fit.fitted_rows.values()))) < fit.median_abs_error_before
     assert len(fit.checked_rows) >= 30

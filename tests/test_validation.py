@@ -529,6 +529,8 @@ def test_held_out_folds_of_publications_or_of_random_rows(run_cli):
     for args in (("--by", "row"), ("--by", "row", "--energy"), ("--by", "row", "--folds", "2", "--family", "groq")):
         code, _, err = run_cli("calibrate", *args)
         assert code == 2 and "--folds" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("calibrate", "--energy", "--jobs", "0")   # checked before any fit, --energy's too
+    assert code == 2 and "--jobs must be a whole number >= 1, got 0" in err
 
 
 def test_calibrate_uses_every_core_unless_told(run_cli, monkeypatch, tmp_path):

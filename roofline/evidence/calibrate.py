@@ -887,7 +887,13 @@ def _energy_errors(rows: list[Row], profile: Profile, floor: float) -> dict[str,
     return out
 
 
-def fit_power_floor(rows: list[Row], profile: Profile) -> PowerFit:
+def _floor_cost(rows: list[Row], profile: Profile, floor: float) -> float:
+    """The power rows' summed squared log error at one busy floor (inf when none can be predicted)."""
+    errs = np.array(list(_energy_errors(rows, profile, float(floor)).values()))
+    return float(np.sum(np.log1p(errs) ** 2)) if errs.size else math.inf
+
+
+def fit_power_floor(rows: list[Row], profile: Profile, jobs: int = 1) -> PowerFit:
     """Fit the gpu family's ``busy_floor_fraction`` to the measured ``power_w`` rows of GPUs.
 
     Busy power is idle + (TDP - idle) x utilisation, never below floor x TDP (:mod:`roofline.physics.energy`);
@@ -895,16 +901,21 @@ def fit_power_floor(rows: list[Row], profile: Profile) -> PowerFit:
     at decode batch 64-256 where the linear model gives 0.67-0.74), while a GPU waiting on host launches draws
     its idle power, so the floor is a fitted stand-in, not a measured waiting power. One parameter, chosen on
     a 0.01 grid to minimise the squared log error of the power rows (time parameters fixed at ``profile``);
-    J-per-token rows are then predicted as a check.
+    J-per-token rows are then predicted as a check. ``jobs`` > 1 shares the grid among that many processes
+    (the same numbers).
     """
     gpu = [r for r in rows if row_family(r) == "gpu"]
     power = [r for r in gpu if r.get("metric") == "power_w"]
     if not power:
         raise RooflineError("no measured GPU power rows (metric power_w) to fit the busy floor on")
-    cost = []
-    for floor in FLOOR_GRID:
-        errs = np.array(list(_energy_errors(power, profile, float(floor)).values()))
-        cost.append(float(np.sum(np.log1p(errs) ** 2)) if errs.size else math.inf)
+    grid = [float(f) for f in FLOOR_GRID]
+    with _workers(jobs) as workers:
+        if workers is None:
+            cost = [_floor_cost(power, profile, f) for f in grid]
+        else:
+            n = len(grid)
+            cost = list(workers.executor.map(_floor_cost, [power] * n, [profile] * n, grid,
+                                             chunksize=-(-n // workers.jobs)))
     best = float(FLOOR_GRID[int(np.argmin(cost))])
     fitted = _energy_errors(power, profile, best)
     checked = _energy_errors([r for r in gpu if r.get("metric") == "energy_per_token_j"], profile, best)

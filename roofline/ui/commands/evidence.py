@@ -109,12 +109,14 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     if args.by != FOLD_BY[0] and (args.energy or args.family or not args.folds):
         raise UsageError("--by groups the rows of --folds K (the GPU calibration's held-out fits); give --folds, "
                          "without --energy or --family")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
     if args.energy:
         if args.family or args.out or args.loo or args.folds:
-            raise UsageError("--energy prints the GPU busy-power floor for the family file; it takes only --data "
-                             "and --profile")
+            raise UsageError("--energy prints the GPU busy-power floor for the family file; it takes only --data, "
+                             "--profile and --jobs")
         path = args.data or str(shipped_data())
-        fit = fit_power_floor(read_rows(path), profile(args))
+        fit = fit_power_floor(read_rows(path), profile(args), jobs=args.jobs or usable_cores())
         emit(console, render.power_fit_view(fit, path), args)
         return 0
     if args.family:
@@ -137,8 +139,6 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
 
         if args.loo and args.folds:
             raise UsageError("give --loo or --folds, not both")
-        if args.jobs is not None and args.jobs < 1:
-            raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
         if not (math.isfinite(args.shrink) and args.shrink >= 0):
             raise UsageError(f"--shrink must be a finite number >= 0, got {args.shrink}")
         fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs or default_jobs(len(rows)),
