@@ -309,6 +309,11 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def _check_jobs(jobs: Any) -> None:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise RooflineError(f"jobs must be a whole number >= 1, got {jobs!r}")
+
+
 def _workers(jobs: int) -> Any:
     """A context giving :class:`_Workers` of ``jobs`` processes, or None for one (no process is started)."""
     if jobs <= 1:
@@ -451,8 +456,7 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     process, each fit about ``jobs`` times faster on as many cores). ``shrink``: the partial pooling of the stack
     families' own parameters (:meth:`_Layout.prior`; 0: each family on its own rows alone).
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise RooflineError(f"jobs must be a whole number >= 1, got {jobs!r}")
+    _check_jobs(jobs)
     if isinstance(shrink, bool) or not isinstance(shrink, int | float) or not (math.isfinite(shrink) and shrink >= 0):
         raise RooflineError(f"shrink must be a finite number >= 0, got {shrink!r}")
     base = base or _gpu_base()
@@ -575,6 +579,7 @@ def heldout_fold(rows: list[Row], fold: int, folds: int, *, fold_by: str = "sour
     fit and the other folds (one fit instead of ``folds`` + 2: how a change is tried on the fold it is for)."""
     if isinstance(fold, bool) or not isinstance(fold, int) or not 1 <= fold <= folds:
         raise RooflineError(f"fold must be a whole number in 1..{folds}, got {fold!r}")
+    _check_jobs(jobs)
     base = base or _gpu_base()
     ok, _skipped = _usable(rows, base)
     made = _folds(ok, folds, fold_by)
@@ -904,6 +909,7 @@ def fit_power_floor(rows: list[Row], profile: Profile, jobs: int = 1) -> PowerFi
     J-per-token rows are then predicted as a check. ``jobs`` > 1 shares the grid among that many processes
     (the same numbers).
     """
+    _check_jobs(jobs)
     gpu = [r for r in rows if row_family(r) == "gpu"]
     power = [r for r in gpu if r.get("metric") == "power_w"]
     if not power:

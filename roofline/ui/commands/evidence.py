@@ -203,7 +203,7 @@ def register(add: Adder) -> None:
                     help="--folds of whole publications (default) or of rows drawn at random (seed 0)")
     sp.add_argument("--jobs", type=int, default=None, metavar="N",
                     help="share every fit's rows among N processes (the same numbers, ~N times faster on N cores; "
-                         "default: one per core, at most one per 200 rows)")
+                         "default: one per core, at most one per 200 rows); with --energy, the floor grid")
     sp.add_argument("--shrink", type=float, default=SHRINK, metavar="W",
                     help="partial pooling: draw each stack family's own parameters toward their mean over the "
                          f"families with a prior of sd = bound range / W (0: none; default {SHRINK:g})")
