@@ -563,8 +563,11 @@ def test_calibrate_uses_every_core_unless_told(run_cli, monkeypatch, tmp_path):
 
 
 def test_calibrate_rejects_a_bad_process_count(run_cli):
-    with pytest.raises(rl.RooflineError, match="jobs"):
-        calibrate(ROWS[:5], jobs=0)
+    from roofline.evidence.calibrate import fit_power_floor, heldout_fold
+    for bad in (lambda: calibrate(ROWS[:5], jobs=0), lambda: heldout_fold(ROWS[:5], 1, 2, jobs=True),
+                lambda: fit_power_floor(ROWS[:5], shipped_profile(), jobs=1.5)):
+        with pytest.raises(rl.RooflineError, match="jobs must be a whole number >= 1"):
+            bad()
     code, _, err = run_cli("calibrate", "--folds", "2", "--jobs", "0")
     assert code != 0 and "--jobs" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("calibrate", "--shrink", "-1")
