@@ -115,7 +115,7 @@ def in_range(lo: float | None = None, hi: float | None = None, *, lo_strict: boo
             return
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise WorkloadError(f"{type(inst).__name__}.{attribute.name} must be a number, got {value!r}")
-        finite = isinstance(value, int | np.integer) or math.isfinite(value)   # a whole number always is
+        finite = _finite(value)
         bad = not finite or (lo is not None and (value <= lo if lo_strict else value < lo)) or (
             hi is not None and value > hi)
         if bad:
@@ -125,6 +125,14 @@ def in_range(lo: float | None = None, hi: float | None = None, *, lo_strict: boo
             raise WorkloadError(f"{where} must be a finite number {' and '.join(x for x in (low, high) if x)}, "
                                 f"got {value!r}")
     return check
+
+
+def _finite(value: float | int) -> bool:
+    """Whether a number is finite as a float (a whole number too large for a float is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def one_of(options: tuple[str, ...]) -> Any:

@@ -240,7 +240,8 @@ def test_api_errors_are_roofline_errors():
              lambda: rl.decode_step("llama-3.1-8b", "b200", batch=1, context=[]),
              lambda: rl.PowerModel(pue=0.5), lambda: rl.GroupLink(name="x", bandwidth_bytes_per_s=0, latency_s=0),
              lambda: rl.decode_step("llama-3.1-8b", "b200", batch=np.ones((10_000, 1)), context=np.ones(10_000)),
-             lambda: rl.override(b200, "power.idle", "2000 W")]
+             lambda: rl.override(b200, "power.idle", "2000 W"),
+             lambda: rl.EngineParams(step_overhead_s=10**400)]   # a whole number too large for a float
     for call in calls:
         with pytest.raises(RooflineError):
             call()

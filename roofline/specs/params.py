@@ -38,7 +38,12 @@ _nonneg = [in_range(0)]
 
 
 def _float(value: Any) -> Any:
-    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:   # too large for a float: the field's validator says so, naming the field
+            return value
+    return value
 
 
 def _p(default: float, validators: list[Any]) -> Any:
