@@ -115,8 +115,7 @@ def in_range(lo: float | None = None, hi: float | None = None, *, lo_strict: boo
             return
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise WorkloadError(f"{type(inst).__name__}.{attribute.name} must be a number, got {value!r}")
-        finite = _finite(value)
-        bad = not finite or (lo is not None and (value <= lo if lo_strict else value < lo)) or (
+        bad = not _finite(value) or (lo is not None and (value <= lo if lo_strict else value < lo)) or (
             hi is not None and value > hi)
         if bad:
             where = f"{type(inst).__name__}.{attribute.name}"

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from roofline.evidence.calibrate import SHRINK, heldout_fold, usable_cores
+from roofline.errors import RooflineError
+from roofline.evidence.calibrate import heldout_fold, usable_cores
 from roofline.evidence.validate import read_rows, shipped_data
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=usable_cores(), help="processes to share the fit's rows among")
     ap.add_argument("--json", action="store_true", help="print every row's error as JSON")
     args = ap.parse_args(argv)
-    rows = read_rows(args.data or shipped_data())
-    errors = heldout_fold(rows, args.fold, args.folds, shrink=SHRINK, jobs=args.jobs)
+    try:
+        rows = read_rows(args.data or shipped_data())
+        errors = heldout_fold(rows, args.fold, args.folds, jobs=args.jobs)
+    except RooflineError as e:   # one line, as the roofline command says it
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     by_id = {r.id: r for r in rows}
     before = json.loads(SHIPPED.read_text()) if args.data is None else {}
     out = {"fold": args.fold, "folds": args.folds, "rows": len(errors),
