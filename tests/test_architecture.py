@@ -15,6 +15,7 @@ PACKAGE = ROOT / "roofline"
 #: layer of each module prefix (longest prefix wins); a module may import only layers <= its own
 LAYERS = {
     "roofline.errors": 0, "roofline.units": 0, "roofline.workload": 0, "roofline.version": 0, "roofline.records": 0,
+    "roofline.memo": 0,
     "roofline.specs": 1, "roofline.physics": 2, "roofline.symbolic": 2, "roofline.serving": 3,
     "roofline.evidence": 4, "roofline": 4.5, "roofline.ui": 5, "roofline.__main__": 6,
 }

@@ -61,3 +61,29 @@ def test_capacities_render_binary():
     assert format_capacity(230e6) == "219 MiB"
     assert format_capacity(128e12) == "116 TiB"
     assert format_capacity(float("nan")) == "n/a"
+
+
+def test_identity_memo_answers_only_for_the_very_same_objects():
+    from roofline.memo import MISSING, IdentityMemo
+    memo = IdentityMemo(2)
+    a, b = [1], [1]   # equal, not identical: a memo by identity must tell them apart
+    assert memo.put((a,), ("x",), "A") == "A"
+    assert memo.get((a,), ("x",)) == "A"
+    assert memo.get((b,), ("x",)) is MISSING and memo.get((a,), ("y",)) is MISSING
+    memo.put((a, None), (), None)   # None is an answer like any other
+    assert memo.get((a, None)) is None and len(memo) == 2
+    memo.put((b,), ("x",), "B")   # full: emptied before the third answer goes in
+    assert len(memo) == 1 and memo.get((a,), ("x",)) is MISSING and memo.get((b,), ("x",)) == "B"
+    with pytest.raises(ValueError):
+        IdentityMemo(0)
+
+
+def test_identity_memo_holds_its_objects_so_an_id_is_never_reused():
+    import gc
+
+    from roofline.memo import MISSING, IdentityMemo
+    memo = IdentityMemo(8)
+    memo.put((object(),), (), "first")   # the memo holds the only reference: the object stays alive
+    gc.collect()
+    fresh = [object() for _ in range(1000)]   # none of these can take the remembered object's id
+    assert all(memo.get((o,)) is MISSING for o in fresh)

@@ -22,6 +22,7 @@ import attrs
 import numpy as np
 
 from ..errors import RooflineError, SpecError
+from ..memo import MISSING, IdentityMemo
 from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
 from ..serving.placements import smallest_group
@@ -259,26 +260,21 @@ def _offline_total(row: Row, batch: int, replicas: int, full: Any, serve: Any) -
     return float(offline_tokens_per_s(per, float(batch), full.tpot_s, tpot_rest)) * replicas
 
 
-#: _row_engine's recent answers by the parameters' identity (held, so an id is not reused while its entry lives):
-#: a calibration gives every row of a stack family one parameter object per evaluation
-_ENGINES: dict[tuple[int, str, bool], tuple[EngineParams, EngineParams]] = {}
-_ENGINES_MAX = 256
+#: _row_engine's recent answers by the parameters' identity: a calibration gives every row of a stack family one
+#: parameter object per evaluation
+_ENGINES = IdentityMemo(256)
 
 
 def _row_engine(params: EngineParams, stack: str, in_process: bool) -> EngineParams:
     """``params`` with the settings of the row's serving stack (:func:`with_stack_settings`) and, for a run timed
     in-process, no request overhead (no API server before the first token)."""
-    key = (id(params), stack, in_process)
-    hit = _ENGINES.get(key)
-    if hit is not None and hit[0] is params:
-        return hit[1]
+    hit = _ENGINES.get((params,), (stack, in_process))
+    if hit is not MISSING:
+        return hit
     out = with_stack_settings(params, stack)
     if in_process:
         out = attrs.evolve(out, request_overhead_s=0.0)
-    if len(_ENGINES) >= _ENGINES_MAX:
-        _ENGINES.clear()
-    _ENGINES[key] = (params, out)
-    return out
+    return _ENGINES.put((params,), (stack, in_process), out)
 
 
 def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None = None) -> float:

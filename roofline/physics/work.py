@@ -25,6 +25,7 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..memo import MISSING, IdentityMemo
 from ..specs.formats import Formats
 from ..specs.models import ModelSpec
 from ..workload import check_count
@@ -348,9 +349,8 @@ def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks
                             for k in sorted(work.activation_ends_bytes.keys() | extra.activation_ends_bytes.keys())})
 
 
-#: pass_work's remembered answers: (model id, formats, the scalar arguments) -> (model, work); emptied when full
-_PASS_WORK: dict[tuple[Any, ...], tuple[ModelSpec, Work]] = {}
-_PASS_WORK_SIZE = 4096
+#: pass_work's remembered answers by the model's identity, the formats and the scalar arguments
+_PASS_WORK = IdentityMemo(4096)
 
 
 def pass_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any, prefix_tokens: Any,
@@ -362,20 +362,16 @@ def pass_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any
     timing layer builds new records from it; nothing here or there writes into a Work)."""
     args = (batch, new_tokens, prefix_tokens, logits_per_seq, chunks, chunk_tokens, chunk_prefix)
     scalar = all(np.ndim(a) == 0 for a in args)
-    key = (id(model), formats, mla_absorbed, *(float(a) for a in args)) if scalar else None
-    hit = _PASS_WORK.get(key) if key is not None else None
-    if hit is not None and hit[0] is model:
-        return hit[1]
+    key = (formats, mla_absorbed, *(float(a) for a in args)) if scalar else None
+    hit = _PASS_WORK.get((model,), key) if key is not None else MISSING
+    if hit is not MISSING:
+        return hit
     work = count_work(model, formats, batch=batch, new_tokens=new_tokens, prefix_tokens=prefix_tokens,
                       logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
     if np.any(np.asarray(chunks) > 0):
         work = with_prompt_chunks(model, formats, work, chunks=chunks, chunk_tokens=chunk_tokens,
                                   chunk_prefix=chunk_prefix)
-    if key is not None:
-        if len(_PASS_WORK) >= _PASS_WORK_SIZE:
-            _PASS_WORK.clear()
-        _PASS_WORK[key] = (model, work)
-    return work
+    return _PASS_WORK.put((model,), key, work) if key is not None else work
 
 
 def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: bool) -> Any:

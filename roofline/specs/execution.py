@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from ..errors import NotFoundError, SpecError, did_you_mean
+from ..memo import MISSING, IdentityMemo
 from .devices import Device, specs_dir
 from .files import read_text
 from .params import (
@@ -103,10 +104,9 @@ def family_profile(family: str) -> FamilyProfile:
                          profile=with_values(attrs.evolve(base, family=family), values, what=str(path)))
 
 
-#: resolve_profile's recent answers by the identity of its arguments (both immutable records, held here so an
-#: id is not reused while its entry lives): a forward pass resolves its profile again and again for one row
-_RESOLVED: dict[tuple[int, int], tuple[Device, EngineParams | None, EngineParams]] = {}
-_RESOLVED_MAX = 256
+#: resolve_profile's recent answers by the identity of its arguments (both immutable records): a forward pass
+#: resolves its profile again and again for one row
+_RESOLVED = IdentityMemo(256)
 
 
 def resolve_profile(device: Device, params: EngineParams | None = None) -> EngineParams:
@@ -114,15 +114,8 @@ def resolve_profile(device: Device, params: EngineParams | None = None) -> Engin
     with the family file's family-level fields (collective algorithm, tile, pipeline hop, ...: what
     calibration profiles never carry), else the family's own profile; then the device's ``[execution]``
     overrides (what-ifs of any field)."""
-    key = (id(device), id(params))
-    hit = _RESOLVED.get(key)
-    if hit is not None and hit[0] is device and hit[1] is params:
-        return hit[2]
-    out = _resolve_profile(device, params)
-    if len(_RESOLVED) >= _RESOLVED_MAX:
-        _RESOLVED.clear()
-    _RESOLVED[key] = (device, params, out)
-    return out
+    hit = _RESOLVED.get((device, params))
+    return hit if hit is not MISSING else _RESOLVED.put((device, params), (), _resolve_profile(device, params))
 
 
 def _resolve_profile(device: Device, params: EngineParams | None) -> EngineParams:
