@@ -822,3 +822,29 @@ def test_the_calibration_stays_within_what_an_h200_measures():
         assert p.memory_bandwidth_fraction <= copy_share, family
         assert p.low_precision_compute_scale <= fp8_over_bf16, family
         assert p.kernel_overhead_s >= graph_gap_s, family
+
+
+def test_the_heldout_fold_script_reports_its_fold_beside_the_shipped_run(monkeypatch, capsys):
+    """scripts/heldout_fold.py: a bad fold is one line and exit 2 (no traceback, no fit); a fold's median is
+    printed beside the shipped run's for the same rows, and --json carries every row's error."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("heldout_fold", Path(__file__).parents[1] / "scripts" / "heldout_fold.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--fold", "6", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: fold must be a whole number in 1..5") and err.count("\n") == 1
+    shipped = json.loads(mod.SHIPPED.read_text())
+    ids = sorted(shipped)[:3]
+    asked = []
+    monkeypatch.setattr(mod, "heldout_fold", lambda rows, fold, folds, jobs: (asked.append((fold, folds, jobs)),
+                                                                              {k: 2 * shipped[k] for k in ids})[1])
+    assert mod.main(["--fold", "2", "--folds", "4", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert asked == [(2, 4, 1)]
+    ours, theirs = (float(np.median([abs(f * shipped[k]) for k in ids])) for f in (2, 1))
+    assert f"held-out median |error| {ours:.2%}" in out and f"(the shipped run: {theirs:.2%})" in out
+    assert mod.main(["--fold", "2", "--json", "--jobs", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["errors"] == {k: 2 * shipped[k] for k in ids} and data["rows"] == 3
+    assert data["shipped_median_abs_error"] == pytest.approx(theirs)
