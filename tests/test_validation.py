@@ -16,6 +16,7 @@ from roofline.evidence.validate import (
     ENERGY_METRICS,
     METRICS,
     UNMODELLED,
+    Row,
     predict_row,
     read_rows,
     row_params,
@@ -88,6 +89,14 @@ def test_validate_terminal_view_groups_errors_and_skips(run_cli):
     said = " ".join(summary.split())
     assert f"leave-one-out {fit['loo_approx_median_abs_error']:.1%}" in said
     assert f"held out ({fit['heldout']}) {fit['heldout_median_abs_error']:.1%}" in said
+    # and how far the data's repeated measurements agree with each other (TensorRT-LLM's tables, version after version)
+    rep = data["repeats"]
+    assert rep["pairs"] > 300 and rep["by_stack_family"]["tensorrt-llm"]["pairs"] > 300 and len(rep["repeats"]) == rep["pairs"]
+    assert f"{rep['pairs']} pairs of rows from different publications" in said
+    assert f"differ by {rep['median_difference']:.1%} (median)" in said
+    for doc in ("README.md", "docs/validation.md"):   # the figures the docs quote are the shipped data's
+        text = " ".join((Path(__file__).resolve().parents[1] / doc).read_text().split())
+        assert f"{rep['pairs']} pairs of rows" in text and f"median {rep['median_difference']:.1%}" in text, doc
     # each row carries its grade (the terminal's g column, the JSON's and CSV's grade), which says what the fit did
     grades = {r.id: r.get("grade") for r in ROWS}
     assert all(r["grade"] == grades[r["id"]] for r in data["rows"]) and {"A", "C"} <= {r["grade"] for r in data["rows"]}
@@ -848,3 +857,30 @@ def test_the_heldout_fold_script_reports_its_fold_beside_the_shipped_run(monkeyp
     data = json.loads(capsys.readouterr().out)
     assert data["errors"] == {k: 2 * shipped[k] for k in ids} and data["rows"] == 3
     assert data["shipped_median_abs_error"] == pytest.approx(theirs)
+
+
+def test_repeated_measurements_pair_one_configuration_across_publications():
+    """Two publications that measured one configuration on one stack family make a pair, whose difference is the
+    same whichever comes first; another source's row of another setup, stack family or an unknown device does
+    not, and nor do two rows of one publication."""
+    from roofline.evidence.repeats import repeat_summary, repeated_measurements
+    base = next(r for r in ROWS if r.get("stack").startswith("TensorRT-LLM v0.17") and r.get("hardware") == "h100-sxm")
+
+    def row(i: str, source: str, value: float, **fields: str) -> Row:
+        return Row(id=i, fields={**base.fields, "id": i, "source": source, "value": str(value), "grade": "B",
+                                 "notes": i, **fields})
+    later = {"stack": "TensorRT-LLM v1.0 (trtllm-bench PyTorch backend)"}
+    rows = [row("a", "s1", 100.0), row("b", "s2", 125.0, **later), row("c", "s1", 90.0),   # c: a's own source
+            row("d", "s3", 80.0, tp="8"), row("e", "s4", 50.0, stack="vLLM 0.13.0"),
+            row("f", "s5", 100.0, hardware="no-such-gpu"), row("g", "s6", -1.0),
+            row("h", "s7", 400.0, batch="slo"), row("i", "s8", 100.0, batch="slo")]   # loads the columns do not carry
+    reps = repeated_measurements(rows)
+    assert [x.ids for x in reps] == [("a", "b"), ("b", "c")]
+    diff = {frozenset(x.ids): x.difference for x in reps}
+    assert diff[frozenset("ab")] == pytest.approx(0.25) and diff[frozenset("bc")] == pytest.approx(125 / 90 - 1)
+    assert {x.stack_family for x in reps} == {"tensorrt-llm"}
+    flipped = repeated_measurements([rows[1], rows[0]])
+    assert flipped[0].difference == pytest.approx(0.25)   # symmetric: 125 vs 100 as 100 vs 125
+    summary = repeat_summary(reps)
+    assert summary["pairs"] == 2 and summary["median_difference"] == pytest.approx((0.25 + 125 / 90 - 1) / 2)
+    assert repeat_summary([]) == {"pairs": 0}

@@ -640,13 +640,24 @@ def calibration_record(fit: Mapping[str, Any], same_data: bool = True) -> str:
             f"{fit_errors(fit)}.")
 
 
-def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None, same_data: bool = True) -> Table:
-    """Median |error|, median signed error and row count per kind, family, metric, device and stack, and the
+def repeat_record(repeats: Mapping[str, Any] | None) -> str:
+    """The data's repeated measurements in a sentence (empty without a pair)."""
+    if not repeats or not repeats.get("pairs"):
+        return ""
+    return (f" {repeats['pairs']} pairs of rows from different publications measured one configuration on one "
+            f"stack family; they differ by {repeats['median_difference']:.1%} (median): a floor under the error of "
+            f"predicting a publication not fitted (--json: repeats).")
+
+
+def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None, same_data: bool = True,
+                             repeats: Mapping[str, Any] | None = None) -> Table:
+    """Median |error|, median signed error and row count per kind, family, metric, device and stack, the
     calibration's own record (``fit``: the profile's ``[fit]`` table; ``same_data``: whether it was fitted on the
-    rows validated)."""
+    rows validated) and how far the data's repeated measurements agree (``repeats``: :func:`repeat_summary`)."""
     t = _table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
                                                 "energy above the measured one, or a TTFT / ITL longer than measured."
-                                                + calibration_record(fit or {}, same_data), caption_justify="left")
+                                                + calibration_record(fit or {}, same_data) + repeat_record(repeats),
+               caption_justify="left")
     for c in ("group", "value", "n", "median |error|", "median error"):
         t.add_column(c, justify="left" if c in ("group", "value") else "right")
     for key, name in SUMMARY_GROUPS:
@@ -862,12 +873,14 @@ def diagnosis_view(d: Diagnosis, overrides: Sequence[str] = ()) -> View:
     return View(tables=[diagnosis_table(data)], data=data, rows=[data])
 
 
-def validation_view(v: Validation, path: str, fit: Mapping[str, Any] | None = None, same_data: bool = True) -> View:
+def validation_view(v: Validation, path: str, fit: Mapping[str, Any] | None = None, same_data: bool = True,
+                    repeats: Mapping[str, Any] | None = None) -> View:
     """Rows, errors by group and rows not predicted; ``fit``: the profile's calibration record; ``same_data``:
-    whether the profile was fitted on these rows."""
+    whether the profile was fitted on these rows; ``repeats``: the data's repeated measurements
+    (:func:`roofline.evidence.repeats.repeat_summary`)."""
     data = {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped, "calibration": dict(fit or {}),
-            "calibrated_on_this_data": same_data}
-    tables: list[RenderableType] = [validation_table(v, path), validation_summary_table(v, fit, same_data)]
+            "calibrated_on_this_data": same_data, "repeats": dict(repeats or {"pairs": 0})}
+    tables: list[RenderableType] = [validation_table(v, path), validation_summary_table(v, fit, same_data, repeats)]
     if v.skipped:
         tables.append(skipped_table(v.skipped))
     return View(tables=tables, data=data, rows=v.rows)

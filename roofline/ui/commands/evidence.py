@@ -22,6 +22,7 @@ from ...evidence.calibrate import (
     usable_cores,
 )
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
+from ...evidence.repeats import repeat_summary, repeated_measurements
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...specs.files import check_writable
 from ...specs.params import Profile, shipped_profile_path
@@ -85,7 +86,8 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         from ..plot import check_plot_path
         check_plot_path(args.plot)
     prof = profile(args)
-    v = validate(read_rows(path), prof)
+    rows = read_rows(path)
+    v = validate(rows, prof)
     if not v.rows:
         reasons = "; ".join(f"{s['id']}: {s['reason']}" for s in v.skipped[:3])
         raise RooflineError(f"{path}: no row could be predicted ({len(v.skipped)} skipped; {reasons})")
@@ -94,7 +96,8 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         o = v.summary["overall"]
         plot_validation(v.rows, args.plot, title=f"roofline against {o.get('n', 0)} published measurements "
                                                  f"(median |error| {o.get('median_abs_error', 0):.0%})")
-    emit(console, render.validation_view(v, path, prof.fit, _fitted_on(prof, path)), args)
+    emit(console, render.validation_view(v, path, prof.fit, _fitted_on(prof, path),
+                                         repeat_summary(repeated_measurements(rows))), args)
     return 0
 
 
