@@ -705,3 +705,14 @@ def test_diagnose_calls_a_run_compute_bound_when_achievable_compute_fills_it():
     binding, advice = _verdict(0.2, 0.1, None, split=False, compute_share=0.2)
     assert binding == "overhead or communication" and "interconnect" not in advice
     assert "interconnect" in _verdict(0.2, 0.1, None, split=True, compute_share=0.2)[1]
+
+
+def test_debug_shows_the_error_itself_wherever_it_is_written(run_cli):
+    """`--debug` before or after the command re-raises the error it is about (the traceback the user asked for),
+    not an argparse complaint that the subcommand does not know --debug."""
+    from roofline.errors import NotFoundError
+    for argv in (("--debug", "stage", "llama-3.1-8b", "zzz"), ("stage", "llama-3.1-8b", "zzz", "--debug")):
+        with pytest.raises(NotFoundError, match="unknown device 'zzz'"):
+            run_cli(*argv)
+    code, _, err = run_cli("stage", "llama-3.1-8b", "zzz")
+    assert code == 1 and err.count("\n") == 1 and "unknown device 'zzz'" in err

@@ -169,3 +169,28 @@ def test_gamma_zero_has_no_draft_bound():
     s = rl.speculative_round("gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", acceptance=0.9,
                              gamma=np.arange(0, 3))
     assert list(s.draft_bound) == ["none", s.draft_bound[1], s.draft_bound[2]] and "none" not in s.draft_bound[1:]
+
+
+def test_optimal_gamma_on_a_grid_is_each_points_own():
+    """On a batch x gamma grid each batch has its own best gamma (the scan over gamma alone at that batch), NaN
+    where none fits; one best for the whole grid would be batch 1's answer given to batch 64 too."""
+    kw = dict(draft="gpt-oss-draft-1.6b", verify_on="b200:8", draft_on="b200:8", acceptance=0.8)
+    gammas = np.arange(1, 11)
+    grid = speculative_round("gpt-oss-120b", gamma=gammas[None, :], batch=[[1], [64], [10**6]], **kw)
+    best = optimal_gamma(grid)
+    alone = [optimal_gamma(speculative_round("gpt-oss-120b", gamma=gammas, batch=b, **kw)) for b in (1, 64)]
+    assert best.shape == (3,) and list(best[:2]) == alone and alone[0] != alone[1] and np.isnan(best[2])
+    with pytest.raises(rl.WorkloadError, match="varies along 2 axes"):
+        optimal_gamma(speculative_round("gpt-oss-120b", gamma=[[1, 2], [3, 4]], **kw))
+
+
+def test_a_draft_model_with_a_head_draft_kind_is_refused_and_a_missing_mtp_head_said():
+    """`--draft D --draft-kind mtp` used to draft with the target's head and ignore D; now it is an error. An MTP
+    head of a model whose checkpoint has none is a what-if, and the draft's name says so."""
+    with pytest.raises(WorkloadError, match="not with the draft model gpt-oss-draft-1.6b"):
+        speculative_round("gpt-oss-120b", draft="gpt-oss-draft-1.6b", draft_kind="mtp", verify_on="b200:8",
+                          acceptance=0.9, gamma=2)
+    assert speculative_round("gpt-oss-120b", draft_kind="mtp", verify_on="b200:8", acceptance=0.9,
+                             gamma=2).draft.endswith("(1 layer, not in the checkpoint)")
+    assert speculative_round("deepseek-r1", draft_kind="mtp", verify_on="b200:8", acceptance=0.9,
+                             gamma=2).draft.endswith("mtp head (1 layer)")

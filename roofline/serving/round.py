@@ -50,6 +50,9 @@ class Drafter:
     def _needs_model(self, _a: attrs.Attribute, kind: str) -> None:
         if kind == "model" and self.model is None:
             raise WorkloadError("draft kind 'model' needs a draft model")
+        if kind != "model" and self.model is not None:   # silently drafting with something else is a wrong answer
+            raise WorkloadError(f"draft kind {kind!r} drafts with head layers of the target, not with the draft model "
+                                f"{self.model.id}: give no draft model, or draft kind 'model'")
 
     def for_target(self, target: ModelSpec) -> ModelSpec:
         """The model that runs the draft steps; a separate draft must share the target's tokenizer."""
@@ -66,7 +69,8 @@ class Drafter:
         if self.kind == "model" and self.model is not None:
             return self.model.id
         s = "s" if self.head_layers > 1 else ""
-        return f"{target.id} {self.kind} head ({self.head_layers} layer{s})"
+        absent = ", not in the checkpoint" if self.kind == "mtp" and target.num_mtp_layers == 0 else ""
+        return f"{target.id} {self.kind} head ({self.head_layers} layer{s}{absent})"
 
 
 def draft_formats(group: DeviceGroup, given: Mapping[str, str | None] | None = None) -> dict[str, str]:

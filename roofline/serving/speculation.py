@@ -174,9 +174,25 @@ def _why_infeasible(rnd: Any) -> str:
     return f"the draft and the target together do not fit on {rnd.target_group.describe()}"
 
 
-def optimal_gamma(result: SpecResult) -> int:
-    """The gamma with the most tokens/s per user among the feasible points of a scan (integer search)."""
+def optimal_gamma(result: SpecResult) -> Any:
+    """The gamma with the most tokens/s per user among the feasible points of a scan (integer search).
+
+    A scan over gamma alone gives one int. On a grid whose other inputs vary too (``batch=[[1], [64]]`` against
+    ``gamma=range(1, 11)``), each of their points has its own best gamma: an array over the grid without the
+    gamma axis, NaN where no gamma of that point fits. Gamma must vary along one axis only."""
     if not np.any(result.fits):
         raise InfeasibleError("no gamma in the scan fits in memory" + (f": {result.infeasible_reason}"
                                                                           if result.infeasible_reason else ""))
-    return int(np.ravel(result.gamma)[result.best_index])
+    tps = np.asarray(result.tokens_per_s_per_user, dtype=float)
+    gamma = np.broadcast_to(np.asarray(result.gamma, dtype=float), tps.shape)
+    fits = np.broadcast_to(result.fits, tps.shape)
+    axes = [a for a in range(tps.ndim) if np.ptp(gamma, axis=a).any()]
+    if len(axes) > 1:
+        raise WorkloadError(f"gamma varies along {len(axes)} axes of the grid (shape {tps.shape}); give it one axis "
+                            "to search along")
+    if tps.ndim == 0 or not axes or all(n == 1 for a, n in enumerate(tps.shape) if a != axes[0]):
+        return int(np.ravel(gamma)[result.best_index])
+    axis = axes[0]
+    score = np.where(fits, np.nan_to_num(tps, nan=-1.0), -np.inf)
+    best = np.take_along_axis(gamma, np.expand_dims(np.argmax(score, axis=axis), axis), axis=axis)
+    return np.where(np.any(fits, axis=axis), np.squeeze(best, axis=axis), np.nan)

@@ -57,7 +57,8 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
          err_console: Console | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 bad input, 2 usage error, 3 a bug of ours)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+    debug = "--debug" in argv   # anywhere on the line, before or after the command
+    argv = [a for a in argv if a != "--debug"]
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
     out = console or Console(no_color=bool(os.environ.get("NO_COLOR")) or None, width=width)
     err = err_console or Console(stderr=True, highlight=False, soft_wrap=True)
