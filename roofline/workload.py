@@ -32,7 +32,9 @@ def show(value: Any) -> str:
         return repr(value)
     if a.dtype == object:
         return repr(value)
-    return repr(a.item()) if a.ndim == 0 else np.array2string(a.ravel(), threshold=6, separator=", ")
+    return repr(a.item()) if a.ndim == 0 else np.array2string(a.ravel(), threshold=6, separator=", ",
+                                                              max_line_width=10**6,
+                                                              formatter={"float_kind": lambda x: f"{x:g}"})
 
 
 def as_array(name: str, value: ArrayLike) -> Array:
@@ -74,7 +76,7 @@ def check_gamma(value: ArrayLike, name: str = "gamma") -> Array:
     if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a != np.round(a)):
         raise WorkloadError(f"{name} (draft length) must be a whole number >= 0, got {show(a)}")
     if np.any(a > MAX_GAMMA):
-        raise WorkloadError(f"{name} (draft length) above {MAX_GAMMA} is not a draft length, got {show(a)}")
+        raise WorkloadError(f"{name} (draft length) above {MAX_GAMMA} is not a draft length, got {show(a[a > MAX_GAMMA])}")
     return a
 
 

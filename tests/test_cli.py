@@ -716,3 +716,35 @@ def test_debug_shows_the_error_itself_wherever_it_is_written(run_cli):
             run_cli(*argv)
     code, _, err = run_cli("stage", "llama-3.1-8b", "zzz")
     assert code == 1 and err.count("\n") == 1 and "unknown device 'zzz'" in err
+
+
+def test_stage_says_when_its_decode_context_is_shorter_than_its_prompt(run_cli):
+    """`stage --context 8k --prompt 16k` prefills 16,000 tokens and decodes at 8,000: two separate points, which
+    the table says in a note (as text and in the JSON's notes) rather than letting them pass for one request."""
+    code, out, _ = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--context", "8k", "--prompt", "16k", "--json")
+    assert code == 0 and any("shorter than the 16,000-token prompt" in n for n in json.loads(out)["notes"])
+    code, out, _ = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--context", "16k", "--prompt", "8k", "--json")
+    assert code == 0 and not any("shorter than" in n for n in json.loads(out)["notes"])
+
+
+def test_a_placement_takes_a_link_written_bandwidth_comma_latency(run_cli):
+    """`kv-link=50GB/s,3us` inside --placement (the form the link error recommends) is one value, not a broken
+    KEY=VALUE list, and it is the link the KV cache crosses: a slower one lengthens the TTFT."""
+    def ttft(link: str) -> float:
+        code, out, err = run_cli("pareto", "--target", "llama-3.1-8b", "--json",
+                                 "--placement", f"a: decode=h100-sxm, prefill=b200, kv-link={link}")
+        assert code == 0, err
+        return json.loads(out)["configurations"][0]["frontier"][0]["ttft_s"]
+    assert ttft("5GB/s,3us") > ttft("50GB/s,3us") > 0
+    code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100-sxm, 3us")
+    assert code == 2 and "'3us' is not KEY=VALUE" in err
+
+
+def test_range_and_draft_length_limits_are_said_in_one_line(run_cli):
+    """A range of more values than a command takes says the cap (not "cannot read" a valid range), and a draft
+    length beyond the limit names the values beyond it on one line (not a numpy array wrapped over two)."""
+    code, _, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--batch", "1..1000000")
+    assert code == 2 and "1,000,000 values; a range gives at most 100,000" in err and err.count("\n") == 1
+    code, _, err = run_cli("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on",
+                           "b200:8", "--alpha", "0.9", "--gamma", "1..100000")
+    assert code == 1 and "above 1024 is not a draft length, got [1025, 1026, 1027, ..., 99998, 99999, 100000]" in err and err.count("\n") == 1

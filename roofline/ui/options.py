@@ -102,7 +102,10 @@ def parse_ints(text: str, what: str, *, minimum: int = 1) -> list[int]:
         try:
             if ".." in part:
                 lo, hi = (count(x, minimum=minimum) for x in part.split("..", 1))
-                if hi < lo or hi - lo > 100_000:
+                if hi - lo >= 100_000:
+                    raise UsageError(f"{what}: {part.strip()!r} is {hi - lo + 1:,} values; a range gives at most "
+                                     "100,000 (use a list such as 1,1000,1000000 for far-apart points)")
+                if hi < lo:
                     raise ValueError
                 out.extend(range(lo, hi + 1))
             else:

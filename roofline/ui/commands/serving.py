@@ -50,11 +50,16 @@ def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placem
     if not sep or not body.strip() or "=" not in body:
         raise UsageError(f"--placement {text!r}: expected {PLACEMENT_SYNTAX}")
     keys: dict[str, str] = {}
+    last = None
     for item in body.split(","):
         k, eq, v = item.partition("=")
         key = k.strip().lower().replace("_", "-")
+        if not eq and last in ("kv-link", "draft-link"):   # a link written BANDWIDTH,LATENCY: the comma is its own
+            keys[last] += "," + item.strip()
+            continue
         if not eq:
             raise UsageError(f"--placement {text!r}: {item.strip()!r} is not KEY=VALUE")
+        last = key
         if key in keys:
             raise UsageError(f"--placement {text!r}: {key} is given twice")
         keys[key] = v.strip()

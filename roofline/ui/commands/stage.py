@@ -149,6 +149,9 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
                      "keeps depends on the acceptance (roofline spec).")
     if wi:
         notes.append("What-if: " + ", ".join(wi.describe()) + ".")
+    if prompt > args.context:
+        notes.append(f"Decode runs at context {args.context:,}, shorter than the {prompt:,}-token prompt prefilled: the "
+                     "two are separate points, not one request (a request's decode context is at least its prompt).")
     notes += [n.strip() for n in (_beyond_domain(group, params), context_note(
         model, max(float(prompt), float(args.context) + (args.gamma or 0)))) if n.strip()]
     caption = _caption(results, resolve_profile(group.device, params), render.shown_path(group.device.path), bool(wi),
