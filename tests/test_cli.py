@@ -749,3 +749,20 @@ def test_range_and_draft_length_limits_are_said_in_one_line(run_cli):
                            "b200:8", "--alpha", "0.9", "--gamma", "1..100000")
     assert code == 1 and err.count("\n") == 1
     assert "above 1024 is not a draft length, got [1025, 1026, 1027, ..., 99998, 99999, 100000]" in err
+
+
+def test_diagnose_and_spec_name_the_flag_at_fault(run_cli):
+    """A bad or contradictory measured rate, a utilisation outside [0, 1] and spec without its draft are usage
+    errors (exit 2) naming the flags, not a library message about "measured rate" or "draft kind 'model'"."""
+    run = ("diagnose", "llama-3.1-8b", "h100-sxm", "--batch", "8", "--isl", "1k", "--osl", "1k")
+    for extra, said in ((("--tpot-ms", "0"), "--tpot-ms: must be > 0"),
+                        (("--tokens-per-s-per-user", "-5"), "--tokens-per-s-per-user: must be > 0"),
+                        (("--tpot-ms", "5", "--tokens-per-s-per-user", "120"), "not allowed with argument --tpot-ms"),
+                        (("--tpot-ms", "5", "--utilisation", "2"), "--utilisation: a fraction in [0, 1]")):
+        code, _, err = run_cli(*run, *extra)
+        assert code == 2 and said in err, (extra, err)
+    spec = ("spec", "--target", "gpt-oss-120b", "--verify-on", "b200:8", "--alpha", "0.9", "--gamma", "2")
+    code, _, err = run_cli(*spec)
+    assert code == 2 and "give the draft model with --draft" in err
+    code, _, err = run_cli(*spec, "--draft", "gpt-oss-draft-1.6b", "--draft-kind", "eagle")
+    assert code == 2 and "--draft gpt-oss-draft-1.6b is a draft model, for --draft-kind model" in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import Any
 
 import attrs
 from rich.console import Console
@@ -36,6 +37,7 @@ from ..options import (
     engine_params,
     formats,
     mean_count,
+    number,
     profile,
     what_if,
 )
@@ -172,6 +174,13 @@ def default_jobs(n_rows: int) -> int:
     return max(1, min(usable_cores(), n_rows // ROWS_PER_JOB))
 
 
+def _utilisation(text: str) -> float:
+    v = number(text, "--utilisation")
+    if not 0 <= v <= 1:
+        raise UsageError(f"--utilisation: a fraction in [0, 1], got {text}")
+    return v
+
+
 def register(add: Adder) -> None:
     sp = add("diagnose", cmd_diagnose, "from measured tokens/s (or a vLLM benchmark_serving JSON): achieved bandwidth "
                                        "and FLOP/s, MBU and MFU against datasheet peaks, and the bottleneck",
@@ -182,10 +191,16 @@ def register(add: Adder) -> None:
     sp.add_argument("--batch", type=mean_count, default=None, help="concurrent sequences (a mean may be fractional)")
     sp.add_argument("--isl", type=mean_count, default=None, help="input tokens per request (mean; 1k = 1,000)")
     sp.add_argument("--osl", type=mean_count, default=None, help="output tokens per request (mean; 1k = 1,000)")
-    sp.add_argument("--tokens-per-s-per-user", type=float, default=None, help="measured output tokens/s per user")
-    sp.add_argument("--tpot-ms", type=float, default=None, help="measured time per output token, ms")
-    sp.add_argument("--tokens-per-s", type=float, default=None, help="measured total output tokens/s of the group")
-    sp.add_argument("--utilisation", type=float, default=None, help="measured GPU utilisation, 0-1 (optional)")
+    rate = sp.add_mutually_exclusive_group()   # one measured rate: two would contradict each other or say nothing
+
+    def measured(flag: str) -> Any:
+        return lambda text: number(text, flag, positive=True)
+    rate.add_argument("--tokens-per-s-per-user", type=measured("--tokens-per-s-per-user"), default=None,
+                      help="measured output tokens/s per user")
+    rate.add_argument("--tpot-ms", type=measured("--tpot-ms"), default=None, help="measured time per output token, ms")
+    rate.add_argument("--tokens-per-s", type=measured("--tokens-per-s"), default=None,
+                      help="measured total output tokens/s of the group")
+    sp.add_argument("--utilisation", type=_utilisation, default=None, help="measured GPU utilisation, 0-1 (optional)")
     sp.add_argument("--continuous", action="store_true", help="continuous batching (prompts share the steps)")
     add_formats(sp)
     add_what_if(sp)

@@ -13,6 +13,7 @@ from ...specs.resolve import resolve_group
 from .. import render
 from ..options import (
     Adder,
+    UsageError,
     acceptance,
     add_acceptance,
     add_formats,
@@ -29,6 +30,12 @@ from ..output import emit
 
 
 def cmd_spec(args: argparse.Namespace, console: Console) -> int:
+    if args.draft_kind == "model" and not args.draft:
+        raise UsageError("give the draft model with --draft (or draft with the target's own layers: --draft-kind mtp "
+                         "or eagle)")
+    if args.draft_kind != "model" and args.draft:
+        raise UsageError(f"--draft {args.draft} is a draft model, for --draft-kind model; --draft-kind "
+                         f"{args.draft_kind} drafts with the target's own layers (--head-layers)")
     gammas = np.array(parse_ints(args.gamma, "--gamma", minimum=0))
     batch = np.array(parse_ints(args.batch, "--batch"))
     wi = what_if(args)
