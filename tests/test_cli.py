@@ -766,3 +766,32 @@ def test_diagnose_and_spec_name_the_flag_at_fault(run_cli):
     assert code == 2 and "give the draft model with --draft" in err
     code, _, err = run_cli(*spec, "--draft", "gpt-oss-draft-1.6b", "--draft-kind", "eagle")
     assert code == 2 and "--draft gpt-oss-draft-1.6b is a draft model, for --draft-kind model" in err
+
+
+def test_pareto_says_why_a_configuration_has_no_frontier(run_cli):
+    """A placement with no feasible point beside one that has some: its empty frontier carries the reason (the
+    model does not fit on its decode group, with the bytes, as `stage` says it), in the table and the JSON."""
+    argv = ("pareto", "--target", "llama-3.1-405b", "--placement", "a: decode=b200:8", "--placement", "b: decode=h100-sxm")
+    code, out, err = run_cli(*argv, "--json")
+    assert code == 0, err
+    a, b = json.loads(out)["configurations"]
+    assert a["frontier"] and "why_empty" not in a
+    assert not b["frontier"] and b["why_empty"].startswith("llama-3.1-405b does not fit on h100-sxm for decode: needs")
+    assert "no point: llama-3.1-405b does not fit on h100-sxm" in " ".join(run_cli(*argv)[1].split())
+
+
+def test_flags_that_would_be_ignored_are_refused(run_cli):
+    """A price for a device the command does not run, an acceptance for placements that do not draft, and a draft
+    link where the draft shares the verify devices would each change nothing: each is a usage error naming it."""
+    code, _, err = run_cli("compare", "llama-3.1-8b", "h100-sxm", "--usd-per-device-hour", "b200=3")
+    assert code == 2 and "--usd-per-device-hour b200: not a device of this command (devices in play: h100-sxm)" in err
+    code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100-sxm", "--alpha", "0.9")
+    assert code == 2 and "none of these placements drafts" in err
+    spec = ("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8",
+            "--alpha", "0.9", "--gamma", "2")
+    for same in ((), ("--draft-on", "b200:8")):
+        code, _, err = run_cli(*spec, *same, "--link", "pcie5")
+        assert code == 2 and "--link pcie5: the draft runs on the verify devices" in err
+    code, out, err = run_cli(*spec, "--draft-on", "corsair:2", "--link", "nvlink", "--json")
+    assert code == 0 and json.loads(out)["link"] == "nvlink"
+    assert run_cli("compare", "llama-3.1-8b", "h100-sxm", "--usd-per-device-hour", "h100-sxm=3")[0] == 0

@@ -38,7 +38,7 @@ BAD = [
     (["stage", "llama-3.1-8b", "h100", "--batch", "1000000000"], 1, "does not fit"),
     (["stage", "llama-3.1-8b", "h100", "--context", "99999999999"], 1, "does not fit"),
     (["diagnose", "llama-3.1-8b", "h100", "--batch", "1", "--isl", "5", "--osl", "5", "--tokens-per-s-per-user",
-      "nan"], 1, "positive finite"),
+      "nan"], 2, "--tokens-per-s-per-user: expected a finite number"),
     # speculation
     (["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8", "--alpha", "-0.1"],
      2, "alpha must be in [0, 1]"),

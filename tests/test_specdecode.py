@@ -117,7 +117,7 @@ def test_spec_command(run_cli):
     (["--alpha", "0.9", "--acceptance-length", "5:3"], 2, "exactly one"),
     (["--acceptance-length", "4:9"], 1, "exceeds gamma + 1"),
     (["--alpha", "0.9", "--draft", "llama-3.1-8b"], 1, "vocabulary"),
-    (["--alpha", "0.9", "--link", "carrier-pigeon"], 1, "unknown link"),
+    (["--alpha", "0.9", "--draft-on", "corsair:2", "--link", "carrier-pigeon"], 1, "unknown link"),
 ])
 def test_spec_errors(run_cli, extra, code, needle):
     base = ["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b200:8",

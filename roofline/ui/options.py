@@ -245,8 +245,9 @@ def stack_option(text: str) -> str:
         raise UsageError(f"--stack: {e}") from None
 
 
-def price_list(args: argparse.Namespace) -> Prices:
-    """The shipped prices with --usd-per-device-hour and --usd-per-kwh applied."""
+def price_list(args: argparse.Namespace, devices: Iterable[Device] = ()) -> Prices:
+    """The shipped prices with --usd-per-device-hour and --usd-per-kwh applied; a price for a device none of
+    ``devices`` is (the command's devices) is refused, as a --set naming none of them is: it would be ignored."""
     given: dict[str, float] = {}
     for item in (args.usd_per_device_hour or "").split(","):
         if not item.strip():
@@ -258,6 +259,11 @@ def price_list(args: argparse.Namespace) -> Prices:
         if dev_id in given:
             raise UsageError(f"--usd-per-device-hour: {dev_id} is given twice")
         given[dev_id] = number(usd, f"--usd-per-device-hour {dev_id}")
+    in_play = sorted({d.id for d in devices})
+    unused = [d for d in given if in_play and d not in in_play]
+    if unused:
+        raise UsageError(f"--usd-per-device-hour {unused[0]}: not a device of this command (devices in play: "
+                         f"{', '.join(in_play)})")
     kwh = number(args.usd_per_kwh, "--usd-per-kwh") if args.usd_per_kwh is not None else None
     try:
         return shipped_prices().with_overrides(given, usd_per_kwh=kwh)

@@ -824,8 +824,8 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
     req = extra.get("request") or {}
     workload = (f"{extra['target']}, {req['isl']} in / {req['osl']} out, {req['mode']}"
                 if extra.get("target") and req else "")
-    tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"], workload)
-                                    for c in configs]
+    tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"] + (
+        f"; no point: {c['why_empty']}" if c.get("why_empty") else ""), workload) for c in configs]
     if comparisons:
         tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))
     if extra.get("overrides"):

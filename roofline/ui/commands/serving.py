@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ...errors import RooflineError
+from ...errors import InfeasibleError, RooflineError
+from ...physics.stages import decode_step
+from ...physics.timing import require_feasible
 from ...serving.frontier import compare_frontiers, pareto_frontier
 from ...serving.placements import enumerate_placements
 from ...serving.serve import Placement, Request, evaluate_serving
@@ -165,6 +167,22 @@ def _comparisons(placements: list[Placement], frontiers: list[Any], axis: str) -
     return out
 
 
+def _why_empty(args: argparse.Namespace, p: Placement, r: Any, params: Any) -> str:
+    """Why a placement has no point on its frontier: the decode group does not hold the model (as `stage` says
+    it), a step's token budget cannot keep up, or no point has a known power."""
+    if np.any(r.fits):
+        return r.energy_note or "no feasible point has a known power"
+    starved = np.flatnonzero(np.ravel(np.broadcast_to(r.budget_starved, r.batch.shape)))
+    if starved.size:
+        return r.why_infeasible(int(starved[0]))
+    try:
+        require_feasible(decode_step(args.target, p.decode, batch=int(np.min(parse_ints(args.batch, "--batch"))),
+                                     context=args.isl + args.osl, params=params, **formats(args)))
+    except InfeasibleError as e:
+        return str(e)
+    return "no batch of --batch fits"
+
+
 def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     if not args.placement:
         raise UsageError(f"give at least one --placement {PLACEMENT_SYNTAX}")
@@ -176,10 +194,13 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     refuse_repeats([p.name for p in placements], "--placement names")
     wi.check_used([d for p in placements for d in _groups_devices(p)])
     acc = acceptance(args) if any(p.speculative for p in placements) else None
+    if acc is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
+        raise UsageError("an acceptance (--alpha ...) applies to a speculative placement (draft=GROUP or draft=target "
+                         "with --draft, or draft-kind=mtp); none of these placements drafts")
     batches = np.array(parse_ints(args.batch, "--batch"))[:, None]
     gammas = np.array(parse_ints(args.gamma, "--gamma"))[None, :]
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
-    prices, knobs = price_list(args), serving_knobs(args)
+    prices, knobs = price_list(args, [d for p in placements for d in _groups_devices(p)]), serving_knobs(args)
     if args.axis == "usd":
         unpriced = sorted({d.id for p in placements for d in _groups_devices(p)} - set(prices.by_device))
         if unpriced:
@@ -196,6 +217,8 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         results.append(r)
         configs.append({"name": p.name, "description": p.describe(), "energy_note": r.energy_note or None,
                         "frontier": [render.serving_point(r, int(i)) for i in f.index]})
+        if not configs[-1]["frontier"]:   # an empty frontier says why, as the command does when all are empty
+            configs[-1]["why_empty"] = _why_empty(args, p, r, params)
     if not any(c["frontier"] for c in configs):
         notes = "; ".join(c["energy_note"] for c in configs if c["energy_note"])
         starved = [c["name"] for c, r in zip(configs, results) if np.any(r.budget_starved)]

@@ -70,7 +70,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
                     else float("inf"),
                     request=Request(input_tokens=args.isl, output_tokens=args.osl))
     draft = load_model(args.draft) if args.draft else None
-    prices = price_list(args)
+    prices = price_list(args, [getattr(d, 'device', d) for d in devices])
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
                    formats=formats(args), params=engine_params(args, [getattr(d, 'device', d) for d in devices]), prices=prices)
     commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []

@@ -42,13 +42,16 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     verify_on = resolve_group(args.verify_on, ep=args.ep)
     draft_on = resolve_group(args.draft_on) if args.draft_on else None
     wi.check_used([verify_on.device, *([draft_on.device] if draft_on else [])])
+    if args.link is not None and (draft_on is None or draft_on == verify_on):
+        raise UsageError(f"--link {args.link}: the draft runs on the verify devices (no --draft-on, or the same group), "
+                         "so no link carries the round; give --draft-on a separate group to use one")
     target = load_model(args.target)   # once: the scan and the context check share it
     r = speculative_round(target, verify_on=wi.apply_group(verify_on), draft=args.draft,
                           draft_on=wi.apply_group(draft_on) if draft_on else None, draft_kind=args.draft_kind,
                           head_layers=args.head_layers, acceptance=acceptance(args),
                           gamma=gammas if batch.size == 1 else gammas[None, :],
                           batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
-                          link=args.link, sampling=args.sampling,
+                          link=args.link or "pcie5", sampling=args.sampling,
                           target_formats=formats(args),
                           draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
                                          "activations": args.draft_activations},
@@ -72,8 +75,9 @@ def register(add: Adder) -> None:
     sp.add_argument("--gamma", default="1..8", help="draft lengths (gamma): 1..40 or 1,2,5 (default 1..8)")
     sp.add_argument("--batch", default="1", help="concurrent sequences: 1, or a list/range like 1,8,64 (default 1)")
     sp.add_argument("--context", type=nonnegative, default=8192, help="tokens in the KV cache (default 8192)")
-    sp.add_argument("--link", default="pcie5",
-                    help="draft<->target link: pcie5, nvlink, ethernet-400g, ... or BANDWIDTH,LATENCY (`roofline formats`)")
+    sp.add_argument("--link", default=None,
+                    help="draft<->target link between separate --draft-on and --verify-on groups: pcie5 (default), "
+                         "nvlink, ethernet-400g, ... or BANDWIDTH,LATENCY (`roofline formats`)")
     sp.add_argument("--sampling", default="greedy", choices=["greedy", "lossless"],
                     help="greedy ships token ids; lossless also ships the draft's probability rows")
     sp.add_argument("--ep", type=positive, default=None, help="expert-parallel degree of the target group")

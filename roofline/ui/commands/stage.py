@@ -188,7 +188,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     variants, changed = _variants(args)
     rows = compare(model, variants, batch=batch, context=args.context, prompt=args.prompt, formats=formats(args),
                    params=engine_params(args, [g.device for _, g in variants]), with_elasticity=args.elasticity,
-                   prices=price_list(args))
+                   prices=price_list(args, [g.device for _, g in variants]))
     data = []
     for r in rows:
         d: dict = {"name": r.name, "device": r.group.device.id, "group": r.group.shape,
