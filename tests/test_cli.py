@@ -795,3 +795,11 @@ def test_flags_that_would_be_ignored_are_refused(run_cli):
     code, out, err = run_cli(*spec, "--draft-on", "corsair:2", "--link", "nvlink", "--json")
     assert code == 0 and json.loads(out)["link"] == "nvlink"
     assert run_cli("compare", "llama-3.1-8b", "h100-sxm", "--usd-per-device-hour", "h100-sxm=3")[0] == 0
+
+
+def test_size_caption_says_the_what_if_and_electricity_price_it_ran_with(run_cli):
+    base = ("size", "llama-3.1-8b", "--devices", "h100-sxm", "--users", "10", "--min-tokens-per-s-per-user", "20")
+    said = " ".join(run_cli(*base, "--set", "h100-sxm.hbm.bandwidth=9TB/s", "--usd-per-kwh", "0.1")[1].split())
+    assert "Electricity $0.1/kWh." in said and "What-if: h100-sxm.hbm.bandwidth=9TB/s." in said
+    plain = " ".join(run_cli(*base)[1].split())
+    assert "What-if" not in plain and "Electricity" not in plain

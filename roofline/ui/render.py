@@ -1010,7 +1010,9 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
                + (f"Formats: {used}. " if used else "")
                + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h ({prices.by_device[d].date})"
                                           for d in priced) + "." if priced else "No device here has a price: "
-                  "give --usd-per-device-hour ID=USD."))
+                  "give --usd-per-device-hour ID=USD.")
+               + (f" Electricity ${prices.usd_per_kwh:g}/kWh." if prices.usd_per_kwh else "")
+               + (f" What-if: {', '.join(overrides)}." if overrides else ""))
     tables: list[Any] = size_table(title, options, caption)
     for item in launches:
         cmd = item.get("launch")
