@@ -803,3 +803,18 @@ def test_size_caption_says_the_what_if_and_electricity_price_it_ran_with(run_cli
     assert "Electricity $0.1/kWh." in said and "What-if: h100-sxm.hbm.bandwidth=9TB/s." in said
     plain = " ".join(run_cli(*base)[1].split())
     assert "What-if" not in plain and "Electricity" not in plain
+
+
+def test_the_help_examples_run_and_show_what_they_are_for(run_cli):
+    """Every example under `roofline --help` runs as written, and the compare example's what-if shows numbers (it
+    once put a 70B BF16 model on one H200, so every row of the variant it demonstrates read "no fit")."""
+    import shlex
+
+    from roofline.ui.cli import EPILOG
+    text = EPILOG.replace("\\\n", " ")
+    examples = [shlex.split(line)[1:] for line in text.splitlines() if line.strip().startswith("roofline ")]
+    assert len(examples) >= 5
+    for argv in examples:
+        code, out, err = run_cli(*argv)
+        assert code == 0, (argv, err)
+        assert argv[0] != "compare" or "no fit" not in out
