@@ -818,3 +818,13 @@ def test_the_help_examples_run_and_show_what_they_are_for(run_cli):
         code, out, err = run_cli(*argv)
         assert code == 0, (argv, err)
         assert argv[0] != "compare" or "no fit" not in out
+
+
+def test_show_takes_a_checkpoint_folder_as_stage_does(run_cli, tmp_path):
+    """A folder holding a config.json is a model to `stage`; `show` reads it as one too, not as a device spec."""
+    import shutil
+    shutil.copy(Path(__file__).resolve().parents[1] / "roofline" / "presets" / "llama-3.1-8b.json",
+                tmp_path / "config.json")
+    code, out, err = run_cli("show", str(tmp_path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["num_layers"] == 32

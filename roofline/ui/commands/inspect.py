@@ -37,7 +37,8 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     if ":" in name and not os.path.exists(name):
         raise UsageError(f"{name!r} is a device group; show takes one device or model: roofline show "
                          f"{name.partition(':')[0]}")
-    if not name.endswith(".json"):
+    model_dir = os.path.isdir(name) and os.path.exists(os.path.join(name, "config.json"))   # a checkpoint folder
+    if not name.endswith(".json") and not model_dir:
         try:
             emit(console, render.device_view(load_device(name)), args)
             return 0
