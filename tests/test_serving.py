@@ -367,3 +367,11 @@ def test_token_budget_binds_each_microbatch_of_a_pipeline():
     tp = rl.evaluate_serving("llama-3.1-405b", rl.Placement.build("tp", decode="h100-sxm:16"), request,
                              batch=np.array([56, 112]), chunk=512)
     assert list(tp.token_budget_needed) == [504, 1008] and list(tp.budget_keeps_up) == [True, False]
+
+
+def test_diagnose_says_a_far_slower_run_as_a_ratio_without_e_notation(run_cli):
+    base = ("diagnose", "llama-3.1-8b", "h100-sxm", "--batch", "1", "--isl", "5", "--osl", "1000", "--json")
+    far = json.loads(run_cli(*base, "--tpot-ms", "1000")[1])["advice"]
+    assert "the measured 1,000 ms being" in far and "x that" in far and "e+" not in far
+    near = json.loads(run_cli(*base, "--tpot-ms", "9")[1])["advice"]
+    assert "below the measured 9 ms" in near

@@ -209,8 +209,9 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
     binding, advice = _verdict(mbu, mfu, ms.utilisation, split=g.count > 1,
                                compute_share=float(r.compute_s) / ms.tpot_s)
     off = float(r.time_s) / ms.tpot_s - 1
-    advice += (f". The model predicts {float(r.time_s) * 1e3:.3g} ms per output token for this setup, "
-               f"{abs(off):.0%} {'above' if off > 0 else 'below'} the measured {ms.tpot_s * 1e3:.3g} ms"
+    gap = (f"{abs(off):.0%} {'above' if off > 0 else 'below'} the measured {_ms(ms.tpot_s)}" if off > -0.5 else
+           f"the measured {_ms(ms.tpot_s)} being {1 / (1 + off):.3g}x that")
+    advice += (f". The model predicts {_ms(float(r.time_s))} per output token for this setup, {gap}"
                + (": the run is slower than this roofline explains (a stack or setting the model does not know, or a "
                   "setup other than the one given)" if off < -0.25 else
                   ": the run beats this calibration (a faster stack, or a setup other than the one given)" if off > 0.25
@@ -220,3 +221,9 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
                      peak_bytes_per_s=peak_bw, peak_flop_per_s=peak_flop, compute_class=cls, mbu=mbu, mfu=mfu,
                      modelled_compute_share=float(r.compute_s) / ms.tpot_s, predicted_tpot_s=float(r.time_s),
                      binding=binding, advice=advice)
+
+
+def _ms(seconds: float) -> str:
+    """A time in ms for a sentence: three significant digits, whole ms with separators from 100 ms up."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
