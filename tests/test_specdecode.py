@@ -194,3 +194,15 @@ def test_a_draft_model_with_a_head_draft_kind_is_refused_and_a_missing_mtp_head_
                              gamma=2).draft.endswith("(1 layer, not in the checkpoint)")
     assert speculative_round("deepseek-r1", draft_kind="mtp", verify_on="b200:8", acceptance=0.9,
                              gamma=2).draft.endswith("mtp head (1 layer)")
+
+
+def test_spec_says_the_formats_target_and_draft_ran_in(run_cli):
+    """The draft's formats default to its device's native one (mxint8 on Corsair), the target's to the checkpoint's
+    (gpt-oss's MXFP4 experts): the table and the JSON say which applied."""
+    argv = ("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--draft-on", "corsair:2",
+            "--verify-on", "b200:8", "--alpha", "0.926", "--gamma", "2")
+    d = json.loads(run_cli(*argv, "--json")[1])
+    assert d["target_formats"] == "weights bf16, experts mxfp4, KV bf16, activations bf16"
+    assert d["draft_formats"] == "weights mxint8, experts mxint8, KV mxint8, activations mxint8"
+    said = " ".join(run_cli(*argv)[1].split())
+    assert f"Formats: target {d['target_formats']}; draft {d['draft_formats']}." in said

@@ -71,6 +71,9 @@ class SpecResult(ArrayRecord):
     energy_note: str = ""
     #: why no point of the scan fits ("" where some does): the first stage that does not, as `stage` says it
     infeasible_reason: str = ""
+    #: the formats the target (verify and the baseline) and the draft ran in (:meth:`Formats.describe`)
+    target_formats: str = ""
+    draft_formats: str = ""
 
     @property
     def draft_step_s(self) -> Array:
@@ -159,7 +162,8 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         power_w=full(power_w * nan), fits=rnd.fits,
         draft_bound=np.where(full(G) > 0, full(rnd.draft.bound), "none"),   # gamma 0 drafts nothing
         verify_bound=full(rnd.verify.bound),
-        energy_note=note, infeasible_reason="" if np.any(rnd.fits) else _why_infeasible(rnd))
+        energy_note=note, infeasible_reason="" if np.any(rnd.fits) else _why_infeasible(rnd),
+        target_formats=plan.target_formats.describe(), draft_formats=rnd.draft.formats.describe())
 
 
 def _why_infeasible(rnd: Any) -> str:

@@ -169,6 +169,12 @@ class Formats:
         return {"weights": self.weights, "experts": self.experts or self.weights, "kv": self.kv,
                 "activations": self.activations}
 
+    def describe(self) -> str:
+        """"weights bf16, experts mxfp4, KV bf16, activations bf16" (and the head where it is named apart)."""
+        head = f", embedding and LM head {self.head}" if self.head else ""
+        return (f"weights {self.weights}, experts {self.experts or self.weights}, KV {self.kv}, "
+                f"activations {self.activations}{head}")
+
     @classmethod
     def for_model(cls, model: ModelSpec, *, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
                   activations: str = "bf16", head: str | None = None) -> Formats:

@@ -373,7 +373,7 @@ SPEC_FIELDS = ("gamma", "expected_tokens", "draft_s", "verify_s", "transfer_s", 
                "verify_bound")
 
 
-def spec_dict(r: SpecResult, best_gamma: int) -> dict[str, Any]:
+def spec_dict(r: SpecResult, best_gamma: Any) -> dict[str, Any]:
     """A scan as JSON-ready rows (one per batch and gamma, each with its batch's plain-decode baseline), each
     batch's fastest gamma marked ``best``; the top-level ``baseline_*`` are the first batch's (every batch's in
     ``baseline_by_batch``)."""
@@ -392,14 +392,17 @@ def spec_dict(r: SpecResult, best_gamma: int) -> dict[str, Any]:
     by_batch = {row["batch"]: {"batch": row["batch"], "tokens_per_s_per_user": row["baseline_tokens_per_s_per_user"],
                                "energy_per_token_j": row["baseline_energy_per_token_j"]} for row in rows}
     return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "target_group": r.target_group,
-            "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance, "best_gamma": best_gamma,
+            "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance,
+            "best_gamma": best_gamma if np.ndim(best_gamma) == 0 else   # one per batch when batches vary
+            [int(g) if math.isfinite(g) else None for g in np.ravel(best_gamma)],
             "baseline_decode_s": float(np.ravel(r.baseline_decode_s)[0]),
             "baseline_tokens_per_s_per_user": float(1 / np.ravel(r.baseline_decode_s)[0]),
             "baseline_energy_per_token_j": float(np.ravel(r.baseline_energy_per_token_j)[0]),
-            "baseline_by_batch": list(by_batch.values()), "energy_note": r.energy_note, "rows": rows}
+            "baseline_by_batch": list(by_batch.values()), "energy_note": r.energy_note,
+            "target_formats": r.target_formats, "draft_formats": r.draft_formats, "rows": rows}
 
 
-def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), note: str = "") -> Table:
+def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), note: str = "") -> Table:
     d = spec_dict(r, best_gamma)
     batches = sorted({int(row["batch"]) for row in d["rows"]})
     several = len(batches) > 1
@@ -413,8 +416,10 @@ def spec_table(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), no
         return [row for row in d["rows"] if row["batch"] == b and row["fits"] and row["gamma"]]
     slower = [b for b in batches if fitting(b) and not any(row["speedup"] > 1 for row in fitting(b))]
     unfit = [b for b in batches if not fitting(b) and any(row["gamma"] for row in d["rows"])]
+    formats = (f"Formats: target {r.target_formats}; draft {r.draft_formats}. "
+               if r.target_formats and r.draft_formats else "")
     cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
-           f"Baseline: plain decode on {r.target_group} at {base}"
+           + formats + f"Baseline: plain decode on {r.target_group} at {base}"
            + (". * = most tok/s/user" + (" at that batch" if several else "") + ".")
            + ((" No γ here is faster than plain decode (speed-up < 1" + (f" at batch {', '.join(map(str, slower))}"
                                                                          if several else "") + "): speculation does not pay.")
@@ -800,7 +805,7 @@ def stage_view(model: str, group: DeviceGroup, results: Sequence[StageResult], c
                 data=data, rows=rows)
 
 
-def spec_view(r: SpecResult, best_gamma: int, overrides: Sequence[str] = (), note: str = "") -> View:
+def spec_view(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), note: str = "") -> View:
     """A speculative scan; ``note``: a caveat for the caption and the JSON's ``notes``."""
     d = spec_dict(r, best_gamma)
     d["overrides"] = list(overrides)
