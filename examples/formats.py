@@ -61,6 +61,13 @@ def run(context: int = 2048, prompt: int = 4096) -> dict:
     return {"context": context, "prompt": prompt, "rows": rows, "published": "3x (FP4 Blackwell against FP8 Hopper)"}
 
 
+def _span(values) -> str:
+    """"2.1-2.4" over the finite values, or "2.1" when they agree to the digit shown."""
+    finite = [v for v in values if v == v]
+    lo, hi = f"{min(finite):.1f}", f"{max(finite):.1f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def show(out: dict, console: Console) -> None:
     t = Table(title=f"FP8 to FP4 on the same chip (decode at {out['context']} context, prefill of {out['prompt']})",
               caption=f"Published claim: {out['published']}.")
@@ -78,8 +85,8 @@ def show(out: dict, console: Console) -> None:
     gen = out["rows"][-1]
     console.print(
         f"The format alone gives at most {best:.2f}x here; generation and format together (H200 FP8 -> B200 NVFP4) "
-        f"give {gen['prefill_speedup']:.1f}x prefill and {min(v for v in gen['decode_speedup'].values() if v == v):.1f}-"
-        f"{max(v for v in gen['decode_speedup'].values() if v == v):.1f}x decode (more at batches H200 cannot hold)."
+        f"give {gen['prefill_speedup']:.1f}x prefill and {_span(gen['decode_speedup'].values())}x decode (more at "
+        "batches H200 cannot hold)."
         " Why: decode is memory-bound, so FP4 saves at most the bytes "
         "(8 -> 4.5 bits per weight, less with KV, activations and fixed costs); prefill gains only where FP4 tensor "
         "cores exist (B200), and on H200 the dequantisation to BF16 makes it slower. A 3x claim needs the "

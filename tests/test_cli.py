@@ -828,3 +828,21 @@ def test_show_takes_a_checkpoint_folder_as_stage_does(run_cli, tmp_path):
     code, out, err = run_cli("show", str(tmp_path), "--json")
     assert code == 0, err
     assert json.loads(out)["num_layers"] == 32
+
+
+def test_compare_elasticity_table_leaves_out_fields_that_move_nothing(run_cli):
+    """The table lists the fields that move the decode time at the two decimals shown and says how many it left
+    out; the JSON keeps every field."""
+    code, out, err = run_cli("compare", "llama-3.1-8b", "h100-sxm", "--elasticity")
+    assert code == 0, err
+    data = json.loads(run_cli("compare", "llama-3.1-8b", "h100-sxm", "--elasticity", "--json")[1])
+    el = data["rows"][0]["elasticity"]
+    idle = [k for k, v in el.items() if round(v, 2) == 0]
+    assert idle and "+0.00" not in out and "-0.00" not in out
+    assert f"{len(idle)} fields with no effect here" in " ".join(out.split())
+    assert all(k in out for k, v in el.items() if round(v, 2) != 0)
+
+
+def test_unknown_options_point_at_the_commands_own_help(run_cli):
+    code, _, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--bogus")
+    assert code == 2 and "unrecognized arguments: --bogus (see `roofline stage --help`)" in err

@@ -64,7 +64,10 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
     err = err_console or Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:   # said against the command's own help, where its options are listed
+            where = f"roofline {args.command}" if getattr(args, "command", None) else "roofline"
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see `{where} --help`)")
         if not getattr(args, "func", None):
             parser.print_help(out.file)
             return 2

@@ -438,7 +438,7 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
         mark = "*" if row["best"] else ""
         ok = row["fits"]
         t.add_row(*((f"{row['batch']:.0f}",) if several else ()), f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]),
-                  _ms(row["verify_s"]), f"{row['transfer_s'] * 1e6:.3g}" if ok else "—",
+                  _ms(row["verify_s"]), _ms(row["transfer_s"] * 1e3) if ok else "—",
                   f"{row['expected_tokens']:.3g}" if ok else "—",
                   _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
                   f"{row['energy_per_token_j']:.3g}" if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
@@ -552,11 +552,15 @@ def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context
 
 
 def elasticity_table(name: str, el: dict[str, float], batch: int, context: int) -> Table:
+    shown = {k: v for k, v in el.items() if round(v, 2) != 0}   # a field that moves nothing at the precision shown
+    idle = len(el) - len(shown)
     t = _table(title=f"{name}: elasticity of decode time (batch {batch}, context {context})",
-              caption="d ln(time) / d ln(field): -1 = time inversely proportional to the field, 0 = irrelevant here.")
+              caption="d ln(time) / d ln(field): -1 = time inversely proportional to the field, 0 = irrelevant here."
+                      + (f" {idle} field{'s' if idle != 1 else ''} with no effect here (|elasticity| < 0.005) left "
+                         "out; --json lists every field." if idle else ""))
     t.add_column("spec field")
     t.add_column("elasticity", justify="right")
-    for k, v in sorted(el.items(), key=lambda kv: kv[1]):
+    for k, v in sorted(shown.items(), key=lambda kv: kv[1]):
         t.add_row(k, f"{v:+.2f}")
     return t
 

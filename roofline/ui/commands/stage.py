@@ -145,7 +145,8 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
         plot_roofline(group.device, results, args.plot, compute_class=w if w in group.device.peak_flop_per_s else "bf16",
                       title=f"{model.id} on {group.describe()}")
     if args.gamma is not None:
-        notes.append(f"verify: tok/s counts the {args.gamma + 1} tokens a pass checks per sequence; how many it "
+        checked = "the 1 token" if args.gamma == 0 else f"the {args.gamma + 1} tokens"
+        notes.append(f"verify: tok/s counts {checked} a pass checks per sequence; how many it "
                      "keeps depends on the acceptance (roofline spec).")
     if wi:
         notes.append("What-if: " + ", ".join(wi.describe()) + ".")
