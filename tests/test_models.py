@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +140,29 @@ def test_fuzz_configs_only_raise_project_errors(preset, extra, data):
     except RooflineError:
         return
     assert m.total_params > 0 and math.isfinite(m.kv_cache_bytes_per_token("bf16"))
+
+
+def test_an_fp8_checkpoint_runs_in_fp8_unless_told_otherwise(tmp_path, run_cli):
+    """A config whose quantization_config says fp8 (DeepSeek-V3/R1's and Qwen's block-scaled FP8 checkpoints)
+    stores every linear layer in FP8: that is the default weight and expert format, as gpt-oss's MXFP4 experts
+    are; a format given explicitly wins, and sizing keeps FP8 only where the device multiplies it."""
+    from roofline.serving.sizing import device_formats
+    from roofline.specs.formats import Formats
+    ds = rl.load_model("deepseek-r1")
+    assert ds.checkpoint_weight_format == "fp8"
+    assert Formats.for_model(ds).names() == {"weights": "fp8", "experts": "fp8", "kv": "bf16", "activations": "bf16"}
+    assert Formats.for_model(ds, weights="bf16").weight.name == "bf16"
+    cfg = json.loads((Path(rl.__file__).parent / "presets" / "llama-3.1-8b.json").read_text())
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(cfg))
+    fp8 = tmp_path / "fp8.json"
+    fp8.write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
+    assert rl.load_model(str(plain)).checkpoint_weight_format is None
+    step = {p: rl.decode_step(str(p), "h100-sxm", batch=1, context=1024) for p in (plain, fp8)}
+    assert step[fp8].formats.weights == "fp8" and step[plain].formats.weights == "bf16"
+    assert float(step[fp8].weights_per_device_bytes) < 0.6 * float(step[plain].weights_per_device_bytes)
+    d = json.loads(run_cli("stage", "deepseek-r1", "b200:8", "--batch", "1", "--json")[1])
+    assert d["stages"][0]["formats"]["weights"] == "fp8"
+    assert device_formats(rl.load_device("h100-sxm"), None, ds)["weights"] == "fp8"
+    assert device_formats(rl.load_device("a100-sxm-80gb"), None, ds)["weights"] == "bf16"   # no FP8 units
+    assert rl.load_model("gpt-oss-120b").checkpoint_weight_format is None   # MXFP4 experts only

@@ -176,9 +176,11 @@ class Formats:
                 f"activations {self.activations}{head}")
 
     @classmethod
-    def for_model(cls, model: ModelSpec, *, weights: str = "bf16", experts: str | None = None, kv: str = "bf16",
+    def for_model(cls, model: ModelSpec, *, weights: str | None = None, experts: str | None = None, kv: str = "bf16",
                   activations: str = "bf16", head: str | None = None) -> Formats:
-        """Defaults that follow the checkpoint: gpt-oss experts are MXFP4 unless told otherwise."""
+        """Defaults that follow the checkpoint: weights (None) as it stores them (an FP8 checkpoint's fp8, else
+        bf16), and gpt-oss's experts MXFP4 unless told otherwise."""
+        weights = weights or model.checkpoint_weight_format or "bf16"
         if experts is None and model.checkpoint_expert_format and weights in ("bf16", "fp16"):
             experts = model.checkpoint_expert_format
         return cls(weights=weights, experts=experts, kv=kv, activations=activations, head=head)

@@ -217,6 +217,8 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
     quant = cfg.get("quantization_config")
     if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4" and fields.get("num_experts"):
         fields["checkpoint_expert_format"] = "mxfp4"  # gpt-oss: only the experts are MXFP4
+    if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
+        fields["checkpoint_weight_format"] = "fp8"  # every linear layer FP8 (block scales), experts included
     try:
         return ModelSpec(id=id or str(cfg.get("_name_or_path") or model_type), source=str(cfg.get("_source", origin)),
                          **fields)

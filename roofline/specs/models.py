@@ -67,6 +67,9 @@ class ModelSpec:
     v_head_dim: int | None = None
     num_mtp_layers: int = attrs.field(default=0, validator=_nonneg)
     checkpoint_expert_format: str | None = None
+    #: the format the checkpoint stores its linear layers in where a config's ``quantization_config`` says so
+    #: (``fp8``: DeepSeek-V3/R1's and Qwen's block-scaled FP8 checkpoints); None: 16-bit
+    checkpoint_weight_format: str | None = None
     source: str = ""
     #: the longest sequence the model was built for (config ``max_position_embeddings``); None where not given.
     #: Longer contexts still compute (the counts do not depend on it) but are flagged by the commands

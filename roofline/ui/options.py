@@ -149,7 +149,8 @@ def add_prices(sp: argparse.ArgumentParser) -> None:
 
 
 def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> None:
-    sp.add_argument("--weights", default="bf16", help="non-expert weight format (default bf16; `roofline formats`)")
+    sp.add_argument("--weights", default=None, help="non-expert weight format (default: the checkpoint's, fp8 for an "
+                                                    "FP8 checkpoint, else bf16; `roofline formats`)")
     sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's, else --weights)")
     sp.add_argument("--kv", default="bf16", help="KV-cache format (default bf16)")
     sp.add_argument("--lm-head", default=None, help="embedding and LM head format (default: as --weights, or as "
