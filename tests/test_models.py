@@ -166,3 +166,6 @@ def test_an_fp8_checkpoint_runs_in_fp8_unless_told_otherwise(tmp_path, run_cli):
     assert device_formats(rl.load_device("h100-sxm"), None, ds)["weights"] == "fp8"
     assert device_formats(rl.load_device("a100-sxm-80gb"), None, ds)["weights"] == "bf16"   # no FP8 units
     assert rl.load_model("gpt-oss-120b").checkpoint_weight_format is None   # MXFP4 experts only
+    shown = {m: json.loads(run_cli("show", m, "--json")[1])["checkpoint_formats"] for m in ("deepseek-r1", "gpt-oss-120b")}
+    assert shown == {"deepseek-r1": {"weights": "fp8", "experts": "fp8"},
+                     "gpt-oss-120b": {"weights": "bf16", "experts": "mxfp4"}}

@@ -26,6 +26,7 @@ from ..serving.serve import ServingResult
 from ..serving.speculation import SpecResult
 from ..specs.devices import Device, fields
 from ..specs.execution import family_profile, resolve_profile
+from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams
@@ -240,7 +241,14 @@ def model_dict(m: ModelSpec) -> dict[str, Any]:
         "num_sliding_layers": m.num_sliding_layers, "sliding_window": m.sliding_window, "mla": m.is_mla,
         "kv_cache_bytes_per_token_bf16": m.kv_cache_bytes_per_token("bf16"),
         "param_breakdown": m.param_breakdown(), "source": m.source,
+        "checkpoint_formats": _checkpoint_formats(m),
     }
+
+
+def _checkpoint_formats(m: ModelSpec) -> dict[str, str]:
+    """The formats the commands run a model in by default: as its checkpoint stores them."""
+    f = Formats.for_model(m)
+    return {"weights": f.weights, "experts": f.experts or f.weights} if m.num_experts else {"weights": f.weights}
 
 
 def _b(n: float) -> str:
@@ -278,6 +286,8 @@ def model_table(m: ModelSpec) -> Table:
     if m.num_mtp_layers:
         t.add_row(f"MTP modules ({m.num_mtp_layers}, not in total)", _b(m.mtp_params))
     t.add_row("KV cache per token (bf16)", format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
+    stored = ", ".join(f"{k} {v}" for k, v in _checkpoint_formats(m).items())
+    t.caption = f"Checkpoint formats (the default unless --weights/--experts say otherwise): {stored}. Config: {m.source}"
     return t
 
 
