@@ -549,7 +549,7 @@ def test_compare_refuses_what_it_cannot_show(run_cli):
     """Nothing runnable is an error (one line, non-zero), not an empty table with status 0; the advice it gives
     (--activations) is a flag compare has; --tp leaves groups that carry their own :N alone; a name given twice
     is a usage error."""
-    code, out, err = run_cli("compare", "llama-3.1-8b", "corsair", "corsair:4", "--weights", "mxint8", "--kv", "mxint8")
+    code, out, err = run_cli("compare", "llama-3.1-8b", "corsair", "corsair:4", "--activations", "bf16")
     assert code == 1 and out == "" and err.count("no native bf16") == 1 and "--activations" in err
     code, out, _ = run_cli("compare", "llama-3.1-8b", "corsair:4", "--weights", "mxint8", "--kv", "mxint8",
                            "--activations", "mxint8", "--batch", "1")
@@ -846,3 +846,24 @@ def test_compare_elasticity_table_leaves_out_fields_that_move_nothing(run_cli):
 def test_unknown_options_point_at_the_commands_own_help(run_cli):
     code, _, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--bogus")
     assert code == 2 and "unrecognized arguments: --bogus (see `roofline stage --help`)" in err
+
+
+def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
+    """`stage` on Corsair runs in mxint8 without being told (its caption says so); `placements` over an H100 and a
+    Corsair evaluates the Corsair placements too, in a format all their devices compute, and says which
+    placements ran in which formats; --json carries each placement's formats."""
+    code, out, err = run_cli("stage", "llama-3.1-8b", "corsair:4", "--batch", "1")
+    assert code == 0, err
+    assert "weights mxint8, experts mxint8, KV mxint8, activations mxint8" in " ".join(out.split())
+    argv = ("placements", "--target", "llama-3.1-8b", "--devices", "corsair,h100-sxm", "--batch", "1")
+    code, out, err = run_cli(*argv)
+    text = " ".join(out.split())
+    assert code == 0 and "The formats differ by placement" in text and "cannot run" not in text
+    rows = {p["name"]: p for p in json.loads(run_cli(*argv, "--json")[1])["placements"]}
+    assert rows["decode corsair, prefill on the decode group"]["metrics"]["target_formats"].startswith("weights mxint8")
+    assert rows["decode h100-sxm, prefill h100-sxm"]["metrics"]["target_formats"].startswith("weights bf16")
+    assert rows["decode h100-sxm, prefill corsair"]["metrics"]["target_formats"].startswith("weights mxint8")
+    code, out, _ = run_cli("compare", "llama-3.1-8b", "h100-sxm", "corsair:4", "--batch", "1")
+    text = " ".join(out.split())
+    assert code == 0 and "The formats differ by group" in text and "weights mxint8, experts mxint8" in text
+    assert "Formats: weights bf16" in " ".join(run_cli("compare", "llama-3.1-8b", "h100-sxm", "b200")[1].split())

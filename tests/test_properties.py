@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 import roofline as rl
 from roofline.errors import RooflineError
-from roofline.physics.timing import native_default_format
 from roofline.serving.placements import smallest_group
+from roofline.specs.formats import native_default
 
 MODEL = "llama-3.1-8b"
 
@@ -19,7 +19,7 @@ def _setup(device_id):
     """A group of the family's layout holding the model at batch 1, with formats the device runs natively."""
     dev = rl.load_device(device_id)
     try:
-        fmt = native_default_format(dev)
+        fmt = native_default((dev,))
         kw = dict(weights=fmt, kv=fmt, activations=fmt)
         group = smallest_group(lambda g: bool(rl.decode_step(MODEL, g, batch=1, context=1024, on_infeasible="nan",
                                                              **kw).fits), dev)

@@ -198,7 +198,7 @@ def test_elasticities_skip_a_count_of_links(run_cli):
 
 def test_enumerate_placements_lists_infeasible_with_reason():
     cands = enumerate_placements("llama-3.1-70b", ["h100-sxm", "corsair", "sohu"], Request(input_tokens=2048,
-                                 output_tokens=256), batch=4)
+                                 output_tokens=256), batch=4, target_formats={"kv": "bf16", "activations": "bf16"})
     by = {c.name: c for c in cands}
     h = by["decode h100-sxm, prefill on the decode group"]
     assert h.placement is not None and h.placement.decode.tp == 2     # 141 GB of BF16 needs two H100s
@@ -340,7 +340,7 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
     assert list(r.fits_memory) == [True, False] and not r.budget_keeps_up.any() and not r.fits.any()
     assert list(r.budget_starved) == [True, False] and r.token_budget == 64
     assert "token budget (64) cannot keep up" in r.why_infeasible(0) and "at least 144 tokens" in r.why_infeasible(0)
-    assert r.why_infeasible(1) == "does not fit at this batch"
+    assert r.why_infeasible(1) == "does not fit at this batch" and r.memory_reason == ""   # batch 16 holds it
     assert rl.evaluate_serving("llama-3.1-8b", rl.Placement.build("one", decode="h100-sxm"),
                                rl.Request(input_tokens=8192, output_tokens=1024), batch=16).why_infeasible() == ""
     code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch", "512",
@@ -353,6 +353,20 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
     for opt, bad in (("--poll-steps", "0"), ("--token-budget", "1.5")):
         code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", opt, bad)
         assert code == 2 and opt in err and len(err.strip().splitlines()) == 1
+
+
+def test_serving_result_says_what_does_not_fit_when_nothing_does():
+    """Where no point holds the model, the result names the stage that does not fit and its bytes against the
+    usable memory (as `stage` says it): the decode group, or a prefill group too small for the weights."""
+    req = rl.Request(input_tokens=1024, output_tokens=256)
+    r = rl.evaluate_serving("llama-3.1-405b", rl.Placement.build("one", decode="h100-sxm"), req, batch=np.array([1, 8]))
+    assert r.memory_reason.startswith("llama-3.1-405b does not fit on h100-sxm for decode: needs")
+    assert "GB is usable" in r.memory_reason and r.why_infeasible(1) == r.memory_reason
+    r = rl.evaluate_serving("llama-3.1-70b", rl.Placement.build("d", prefill="h100-sxm", decode="h100-sxm:8"), req,
+                            batch=8)
+    assert r.memory_reason.startswith("llama-3.1-70b does not fit on h100-sxm for prefill: needs")
+    assert rl.evaluate_serving("llama-3.1-70b", rl.Placement.build("d", prefill="h100-sxm:2", decode="h100-sxm:8"),
+                               req, batch=8).memory_reason == ""
 
 
 def test_token_budget_binds_each_microbatch_of_a_pipeline():

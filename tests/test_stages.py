@@ -201,8 +201,8 @@ def test_bad_arguments(kw, err):
 def test_unknown_device_and_unsupported_compute():
     with pytest.raises(NotFoundError):
         stages.decode_step("llama-3.1-8b", "h1000", batch=1, context=1)
-    with pytest.raises(UnknownSpecError, match="corsair has no native bf16.*mxint8"):
-        stages.decode_step("gpt-oss-draft-1.6b", "corsair", batch=1, context=1)
+    with pytest.raises(UnknownSpecError, match="corsair has no native bf16.*mxint8"):   # bf16 asked for: refused
+        stages.decode_step("gpt-oss-draft-1.6b", "corsair", batch=1, context=1, activations="bf16")
     with pytest.raises(UnknownSpecError, match="sohu: compute.fp8 is not published.*--set sohu.compute.fp8"):
         stages.decode_step("llama-3.1-8b", "sohu", batch=1, context=1, weights="fp8", activations="fp8")
     sohu = rl.override(rl.load_device("sohu"), "compute.fp8", "2 PFLOP/s")
@@ -212,3 +212,23 @@ def test_unknown_device_and_unsupported_compute():
         stages.decode_step("llama-3.1-8b", "l40s", batch=1, context=1, tp=2)
     with pytest.raises(WorkloadError, match="gamma"):
         stages.verify("llama-3.1-8b", H100, batch=1, context=1, gamma=-1)
+
+
+def test_formats_not_given_follow_the_device():
+    """Weights, KV and activations not given run in bf16, or on a device without bf16 units in the format it
+    computes natively (fp16 on Groq's LPU, mxint8 on Corsair, fp8 on Groq 3); a placement over several devices
+    takes the first format all of them compute; a format given is kept, and one a device lacks is refused."""
+    from roofline.specs.formats import Formats, native_default
+    r = stages.decode_step("llama-3.1-8b", "corsair:4", batch=1, context=128)
+    assert (r.formats.weights, r.formats.kv, r.formats.activations) == ("mxint8", "mxint8", "mxint8")
+    groq = Formats.for_model(rl.load_model("llama-3.1-8b"), devices=[rl.load_device("groq-lpu")])
+    assert (groq.weights, groq.kv, groq.activations) == ("fp16", "fp16", "fp16")
+    assert stages.decode_step("llama-3.1-8b", "h100-sxm", batch=1, context=128).formats.weights == "bf16"
+    assert stages.decode_step("llama-3.1-8b", "corsair:4", batch=1, context=128, kv="mxint4").formats.kv == "mxint4"
+    dev = rl.load_device
+    assert native_default([dev("groq-3-lpu")]) == "fp8" and native_default([dev("rubin-cpx")]) == "mxfp4"
+    assert native_default([dev("h100-sxm"), dev("corsair")]) == "mxint8"
+    mixed = Formats.for_model(rl.load_model("gpt-oss-120b"), devices=[dev("b200"), dev("groq-lpu")])
+    assert (mixed.weights, mixed.experts, mixed.kv) == ("fp16", "mxfp4", "fp16")   # the checkpoint's experts stay
+    with pytest.raises(UnknownSpecError, match="no native compute format common.*corsair: int8, int4; sohu: bf16, fp8"):
+        native_default([dev("corsair"), dev("sohu")])

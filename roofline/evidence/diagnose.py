@@ -184,7 +184,7 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
     :class:`WorkloadError`: the setup given (batch, formats, devices) cannot be the one measured.
     """
     m, g = resolve_model(model), resolve_group(group)
-    f = Formats.for_model(m, **(formats or {}))
+    f = Formats.for_model(m, **(formats or {}), devices=(g.device,))
     ms = measurement
     context = check_count("context", round(ms.input_tokens + ms.output_tokens / 2))   # mean lengths: a whole context
     batch = max(1.0, ms.batch)

@@ -2,9 +2,10 @@
 
 TensorRT-LLM's performance tables list the same GPU, model, parallelism, formats and sequence lengths version
 after version; vendors repeat a figure in a later post. Two such rows differ by what changed between the builds
-and runs, not by anything a model of the hardware can see, so their spread is a floor under the error of any
-prediction of a publication the model has not seen: a model exactly right for one of the two misses the other
-by their difference. ``roofline validate`` reports it beside the held-out error.
+and runs, not by anything a model of the hardware can see, so their spread adds, on average, to the error of
+any prediction of a publication the model has not seen: a model exactly right for one of the two misses the other
+by their difference (a spread, not a bound on any one row: a model can land between the two).
+``roofline validate`` reports it beside the held-out error.
 """
 
 from __future__ import annotations

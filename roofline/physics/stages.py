@@ -43,7 +43,7 @@ class Setup:
 
 
 def setup(model: ModelLike, device: GroupLike, *, tp: int | None, ep: int | None, weights: str | None,
-          experts: str | None, kv: str, activations: str, params: EngineParams | None,
+          experts: str | None, kv: str | None, activations: str | None, params: EngineParams | None,
           head: str | None = None) -> Setup:
     """Resolve names to records and pick the formats (the checkpoint's weight and expert formats by default)."""
     m = resolve_model(model)
@@ -51,7 +51,7 @@ def setup(model: ModelLike, device: GroupLike, *, tp: int | None, ep: int | None
     if params is not None and not isinstance(params, EngineParams):
         raise WorkloadError(f"params must be an EngineParams, got {type(params).__name__}")
     return Setup(model=m, group=g, formats=Formats.for_model(m, weights=weights, experts=experts, kv=kv,
-                                                             activations=activations, head=head),
+                                                             activations=activations, head=head, devices=(g.device,)),
                  params=params if params is not None else default_params())
 
 
@@ -61,7 +61,7 @@ def _scalar(*values: ArrayLike) -> bool:
 
 @broadcast_errors
 def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, weights: str | None = None,
-                experts: str | None = None, kv: str = "bf16", activations: str = "bf16", head: str | None = None,
+                experts: str | None = None, kv: str | None = None, activations: str | None = None, head: str | None = None,
                 tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
                 on_infeasible: str = "auto") -> StageResult:
     """One decode step: ``batch`` sequences each add one token after ``context`` cached tokens.
@@ -81,8 +81,8 @@ def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, contex
 
 @broadcast_errors
 def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: ArrayLike = 1, prefix: ArrayLike = 0,
-            chunk: int | None = None, weights: str | None = None, experts: str | None = None, kv: str = "bf16",
-            activations: str = "bf16", head: str | None = None, tp: int | None = None, ep: int | None = None,
+            chunk: int | None = None, weights: str | None = None, experts: str | None = None, kv: str | None = None,
+            activations: str | None = None, head: str | None = None, tp: int | None = None, ep: int | None = None,
             params: EngineParams | None = None, on_infeasible: str = "auto") -> StageResult:
     """Prefill ``prompt`` tokens per sequence (after ``prefix`` cached ones), logits for the last only.
 
@@ -120,7 +120,7 @@ def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: Ar
 
 @broadcast_errors
 def verify(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
-           weights: str | None = None, experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
+           weights: str | None = None, experts: str | None = None, kv: str | None = None, activations: str | None = None,
            head: str | None = None, tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
            on_infeasible: str = "auto") -> StageResult:
     """One target forward over gamma + 1 tokens per sequence (the drafts plus the bonus position).
@@ -154,7 +154,7 @@ def draft_steps(s: Setup, *, batch: np.ndarray, context: np.ndarray, gamma: np.n
 
 @broadcast_errors
 def draft(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
-          weights: str | None = None, experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
+          weights: str | None = None, experts: str | None = None, kv: str | None = None, activations: str | None = None,
           head: str | None = None, tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
           on_infeasible: str = "auto") -> StageResult:
     """gamma sequential decode steps of a draft model at contexts L, L+1, ..., L+gamma-1 (docs/theory.md §3.5).
@@ -188,7 +188,7 @@ def draft_head(target: ModelLike, device: GroupLike, *, layers: int = 1, batch: 
 
 @broadcast_errors
 def max_batch(model: ModelLike, device: GroupLike, *, context: ArrayLike, new_tokens: ArrayLike = 1,
-              weights: str | None = None, experts: str | None = None, kv: str = "bf16", activations: str = "bf16",
+              weights: str | None = None, experts: str | None = None, kv: str | None = None, activations: str | None = None,
               head: str | None = None, tp: int | None = None, ep: int | None = None,
               params: EngineParams | None = None) -> np.ndarray:
     """Largest batch whose weights, KV at ``context`` + ``new_tokens`` and workspace fit (0 if none).

@@ -299,14 +299,6 @@ class StageResult(ArrayRecord):
         return self.new_tokens / self.time_s
 
 
-def native_default_format(device: Device) -> str:
-    """The format a device computes natively, preferring 16-bit: what to run on it when the user does not say."""
-    for cls, fmt in NATIVE_DEFAULTS:
-        if cls in device.native:
-            return fmt
-    raise UnknownSpecError(f"{device.id} lists no native compute format; supply one with --set {device.id}.compute.bf16=...")
-
-
 _MIXED_FLOAT = frozenset({"fp4", "fp6", "fp8"})   # the operand classes a mixed-input MMA takes
 
 

@@ -20,11 +20,11 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from ..errors import UnknownSpecError, WorkloadError
+from ..errors import InfeasibleError, UnknownSpecError, WorkloadError
 from ..physics.energy import PowerModel, group_busy_w, group_idle_w
 from ..physics.stages import Setup, draft_steps, head_model
-from ..physics.timing import StageResult, evaluate_pass, mix, native_default_format, spread
-from ..specs.formats import Formats
+from ..physics.timing import StageResult, evaluate_pass, mix, require_feasible, spread
+from ..specs.formats import Formats, native_default
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink
 from ..specs.models import ModelSpec
@@ -83,7 +83,7 @@ def draft_formats(group: DeviceGroup, given: Mapping[str, str | None] | None = N
     chosen = {k: v for k, v in given.items() if v not in (None, "auto")}
     if all(k in chosen for k in ("weights", "kv", "activations")):
         return chosen
-    native = native_default_format(group.device)
+    native = native_default((group.device,))
     return {"weights": native, "kv": native, "activations": native, **chosen}
 
 
@@ -132,6 +132,20 @@ class Round:
     def time_s(self) -> Array:
         """draft + verify + transfer, NaN where the round does not fit."""
         return np.where(self.fits, self.draft_s + self.verify.time_s + self.transfer_s, np.nan)
+
+    def why_infeasible(self) -> str:
+        """What does not fit when no point of the round does ("" when one does): the verify pass (at the context
+        memory is checked at), else the draft, else the two together on shared devices; in the words of
+        :func:`~roofline.physics.timing.require_feasible` (bytes needed against bytes usable)."""
+        if np.any(self.fits):
+            return ""
+        for part in (self.verify_end, self.draft):
+            if part is not None and not np.any(part.fits):
+                try:
+                    require_feasible(part)
+                except InfeasibleError as e:
+                    return str(e)
+        return f"the draft and the target together do not fit on {self.target_group.describe()}"
 
     def energy_j(self, power: PowerModel) -> dict[str, Array]:
         """Energy per round by group (``target``; ``draft`` when separate), before PUE.

@@ -38,12 +38,13 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..errors import UnknownSpecError, WorkloadError, broadcast_errors
+from ..errors import InfeasibleError, UnknownSpecError, WorkloadError, broadcast_errors
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w, group_idle_w
 from ..physics.speculative import Acceptance
 from ..physics.stages import prefill
-from ..physics.timing import StageResult, spread
+from ..physics.timing import StageResult, require_feasible, spread
 from ..records import ArrayRecord
+from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup
@@ -100,6 +101,11 @@ class Placement:
     @property
     def draft_group(self) -> DeviceGroup:
         return self.draft or self.decode
+
+    @property
+    def target_devices(self) -> tuple[Device, ...]:
+        """The devices the target model runs on: the decode (verify) group's, then the prefill group's."""
+        return (self.decode.device,) + ((self.prefill.device,) if self.prefill is not None else ())
 
     @property
     def drafter(self) -> Drafter | None:
@@ -182,6 +188,10 @@ class ServingResult(ArrayRecord):
     token_budget_needed: Array = attrs.field(factory=lambda: np.array(0.0))
     #: the step's token budget the result was evaluated with (``chunk`` of :func:`evaluate_serving`)
     token_budget: int = DEFAULT_TOKEN_BUDGET
+    #: where no point fits in memory, what does not fit and by how much (bytes needed against usable); else ""
+    memory_reason: str = ""
+    #: the formats the target ran in (:meth:`Formats.describe`): as given, else the checkpoint's and the devices'
+    target_formats: str = ""
 
     @property
     def budget_starved(self) -> NDArray[np.bool_]:
@@ -196,7 +206,7 @@ class ServingResult(ArrayRecord):
         if bool(at(self.fits)):
             return ""
         if not bool(at(self.fits_memory)) or bool(at(self.budget_keeps_up)):
-            return "does not fit at this batch"
+            return self.memory_reason or "does not fit at this batch"
         return (f"a step's token budget ({self.token_budget}) cannot keep up with the prompts arriving at this batch: "
                 f"it needs at least {float(at(self.token_budget_needed)):.0f} tokens per step (--token-budget)")
 
@@ -459,7 +469,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
     isl, osl = request.input_tokens, request.output_tokens
-    fmt = Formats.for_model(m, **dict(target_formats or {}))
+    fmt = Formats.for_model(m, **dict(target_formats or {}), devices=placement.target_devices)
     E = acc.expected_tokens(G) if acc is not None else np.ones_like(G)
     mixed = placement.prefill is None and mode == "continuous"
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
@@ -511,7 +521,21 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                         budget_keeps_up=np.broadcast_to(budget.keeps_up if budget else True, B.shape).copy(),
                         fits_memory=np.broadcast_to(rnd.fits & pre.fits, B.shape).copy(),
                         token_budget_needed=np.broadcast_to(budget.needed if budget else 0.0, B.shape).copy(),
-                        token_budget=int(chunk))
+                        token_budget=int(chunk), memory_reason=_memory_reason(rnd, pre),
+                        target_formats=fmt.describe())
+
+
+def _memory_reason(rnd: Round, pre: _Prefill) -> str:
+    """Why no point holds the model ("" where one does): the round's stages first, then the prompt's prefill."""
+    if np.any(rnd.fits & pre.fits):
+        return ""
+    if not np.any(rnd.fits):
+        return rnd.why_infeasible()
+    try:
+        require_feasible(pre.result)
+    except InfeasibleError as e:
+        return str(e)
+    return "the decode and prefill stages do not fit at the same batch"
 
 
 def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: _Prefill, *, B: Array, G: Array,

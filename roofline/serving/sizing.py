@@ -23,10 +23,9 @@ from ..physics.energy import DEFAULT_POWER, idle_w
 from ..physics.memory import stored_weight_bytes
 from ..physics.speculative import Acceptance
 from ..physics.stages import decode_step, max_batch, setup
-from ..physics.timing import native_default_format
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
-from ..specs.formats import Formats, get_format
+from ..specs.formats import Formats, get_format, native_default
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
@@ -91,7 +90,7 @@ def device_formats(device: Device, given: Mapping[str, Any] | None, model: Model
     (with ``model``) the checkpoint's where :meth:`Formats.for_model` keeps it (gpt-oss: MXFP4 beside 16-bit
     weights), so the formats say what was sized."""
     chosen = {k: v for k, v in dict(given or {}).items() if v not in (None, "auto")}
-    auto = "bf16" if device.supports("bf16") else native_default_format(device)
+    auto = native_default((device,))
     stored = model.checkpoint_weight_format if model is not None else None   # an FP8 checkpoint, where it runs natively
     weights = stored if stored and device.supports(get_format(stored).compute) else auto
     out = {"weights": weights, "kv": auto, "activations": auto, **chosen}

@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..errors import InfeasibleError, WorkloadError, broadcast_errors
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
 from ..physics.speculative import Acceptance
-from ..physics.timing import evaluate_pass, require_feasible
+from ..physics.timing import evaluate_pass
 from ..records import ArrayRecord
 from ..specs.formats import Formats
 from ..specs.links import GroupLink, get_link
@@ -122,7 +122,8 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
     p = params if params is not None else default_params()
     tg = resolve_group(verify_on)
     dg = resolve_group(draft_on) if draft_on is not None else tg
-    plan = RoundPlan(target=tgt, target_group=tg, target_formats=Formats.for_model(tgt, **dict(target_formats or {})),
+    plan = RoundPlan(target=tgt, target_group=tg, target_formats=Formats.for_model(tgt, **dict(target_formats or {}),
+                                                                                    devices=(tg.device,)),
                      drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=get_link(link),
                      sampling=sampling, shared=dg == tg)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
@@ -162,20 +163,8 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         power_w=full(power_w * nan), fits=rnd.fits,
         draft_bound=np.where(full(G) > 0, full(rnd.draft.bound), "none"),   # gamma 0 drafts nothing
         verify_bound=full(rnd.verify.bound),
-        energy_note=note, infeasible_reason="" if np.any(rnd.fits) else _why_infeasible(rnd),
+        energy_note=note, infeasible_reason=rnd.why_infeasible(),
         target_formats=plan.target_formats.describe(), draft_formats=rnd.draft.formats.describe())
-
-
-def _why_infeasible(rnd: Any) -> str:
-    """What does not fit when no point of a round does: the verify pass (at the context memory is checked at), else
-    the draft, else the two together on shared devices."""
-    for part in (rnd.verify_end, rnd.draft):
-        if part is not None and not np.any(part.fits):
-            try:
-                require_feasible(part)
-            except InfeasibleError as e:
-                return str(e)
-    return f"the draft and the target together do not fit on {rnd.target_group.describe()}"
 
 
 def optimal_gamma(result: SpecResult) -> Any:

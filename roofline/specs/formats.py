@@ -44,9 +44,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..errors import NotFoundError, did_you_mean
+from ..errors import NotFoundError, UnknownSpecError, did_you_mean
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from .devices import Device
     from .models import ModelSpec
 
 
@@ -176,15 +179,33 @@ class Formats:
                 f"activations {self.activations}{head}")
 
     @classmethod
-    def for_model(cls, model: ModelSpec, *, weights: str | None = None, experts: str | None = None, kv: str = "bf16",
-                  activations: str = "bf16", head: str | None = None) -> Formats:
-        """Defaults that follow the checkpoint: weights (None) as it stores them (an FP8 checkpoint's fp8, else
-        bf16), and gpt-oss's experts MXFP4 unless told otherwise."""
-        weights = weights or model.checkpoint_weight_format or "bf16"
+    def for_model(cls, model: ModelSpec, *, weights: str | None = None, experts: str | None = None,
+                  kv: str | None = None, activations: str | None = None, head: str | None = None,
+                  devices: Iterable[Device] = ()) -> Formats:
+        """Defaults that follow the checkpoint and the devices: weights (None) as the checkpoint stores them (an
+        FP8 checkpoint's fp8), else, like KV and activations (None), bf16, or on ``devices`` without bf16 units
+        the format they all compute natively (:func:`native_default`: fp16 on Groq, mxint8 on Corsair); and
+        gpt-oss's experts MXFP4 beside 16-bit weights unless told otherwise. A format given is kept as given."""
+        auto = native_default(devices) if devices else "bf16"
+        weights = weights or model.checkpoint_weight_format or auto
         if experts is None and model.checkpoint_expert_format and weights in ("bf16", "fp16"):
             experts = model.checkpoint_expert_format
-        return cls(weights=weights, experts=experts, kv=kv, activations=activations, head=head)
+        return cls(weights=weights, experts=experts, kv=kv or auto, activations=activations or auto, head=head)
 
 
 #: The format each native compute class stores in, preferring 16-bit: what a device runs when the user does not say.
 NATIVE_DEFAULTS = (("bf16", "bf16"), ("fp16", "fp16"), ("fp8", "fp8"), ("int8", "mxint8"), ("fp4", "mxfp4"))
+
+
+def native_default(devices: Iterable[Device]) -> str:
+    """The format to run on ``devices`` when the user does not say: the format of the first compute class in
+    :data:`NATIVE_DEFAULTS` (16-bit first) that every one of them computes natively: bf16 on GPUs, fp16 on Groq's
+    LPU, mxint8 on Corsair (int8 and int4 units only)."""
+    devices = tuple(devices)
+    for cls, fmt in NATIVE_DEFAULTS:
+        if all(d.supports(cls) for d in devices):
+            return fmt
+    unique = {d.id: d for d in devices}.values()
+    natives = "; ".join(f"{d.id}: {', '.join(d.native) or 'none'}" for d in unique)
+    raise UnknownSpecError(f"no native compute format common to the devices ({natives}); give the formats "
+                           "(--weights/--kv/--activations) or supply a rate with --set DEVICE.compute.bf16=VALUE")

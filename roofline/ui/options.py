@@ -149,14 +149,15 @@ def add_prices(sp: argparse.ArgumentParser) -> None:
 
 
 def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> None:
+    native = "bf16, or where a device has no bf16 units its native format: fp16 on Groq, mxint8 on Corsair"
     sp.add_argument("--weights", default=None, help="non-expert weight format (default: the checkpoint's, fp8 for an "
-                                                    "FP8 checkpoint, else bf16; `roofline formats`)")
+                                                    f"FP8 checkpoint, else {native}; `roofline formats`)")
     sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's, else --weights)")
-    sp.add_argument("--kv", default="bf16", help="KV-cache format (default bf16)")
+    sp.add_argument("--kv", default=None, help=f"KV-cache format (default: {native})")
     sp.add_argument("--lm-head", default=None, help="embedding and LM head format (default: as --weights, or as "
                                                     "--stack's checkpoints keep them: bf16 for tensorrt-llm, vllm, sglang)")
     if activations:
-        sp.add_argument("--activations", default="bf16", help="activation format (default bf16)")
+        sp.add_argument("--activations", default=None, help=f"activation format (default: {native})")
 
 
 def add_acceptance(sp: argparse.ArgumentParser) -> None:

@@ -481,7 +481,21 @@ def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
             "usd_per_million_input_tokens": at(r.usd_per_million_input_tokens),
             "usd_per_million_total_tokens": at(r.usd_per_million_total_tokens),
             "fits": bool(at(r.fits)), "fits_memory": bool(at(r.fits_memory)),
-            "budget_keeps_up": bool(at(r.budget_keeps_up)), "token_budget_needed": at(r.token_budget_needed)}
+            "budget_keeps_up": bool(at(r.budget_keeps_up)), "token_budget_needed": at(r.token_budget_needed),
+            "target_formats": r.target_formats}
+
+
+def formats_lines(by_name: Mapping[str, str], kind: str) -> list[str]:
+    """The formats each named row ran in (:meth:`Formats.describe`): one line where all agree, else one line per
+    set with the rows that ran it (a chip without bf16 units runs, unless told, in its native format)."""
+    groups: dict[str, list[str]] = {}
+    for name, fmt in by_name.items():
+        if fmt:
+            groups.setdefault(fmt, []).append(name)
+    if len(groups) < 2:
+        return [f"Formats: {fmt}." for fmt in groups]
+    return ([f"The formats differ by {kind} (unless given: bf16, or the native format every device of the {kind} "
+             "computes):"] + [f"  {fmt}: {'; '.join(names)}" for fmt, names in groups.items()])
 
 
 def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> list[Any]:
@@ -498,6 +512,8 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
         t.add_row(name, f"{p['devices']:.3g}", _ms(p["ttft_s"]), _ms(p["tpot_s"]), _s(p["e2e_s"]),
                   _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]))
     out: list[Any] = [t] if t.row_count else [f"{title}: no placement is feasible."]
+    out += formats_lines({name: p.get("target_formats", "") for name, _d, p, _r in rows if p and p["fits"]},
+                         "placement")
     for reason, names in failed.items():
         shown = "; ".join(names[:3]) + (f"; and {len(names) - 3} more" if len(names) > 3 else "")
         out.append(f"not feasible ({shown}): {reason}")
@@ -664,8 +680,8 @@ def repeat_record(repeats: Mapping[str, Any] | None) -> str:
     if not repeats or not repeats.get("pairs"):
         return ""
     return (f" {repeats['pairs']} pairs of rows from different publications measured one configuration on one "
-            f"stack family; they differ by {repeats['median_difference']:.1%} (median): a floor under the error of "
-            f"predicting a publication not fitted (--json: repeats).")
+            f"stack family; they differ by {repeats['median_difference']:.1%} (median): a spread that adds, on "
+            f"average, to the error of predicting a publication not fitted (--json: repeats).")
 
 
 def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None, same_data: bool = True,
@@ -844,6 +860,7 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
     workload = (f"{extra['target']}, {req['isl']} in / {req['osl']} out, {req['mode']}"
                 if extra.get("target") and req else "")
     tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"] + (
+        f"; {c['target_formats']}" if c.get("target_formats") else "") + (
         f"; no point: {c['why_empty']}" if c.get("why_empty") else ""), workload) for c in configs]
     if comparisons:
         tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))
@@ -858,6 +875,7 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
 def compare_view(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int,
                  overrides: Sequence[str] = (), note: str = "") -> View:
     tables: list[RenderableType] = list(compare_table(model_id, batch, rows, context, prompt, overrides, note))
+    tables += formats_lines({r["name"]: r.get("formats", "") for r in rows}, "group")
     for row in rows:
         if row.get("elasticity"):
             tables.append(elasticity_table(row["name"], row["elasticity"], int(np.ravel(batch)[0]), context))

@@ -8,9 +8,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from ...errors import InfeasibleError, RooflineError
-from ...physics.stages import decode_step
-from ...physics.timing import require_feasible
+from ...errors import RooflineError
 from ...serving.frontier import compare_frontiers, pareto_frontier
 from ...serving.placements import enumerate_placements
 from ...serving.serve import Placement, Request, evaluate_serving
@@ -167,20 +165,13 @@ def _comparisons(placements: list[Placement], frontiers: list[Any], axis: str) -
     return out
 
 
-def _why_empty(args: argparse.Namespace, p: Placement, r: Any, params: Any) -> str:
-    """Why a placement has no point on its frontier: the decode group does not hold the model (as `stage` says
-    it), a step's token budget cannot keep up, or no point has a known power."""
+def _why_empty(r: Any) -> str:
+    """Why a placement has no point on its frontier: the model does not fit (bytes needed against usable, as
+    `stage` says it), a step's token budget cannot keep up, or no point has a known power."""
     if np.any(r.fits):
         return r.energy_note or "no feasible point has a known power"
     starved = np.flatnonzero(np.ravel(np.broadcast_to(r.budget_starved, r.batch.shape)))
-    if starved.size:
-        return r.why_infeasible(int(starved[0]))
-    try:
-        require_feasible(decode_step(args.target, p.decode, batch=int(np.min(parse_ints(args.batch, "--batch"))),
-                                     context=args.isl + args.osl, params=params, **formats(args)))
-    except InfeasibleError as e:
-        return str(e)
-    return "no batch of --batch fits"
+    return r.why_infeasible(int(starved[0]) if starved.size else 0)
 
 
 def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
@@ -215,10 +206,11 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         f = pareto_frontier(r.tokens_per_s_per_user, y, r.fits)
         frontiers.append(f)
         results.append(r)
-        configs.append({"name": p.name, "description": p.describe(), "energy_note": r.energy_note or None,
+        configs.append({"name": p.name, "description": p.describe(), "target_formats": r.target_formats,
+                        "energy_note": r.energy_note or None,
                         "frontier": [render.serving_point(r, int(i)) for i in f.index]})
         if not configs[-1]["frontier"]:   # an empty frontier says why, as the command does when all are empty
-            configs[-1]["why_empty"] = _why_empty(args, p, r, params)
+            configs[-1]["why_empty"] = _why_empty(r)
     if not any(c["frontier"] for c in configs):
         notes = "; ".join(c["energy_note"] for c in configs if c["energy_note"])
         starved = [c["name"] for c, r in zip(configs, results) if np.any(r.budget_starved)]

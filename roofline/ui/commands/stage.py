@@ -197,7 +197,8 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         if r.decode is None or r.prefill is None:
             d["error"] = r.error
         else:
-            d.update(decode=render.stage_rows(r.decode), prefill=render.stage_rows(r.prefill)[0], max_batch=r.max_batch,
+            d.update(formats=r.decode.formats.describe(),
+                     decode=render.stage_rows(r.decode), prefill=render.stage_rows(r.prefill)[0], max_batch=r.max_batch,
                      tokens_per_s_per_kw=None if r.tokens_per_s_per_kw is None else np.ravel(r.tokens_per_s_per_kw).tolist(),
                      usd_per_million_output_tokens=np.ravel(r.usd_per_million_output_tokens).tolist(),
                      power_note=r.power_note or None, elasticity=dict(r.elasticity) if r.elasticity else None)
