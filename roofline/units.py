@@ -61,7 +61,7 @@ def parse_quantity(text: str | float | int, kind: str, *, what: str = "value") -
     for a non-finite number.
     """
     if kind not in _KINDS:
-        raise ValueError(f"unknown quantity kind {kind!r}")
+        raise UnitError(f"unknown quantity kind {kind!r} (kinds: {', '.join(_KINDS)})")
     if isinstance(text, bool):
         raise UnitError(f"{what}: expected a quantity, got {text!r}")
     if isinstance(text, (int, float)):

@@ -12,6 +12,7 @@ the two against each other and against a Monte-Carlo simulation of Bernoulli acc
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 
 import attrs
@@ -19,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..errors import WorkloadError, broadcast_errors
-from ..workload import as_array, check_gamma, check_probability, scalar, show
+from ..workload import as_array, check_gamma, check_probability, one_of, scalar, show
 
 Array = NDArray[np.float64]
 
@@ -135,6 +136,9 @@ def optimal_gamma_closed_form(alpha: float, c: float) -> tuple[float, int]:
     integer optimum is the better of floor and ceil. Valid for 0 < alpha < 1,
     0 < c < 1. Uses scipy (imported here only).
     """
+    if any(np.ndim(v) or isinstance(v, bool) or not isinstance(v, numbers.Real) for v in (alpha, c)):
+        raise WorkloadError(f"closed-form optimum takes one alpha and one c (numbers), got {alpha!r} and {c!r}; "
+                            "for many, call it per pair or scan gamma with speculative_round and optimal_gamma")
     if not (0 < alpha < 1) or not (0 < c < 1):
         raise WorkloadError(f"closed-form optimum needs 0 < alpha < 1 and 0 < c < 1, got alpha={alpha}, c={c}")
     from scipy.special import lambertw
@@ -163,10 +167,17 @@ class Acceptance:
       only the measured gammas can be evaluated.
     """
 
-    kind: str
+    kind: str = attrs.field(validator=one_of(("geometric", "positional", "alpha_by_gamma", "measured")))
     alpha: float | None = None
     alphas: tuple[float, ...] = ()
     table: Mapping[int, float] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        given = {"geometric": self.alpha is not None, "positional": bool(self.alphas)}.get(self.kind, bool(self.table))
+        if not given:   # Acceptance("geometric") without an alpha: say how to build one, not fail later
+            raise WorkloadError(f"an Acceptance of kind {self.kind!r} needs its values: build it with "
+                                "Acceptance.geometric(alpha), .positional([...]), .alpha_by_gamma({...}) or "
+                                ".measured({...})")
 
     @classmethod
     def geometric(cls, alpha: float) -> Acceptance:

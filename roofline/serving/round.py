@@ -29,7 +29,7 @@ from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
-from ..workload import check_whole
+from ..workload import check_whole, one_of
 
 Array = NDArray[np.float64]
 DRAFT_KINDS = ("model", "mtp", "eagle")
@@ -176,7 +176,7 @@ class RoundPlan:
     draft_group: DeviceGroup | None = None
     draft_formats: Mapping[str, str | None] | None = None
     link: GroupLink | None = None
-    sampling: str = attrs.field(default="greedy", validator=attrs.validators.in_(SAMPLING))
+    sampling: str = attrs.field(default="greedy", validator=one_of(SAMPLING))
     #: the draft runs on the target's own devices (no transfer; both must fit in its memory)
     shared: bool = True
 

@@ -46,7 +46,7 @@ from ..physics.timing import StageResult, require_feasible, spread
 from ..records import ArrayRecord
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
-from ..specs.formats import Formats
+from ..specs.formats import Formats, check_format_keys
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink, get_link
 from ..specs.models import ModelSpec
@@ -93,6 +93,9 @@ class Placement:
             raise WorkloadError(f"draft_kind must be None or one of {', '.join(DRAFT_KINDS)}, got {v!r}")
         if v == "model" and self.draft_model is None:
             raise WorkloadError(f"placement {self.name!r}: draft_kind 'model' needs a draft_model")
+        if v is None and self.draft is not None:   # a draft group that would draft nothing
+            raise WorkloadError(f"placement {self.name!r}: a draft group needs a draft_model (or draft_kind 'mtp' "
+                                "or 'eagle' to draft with the target's own head layers)")
 
     @property
     def speculative(self) -> bool:
@@ -469,7 +472,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
     isl, osl = request.input_tokens, request.output_tokens
-    fmt = Formats.for_model(m, **dict(target_formats or {}), devices=placement.target_devices)
+    fmt = Formats.for_model(m, **check_format_keys(target_formats, "target_formats"), devices=placement.target_devices)
     E = acc.expected_tokens(G) if acc is not None else np.ones_like(G)
     mixed = placement.prefill is None and mode == "continuous"
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,

@@ -12,6 +12,7 @@ bound that ignores queueing and arrival bursts.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,11 +26,12 @@ from ..physics.speculative import Acceptance
 from ..physics.stages import decode_step, max_batch, setup
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
-from ..specs.formats import Formats, get_format, native_default
+from ..specs.formats import Formats, check_format_keys, get_format, native_default
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
-from ..specs.prices import Prices
+from ..specs.prices import Prices, shipped_prices
+from ..specs.resolve import ModelLike, resolve_device, resolve_group, resolve_model
 from ..workload import check_whole
 from .serve import Placement, Request, ServingResult, evaluate_serving
 
@@ -45,15 +47,18 @@ class Target:
     """What must be served: concurrent users, each at least this fast, first token within ``max_ttft_s``."""
 
     users: int = attrs.field(converter=lambda v: check_whole("users", v, maximum=10**9))
-    min_tokens_per_s_per_user: float = attrs.field(validator=lambda _s, _a, v: _positive("min tokens/s per user", v))
-    request: Request
-    max_ttft_s: float = attrs.field(default=math.inf, validator=lambda _s, _a, v: _positive("max TTFT (s)", v, inf=True))
+    min_tokens_per_s_per_user: float = attrs.field(converter=lambda v: _positive("min tokens/s per user", v))
+    request: Request = attrs.field(validator=attrs.validators.instance_of(Request))
+    max_ttft_s: float = attrs.field(default=math.inf, converter=lambda v: _positive("max TTFT (s)", v, inf=True))
 
 
-def _positive(what: str, v: Any, inf: bool = False) -> None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and (math.isfinite(v) or (inf and v == math.inf))
+def _positive(what: str, v: Any, inf: bool = False) -> float:
+    """``v`` as a float if it is a positive number (numpy scalars too; ``inf`` allows infinity), else a WorkloadError."""
+    ok = isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and v > 0 and (
+        math.isfinite(v) or (inf and v == math.inf))
     if not ok:
         raise WorkloadError(f"{what} must be a positive number, got {v!r}")
+    return float(v)
 
 
 @attrs.frozen(kw_only=True)
@@ -240,22 +245,38 @@ def _kind_option(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, tar
     return Option(device=dev, placement=kind, reason=why)
 
 
-def size(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: Target, *,
-         draft: ModelSpec | None = None, acceptance: Acceptance | None = None,
+def _device_or_group(item: Any) -> Device | DeviceGroup:
+    """A device to search over its family's layouts (a record, an id or a spec path) or one group (a record or
+    ``ID:N``), as :func:`size` takes them."""
+    if isinstance(item, (Device, DeviceGroup)):
+        return item
+    text = str(item)
+    return resolve_group(text) if ":" in text and not text.endswith(".toml") else resolve_device(text)
+
+
+def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, target: Target, *,
+         draft: ModelLike | None = None, acceptance: Acceptance | None = None,
          formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
          prices: Prices | None = None) -> list[Option]:
     """The fewest devices per device kind and placement kind that meet ``target`` (a lower bound: no queueing).
 
-    A :class:`Device` is searched over the group shapes of its family's layout; a :class:`DeviceGroup` is
-    sized on that shape only. Options come back best first (fewest devices, then fastest); a kind that cannot
-    meet the target is listed with the reason. With ``draft``, speculative placements (the draft on the decode
-    devices) are sized too.
+    A :class:`Device` (or an id) is searched over the group shapes of its family's layout; a :class:`DeviceGroup`
+    (or ``ID:N``) is sized on that shape only. ``prices`` default to the shipped ones. Options come back best first
+    (fewest devices, then fastest); a kind that cannot meet the target is listed with the reason. With ``draft``,
+    speculative placements (the draft on the decode devices) are sized too.
     """
     if draft is not None and acceptance is None:
         raise WorkloadError("sizing speculative placements needs an acceptance (alpha)")
+    if not isinstance(target, Target):
+        raise WorkloadError(f"target must be a Target, got {type(target).__name__}")
+    model = resolve_model(model)
+    draft = resolve_model(draft) if draft is not None else None
+    formats = check_format_keys(formats)
+    prices = prices if prices is not None else shipped_prices()   # as evaluate_serving prices the replicas
     kinds = PLACEMENT_KINDS if draft is not None else PLACEMENT_KINDS[:2]
     out = []
-    for item in devices:
+    for item in [devices] if isinstance(devices, (str, Device, DeviceGroup)) else devices:
+        item = _device_or_group(item)
         dev = item.device if isinstance(item, DeviceGroup) else item
         try:
             fmt = device_formats(dev, formats, model)

@@ -19,7 +19,7 @@ from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
 from ..physics.speculative import Acceptance
 from ..physics.timing import evaluate_pass
 from ..records import ArrayRecord
-from ..specs.formats import Formats
+from ..specs.formats import Formats, check_format_keys
 from ..specs.links import GroupLink, get_link
 from ..specs.params import EngineParams, default_params
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
@@ -122,8 +122,8 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
     p = params if params is not None else default_params()
     tg = resolve_group(verify_on)
     dg = resolve_group(draft_on) if draft_on is not None else tg
-    plan = RoundPlan(target=tgt, target_group=tg, target_formats=Formats.for_model(tgt, **dict(target_formats or {}),
-                                                                                    devices=(tg.device,)),
+    fmt = Formats.for_model(tgt, **check_format_keys(target_formats, "target_formats"), devices=(tg.device,))
+    plan = RoundPlan(target=tgt, target_group=tg, target_formats=fmt,
                      drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=get_link(link),
                      sampling=sampling, shared=dg == tg)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)

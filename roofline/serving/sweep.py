@@ -11,6 +11,7 @@ many; we write no scheduling of our own.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -23,6 +24,8 @@ from ..errors import RooflineError, WorkloadError
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
 from ..physics.stages import decode_step
 from ..records import plain
+from ..specs.devices import Device
+from ..specs.formats import check_format_keys
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
@@ -180,7 +183,7 @@ def _run(tasks: Iterator[_Task], executor: Executor | None) -> Iterator[tuple[di
         yield f.result()
 
 
-def sweep(model: ModelLike, devices: Sequence[GroupLike], *, batch: ArrayLike, context: ArrayLike,
+def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: ArrayLike, context: ArrayLike,
           objective: Sequence[str] = ("tokens_per_s_per_user", "tokens_per_s_per_kw"),
           executor: Executor | None = None, chunk: int = 200_000, formats: Mapping[str, Any] | None = None,
           params: EngineParams | None = None, prices: Prices | None = None,
@@ -204,10 +207,11 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike], *, batch: ArrayLike, c
     if not B.size or not L.size:
         raise WorkloadError("batch and context each need at least one value")
     m = resolve_model(model)
-    groups = [resolve_group(d) for d in devices]
+    one = isinstance(devices, (str, os.PathLike, Device, DeviceGroup))   # one group, not the letters of its name
+    groups = [resolve_group(d) for d in ([devices] if one else devices)]
     if not groups:
         raise WorkloadError("give at least one device group")
-    common = dict(objective=obj, formats=formats, params=params, power=power,
+    common = dict(objective=obj, formats=check_format_keys(formats), params=params, power=power,
                   prices=prices if prices is not None else shipped_prices())
     front, infeasible, chunks = None, 0, 0
     total = len(groups) * -(-(B.size * L.size) // int(chunk))

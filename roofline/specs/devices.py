@@ -31,7 +31,10 @@ from .params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_valu
 
 STATUSES = ("shipping", "announced")
 #: Rates and sizes below these are not hardware (a 1e-300 FLOP/s peak would make every time infinite).
-PLAUSIBLE_MIN = {"bytes_per_s": 1e3, "flop_per_s": 1e3, "bytes": 1.0, "w": 1e-3}
+#: The plausible range of a value in SI units by kind: a bare number (a float given to :func:`override`, the
+#: unit left off) outside it is a unit mistake (80 for "80 GB" of capacity, 5 for "5 us" of overhead)
+PLAUSIBLE_MIN = {"bytes_per_s": 1e3, "flop_per_s": 1e3, "bytes": 1e6, "w": 1e-3}
+PLAUSIBLE_MAX = {"s": 1.0}
 MAX_SPEC_BYTES = 1_000_000  # a device spec is a few kB; anything this large is not one
 #: Compute classes (the rates a spec file lists) and the operand width each multiplies at, in bits.
 COMPUTE_CLASS_BITS = MappingProxyType({"fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp6": 6, "fp4": 4,
@@ -261,12 +264,29 @@ def find_field(dev: Device, path: str) -> Field:
     raise NotFoundError(f"{dev.id}: no spec field {path!r}{did_you_mean(path, paths)}; fields: {', '.join(paths)}")
 
 
-def override(dev: Device, path: str, value: str | float) -> Device:
+def _check_plausible(kind: str, v: float, fail: Callable[[str], Any]) -> None:
+    """Raise ``fail(why)`` where ``v`` (SI units) is outside :data:`PLAUSIBLE_MIN` / :data:`PLAUSIBLE_MAX`."""
+    if v < PLAUSIBLE_MIN.get(kind, 0.0):
+        raise fail(f"below {PLAUSIBLE_MIN[kind]:g} in SI units: not a plausible value (a unit left off?)")
+    if v > PLAUSIBLE_MAX.get(kind, math.inf):
+        raise fail(f"above {PLAUSIBLE_MAX[kind]:g} in SI units: not a plausible value (a unit left off? say '5 us')")
+
+
+def override(dev: Any, path: str, value: str | float) -> Any:
     """A what-if copy of ``dev`` with one field replaced (``attrs.evolve`` underneath).
 
-    ``value`` is a float in SI units or a human string (``"300 TB/s"``).
+    ``dev``: a :class:`Device`, an id or spec path, or a device group (a group comes back with its device
+    changed). ``value`` is a float in SI units or a human string (``"300 TB/s"``); a bare number outside the
+    plausible range of its kind (80 bytes of memory, 5 s of per-layer overhead) is refused as a unit mistake.
     Setting ``compute.<class>`` also marks that class native.
     """
+    if isinstance(dev, (str, os.PathLike)):
+        dev = load_device(dev)
+    if not isinstance(dev, Device):
+        inner = getattr(dev, "device", None)
+        if isinstance(inner, Device):   # a DeviceGroup: the same shape on the changed device
+            return attrs.evolve(dev, device=override(inner, path, value))
+        raise SpecError(f"override needs a Device, a device id or a group, got {type(dev).__name__}")
     f = find_field(dev, path)
     what = f"{dev.id}.{path}"
     if f.kind == "choice":   # a word: the collective algorithm, the overlap
@@ -285,8 +305,7 @@ def override(dev: Device, path: str, value: str | float) -> Device:
         bound = ("a fraction in (0, 1]" if f.kind == "fraction" else "a finite number >= 0" if zero_ok
                  else "a positive finite number")
         raise SpecError(f"{what} = {value!r}: must be {bound}")
-    if v < PLAUSIBLE_MIN.get(f.kind, 0.0):
-        raise SpecError(f"{what} = {value!r}: below {PLAUSIBLE_MIN[f.kind]:g} in SI units, not a plausible value")
+    _check_plausible(f.kind, v, lambda why: SpecError(f"{what} = {value!r}: {why}"))
     try:
         return f.write(dev, v)
     except (RooflineError, ValueError, TypeError) as e:
@@ -365,7 +384,10 @@ class _Reader:
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         raise SpecError(f"{self.origin}: field {field!r} = {shown}: {why}")
 
-    def table(self, parent: dict[str, Any], key: str, field: str, *, required: bool = True) -> dict[str, Any]:
+    def table(self, parent: dict[str, Any], key: str, field: str, *, required: bool = True,
+              keys: frozenset[str] | None = None) -> dict[str, Any]:
+        """``parent[key]`` as a table ({} where optional and absent); with ``keys``, a key outside them fails (a
+        misspelt ``[links.scaleout]`` or ``tdpp`` would otherwise vanish without a word)."""
         value = parent.get(key)
         if value is None:
             if required:
@@ -373,7 +395,15 @@ class _Reader:
             return {}
         if not isinstance(value, dict):
             self.fail(field, value, "must be a table")
+        if keys is not None:
+            self.known(value, keys, field)
         return value
+
+    def known(self, table: dict[str, Any], keys: frozenset[str], field: str) -> None:
+        unknown = sorted(set(table) - keys)
+        if unknown:
+            self.fail(f"{field}.{unknown[0]}", table[unknown[0]],
+                      f"is not a key of [{field}]{did_you_mean(unknown[0], keys)} (keys: {', '.join(sorted(keys))})")
 
     def string(self, parent: dict[str, Any], key: str, field: str) -> str:
         value = parent.get(key)
@@ -434,8 +464,7 @@ class _Reader:
             self.fail(field, value, "must be a fraction in (0, 1]")
         if not number > 0:
             self.fail(field, value, "must be positive")
-        if number < PLAUSIBLE_MIN.get(kind, 0.0):
-            self.fail(field, value, f"below {PLAUSIBLE_MIN[kind]:g} in SI units: not a plausible value")
+        _check_plausible(kind, number, lambda why: self.fail(field, value, why))
         self.sources[field] = url
         return number
 
@@ -475,6 +504,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
     for i, t in enumerate(tiers_raw):
         if not isinstance(t, dict):
             r.fail(f"memory[{i}]", t, "must be a table")
+        r.known(t, frozenset({"name", "capacity", "bandwidth"}), f"memory[{i}]")
         name = r.string(t, "name", f"memory[{i}].name")
         if name in ("compute", "power", "scale_up", "host", "scale_out", "execution"):
             r.fail(f"memory[{i}].name", name, "is a reserved word")
@@ -483,7 +513,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             capacity_bytes=r.quantity(t, "capacity", f"{name}.capacity", "bytes"),
             bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s")))
 
-    compute = r.table(data, "compute", "compute")
+    compute = r.table(data, "compute", "compute", keys=frozenset({"native", "peak"}))
     native = compute.get("native")
     if not isinstance(native, list) or not all(isinstance(c, str) and c in COMPUTE_CLASSES for c in native):
         r.fail("compute.native", native, f"must be a list drawn from {', '.join(COMPUTE_CLASSES)}")
@@ -497,11 +527,12 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
         if cls not in peaks:
             r.fail(f"compute.peak.{cls}", None, "a native class needs a peak entry (value may be \"unknown\")")
 
-    power = r.table(data, "power", "power")
-    links = r.table(data, "links", "links")
+    power = r.table(data, "power", "power", keys=frozenset({"tdp", "idle"}))
+    links = r.table(data, "links", "links", keys=frozenset({"scale_up", "host", "scale_out"}))
     link_objs = {}
     for name in ("scale_up", "host", "scale_out"):
-        lt = r.table(links, name, f"links.{name}", required=name != "scale_out")
+        lt = r.table(links, name, f"links.{name}", required=name != "scale_out",
+                     keys=frozenset({"bandwidth", "latency", "peers"}))
         link_objs[name] = Link(bandwidth_bytes_per_s=r.quantity(lt, "bandwidth", f"{name}.bandwidth", "bytes_per_s",
                                                                 required=bool(lt) or name != "scale_out"),
                                latency_s=r.quantity(lt, "latency", f"{name}.latency", "s",

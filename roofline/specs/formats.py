@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import NotFoundError, UnknownSpecError, did_you_mean
+from ..errors import NotFoundError, UnknownSpecError, WorkloadError, did_you_mean
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -191,6 +192,26 @@ class Formats:
         if experts is None and model.checkpoint_expert_format and weights in ("bf16", "fp16"):
             experts = model.checkpoint_expert_format
         return cls(weights=weights, experts=experts, kv=kv or auto, activations=activations or auto, head=head)
+
+
+#: The formats a caller may give: the weights outside the routed experts, the routed experts, the KV cache, the
+#: activations, and the embedding table with the LM head
+FORMAT_KEYS = ("weights", "experts", "kv", "activations", "head")
+
+
+def check_format_keys(given: Mapping[str, Any] | None, what: str = "formats") -> dict[str, Any]:
+    """``given`` as a dict, or a WorkloadError naming a key that is not one of :data:`FORMAT_KEYS` (``{"weight":
+    "fp8"}`` would otherwise reach a function's keywords as a TypeError)."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise WorkloadError(f"{what} must be a mapping of {', '.join(FORMAT_KEYS)} to format names, "
+                            f"got {type(given).__name__}")
+    unknown = [k for k in given if k not in FORMAT_KEYS]
+    if unknown:
+        raise WorkloadError(f"{what}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                            f"the keys are {', '.join(FORMAT_KEYS)}")
+    return dict(given)
 
 
 #: The format each native compute class stores in, preferring 16-bit: what a device runs when the user does not say.

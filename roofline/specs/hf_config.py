@@ -195,6 +195,8 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (dict or path)."""
     if isinstance(config, dict):
         cfg, origin = config, "<config dict>"
+    elif not isinstance(config, (str, os.PathLike)):
+        raise SpecError(f"a config is a dict, or the path of a config.json or its folder; got {type(config).__name__}")
     else:
         path = Path(config)
         origin = str(path)
