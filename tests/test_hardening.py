@@ -1,5 +1,6 @@
 """Bad input everywhere: typed errors in Python, one line and a non-zero exit in the CLI, never a wrong number."""
 
+import re
 
 import numpy as np
 import pytest
@@ -295,3 +296,76 @@ def test_spec_keys_ids_and_booleans_are_checked(run_cli, tmp_path):
     for bad in (True, [True, False]):
         with pytest.raises(rl.WorkloadError, match="batch"):
             rl.decode_step("llama-3.1-8b", "h200-sxm", batch=bad, context=100)
+
+
+# ------------------------------------------------------------------ the Python API's edges (a new user's review)
+def test_size_takes_ids_and_prices_its_rounded_up_prefill_groups():
+    """size() takes what the other functions take (a model id, device ids, ID:N, numpy scalars) and, with the
+    default prices, charges the whole prefill groups a disaggregated option deploys, as the CLI does."""
+    req = rl.Request(input_tokens=1024, output_tokens=1024)
+    target = rl.Target(users=500, min_tokens_per_s_per_user=np.float32(50), request=req)
+    assert isinstance(target.min_tokens_per_s_per_user, float)
+
+    def disagg(prices):
+        return next(o for o in rl.size("gpt-oss-120b", ["b200"], target, prices=prices) if o.placement == "disaggregated")
+    default, shipped = disagg(None), disagg(rl.shipped_prices())
+    assert default.prefill_groups >= 1 and default.usd_per_million_output_tokens == shipped.usd_per_million_output_tokens
+    assert rl.size("gpt-oss-120b", "b200:4", target)[0].group == "b200:4"
+    with pytest.raises(rl.WorkloadError, match="must be a positive number"):
+        rl.Target(users=5, min_tokens_per_s_per_user=True, request=req)
+
+
+def test_a_misspelt_formats_key_is_named():
+    req, p = rl.Request(input_tokens=64, output_tokens=64), rl.Placement.build("x", decode="h100-sxm")
+    calls = [lambda: rl.sweep("llama-3.1-8b", ["h100-sxm"], batch=[1, 2], context=[1024], formats={"weight": "fp8"}),
+             lambda: rl.evaluate_serving("llama-3.1-8b", p, req, batch=1, target_formats={"kvv": "fp8"}),
+             lambda: rl.size("llama-3.1-8b", ["h100-sxm"], rl.Target(users=1, min_tokens_per_s_per_user=1, request=req),
+                             formats={"weight": "fp8"}),
+             lambda: rl.speculative_round("gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", gamma=3,
+                                          acceptance=0.9, target_formats={"weight": "fp8"})]
+    for call in calls:
+        with pytest.raises(rl.WorkloadError, match="unknown key .*the keys are weights, experts, kv, activations, head"):
+            call()
+    assert rl.sweep("llama-3.1-8b", "h100-sxm", batch=[1], context=[1024]).groups == ("h100-sxm",)   # one group
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("[links.scale_out]", "[links.scaleout]", "links.scaleout"),
+    ("[power]", "[power]\ntdpp = 5", "power.tdpp"),
+    ('[[memory]]\nname = "hbm"', '[[memory]]\nname = "hbm"\nbandwith = 1', "memory[0].bandwith"),
+])
+def test_spec_files_refuse_unknown_keys_in_every_table(tmp_path, old, new, field):
+    from roofline.specs.devices import specs_dir
+    text = (specs_dir() / "h100-sxm.toml").read_text().replace('id = "h100-sxm"', 'id = "typo"')
+    assert old in text
+    (tmp_path / "typo.toml").write_text(text.replace(old, new, 1))
+    with pytest.raises(rl.SpecError, match=f"field '{re.escape(field)}'.*is not a key"):
+        rl.load_device(tmp_path / "typo.toml")
+
+
+def test_override_takes_ids_and_groups_and_refuses_unit_mistakes():
+    assert rl.override("h100-sxm", "hbm.bandwidth", "6.7 TB/s").get("hbm.bandwidth") == 6.7e12
+    g = rl.override(rl.resolve_group("h100-sxm:2"), "hbm.bandwidth", "6.7 TB/s")
+    assert g.shape == "h100-sxm:2" and g.device.get("hbm.bandwidth") == 6.7e12
+    for path, bare in (("hbm.capacity", 80), ("execution.layer_overhead", 5), ("hbm.bandwidth", 6.7)):
+        with pytest.raises(rl.SpecError, match="not a plausible value"):
+            rl.override("h100-sxm", path, bare)
+    assert rl.override("h100-sxm", "execution.layer_overhead", 5e-6).get("execution.layer_overhead") == 5e-6
+
+
+def test_records_built_by_hand_fail_where_they_are_built():
+    with pytest.raises(rl.WorkloadError, match="a draft group needs a draft_model"):
+        rl.Placement.build("x", decode="h100-sxm", draft="h100-sxm")
+    with pytest.raises(rl.WorkloadError, match="must be one of geometric"):
+        rl.Acceptance("bogus")
+    with pytest.raises(rl.WorkloadError, match="needs its values"):
+        rl.Acceptance("geometric")
+    with pytest.raises(rl.WorkloadError, match="sampling must be one of greedy, lossless"):
+        rl.speculative_round("gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", gamma=3, acceptance=0.9,
+                             sampling="nucleus")
+    with pytest.raises(rl.WorkloadError, match="one alpha and one c"):
+        rl.optimal_gamma_closed_form(np.array([0.8, 0.9]), 0.05)
+    with pytest.raises(rl.UnitError, match="kinds: "):
+        rl.parse_quantity("5 us", "time")
+    with pytest.raises(rl.SpecError, match="a config is a dict"):
+        rl.model_from_hf_config([1, 2])
