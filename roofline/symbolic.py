@@ -107,6 +107,12 @@ def formula(name: str) -> Any:
     return FORMULAS[name]()
 
 
+def describe(name: str) -> str:
+    """What a formula is: the first line of its derivation's docstring."""
+    formula(name)   # an unknown name raises as formula() does
+    return (FORMULAS[name].__doc__ or "").strip().splitlines()[0]
+
+
 def lambdified(name: str) -> Callable[..., Any]:
     """A numpy function of the formula's free symbols, in sorted-name order."""
     sp = _sp()

@@ -43,8 +43,8 @@ def as_array(name: str, value: ArrayLike) -> Array:
         raise WorkloadError(f"{name} must be a number or an array of numbers, got {value!r}")
     if np.asarray(value).dtype == np.bool_:   # True is not a batch of 1
         raise WorkloadError(f"{name} must be numbers, got booleans {show(value)}")
-    try:
-        a = np.asarray(value, dtype=float)
+    try:   # a copy: a result must not change when the caller reuses the array it passed
+        a = np.array(value, dtype=float)
     except (TypeError, ValueError, OverflowError):
         raise WorkloadError(f"{name} must be a number or an array of numbers, got {show(value)}") from None
     if a.size == 0:

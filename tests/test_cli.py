@@ -540,7 +540,8 @@ def test_compare_prices_electricity_and_names_what_it_changed(run_cli):
             "--set", "h200-sxm.hbm.bandwidth=9.6TB/s")
     code, out, _ = run_cli(*argv)
     text = " ".join(out.split())
-    assert code == 0 and "What-if: h200-sxm.hbm.bandwidth=9.6TB/s" in text and "big = h200-sxm.hbm.capacity=300GB" in text
+    assert code == 0 and "What-if: h200-sxm.hbm.bandwidth=9.6TB/s" in text
+    assert "big = h200-sxm with h200-sxm.hbm.capacity=300GB" in text
     rows = json.loads(run_cli(*argv, "--json")[1])["rows"]
     assert rows[1]["variant"] == ["h200-sxm.hbm.capacity=300GB"] and "variant" not in rows[0]
 
@@ -867,3 +868,23 @@ def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
     text = " ".join(out.split())
     assert code == 0 and "The formats differ by group" in text and "weights mxint8, experts mxint8" in text
     assert "Formats: weights bf16" in " ".join(run_cli("compare", "llama-3.1-8b", "h100-sxm", "b200")[1].split())
+
+
+def test_compare_variant_on_a_group_and_small_cli_answers(run_cli):
+    """NAME=ID:N.FIELD=VALUE puts a what-if variant on that group (the caption says which); diagnose without a
+    measured rate is a usage error (2); formula says what the formula is; a pipelined stage says its columns are one
+    microbatch's."""
+    code, out, err = run_cli("compare", "llama-3.1-70b", "fast=h200-sxm:8.hbm.bandwidth=9.6TB/s", "h200-sxm:8",
+                             "--batch", "1", "--json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)["rows"]}
+    assert rows["fast"]["group"] == "h200-sxm:8" and "error" not in rows["fast"]
+    assert rows["fast"]["decode"][0]["time_s"] < rows["h200-sxm:8"]["decode"][0]["time_s"]
+    text = " ".join(run_cli("compare", "llama-3.1-70b", "fast=h200-sxm:8.hbm.bandwidth=9.6TB/s", "--batch", "1")[1].split())
+    assert "fast = h200-sxm:8 with h200-sxm.hbm.bandwidth=9.6TB/s" in text
+    code, _, err = run_cli("diagnose", "llama-3.1-8b", "h100-sxm", "--batch", "1", "--isl", "1k", "--osl", "1k")
+    assert code == 2 and "give the measured rate" in err
+    code, out, _ = run_cli("formula", "expected-tokens-limit")
+    assert code == 0 and "lim_{alpha -> 1}" in out
+    code, out, _ = run_cli("stage", "llama-3.1-70b", "h100-sxm:2x2", "--batch", "1,8")
+    assert code == 0 and "one microbatch's" in " ".join(out.split())

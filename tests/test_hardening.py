@@ -369,3 +369,39 @@ def test_records_built_by_hand_fail_where_they_are_built():
         rl.parse_quantity("5 us", "time")
     with pytest.raises(rl.SpecError, match="a config is a dict"):
         rl.model_from_hf_config([1, 2])
+
+
+def test_results_do_not_follow_the_callers_arrays():
+    b = np.array([1.0, 2.0, 4.0])
+    r = rl.decode_step("llama-3.1-8b", "h100-sxm", batch=b, context=1024)
+    b[:] = [64.0, 128.0, 8.0]
+    assert list(r.batch) == [1.0, 2.0, 4.0]
+
+
+def test_layouts_and_formats_that_cannot_exist_are_refused(run_cli):
+    """A GPU pipeline holds whole layers (no more stages than layers; a dataflow chip may spread a layer over
+    chips); activations need a format that computes (int8 alone is weight-only); a launch command for a request
+    beyond the model's context is refused."""
+    with pytest.raises(rl.WorkloadError, match="more pipeline stages than the 32 layers"):
+        rl.decode_step("llama-3.1-8b", "h100-sxm:1x33", batch=1, context=128)
+    assert rl.decode_step("llama-3.1-8b", "h100-sxm:1x32", batch=1, context=128).fits
+    assert rl.decode_step("llama-3.1-8b", "groq-lpu:1x80", batch=1, context=128, weights="fp16").time_s > 0
+    with pytest.raises(rl.WorkloadError, match="weight-only format"):
+        rl.decode_step("llama-3.1-8b", "h100-sxm", batch=1, context=128, activations="int4-g128")
+    code, _, err = run_cli("stage", "llama-3.1-8b", "groq-lpu:8x41", "--weights", "int8", "--activations", "bf16")
+    assert code == 1 and "w8a8-int8 multiplies int8 weights and activations" in err
+    req = rl.Request(input_tokens=1024, output_tokens=1024)
+    opt = rl.size("llama-3.1-8b", ["h100-sxm"], rl.Target(users=4, min_tokens_per_s_per_user=20, request=req))[0]
+    with pytest.raises(rl.WorkloadError, match="beyond its 131,072-token context"):
+        rl.launch_command("vllm", rl.load_model("llama-3.1-8b"), opt,
+                          request=rl.Request(input_tokens=500_000, output_tokens=500_000))
+
+
+def test_fewer_sequences_than_data_parallel_ranks_leave_one_rank_the_whole_attention():
+    """Attention data-parallel ranks run whole sequences: one sequence on dp 4 is one rank's attention, not a
+    quarter on each (so batch-1 prefill is slower with --dp 4 than without); from dp sequences up, unchanged."""
+    one = {dp: rl.prefill("llama-3.1-70b", rl.resolve_group("h100-sxm:4", dp=dp), prompt=8192) for dp in (1, 4)}
+    assert one[4].flop_per_device > 1.5 * one[1].flop_per_device and one[4].time_s > one[1].time_s
+    four = {dp: rl.prefill("llama-3.1-70b", rl.resolve_group("h100-sxm:4", dp=dp), prompt=8192, batch=4)
+            for dp in (1, 4)}
+    assert four[4].flop_per_device == pytest.approx(four[1].flop_per_device)

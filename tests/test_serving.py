@@ -290,7 +290,7 @@ def test_diagnose_command_and_errors(run_cli, tmp_path):
     bad.write_text('{"completed": 10}')
     for args, needle in ((["--vllm-json", str(bad)], "missing or not a non-negative number"),
                          (["--vllm-json", str(tmp_path)], "directory"),
-                         (["--batch", "1", "--isl", "5", "--osl", "9"], "exactly one"),
+                         (["--batch", "1", "--isl", "5", "--osl", "9"], "give the measured rate"),
                          (["--batch", "1", "--isl", "5", "--osl", "9", "--tpot-ms", "-3"], "--tpot-ms: must be > 0")):
         code, _, err = run_cli("diagnose", "llama-2-7b", "a100-sxm-80gb", *args)
         assert code in (1, 2) and needle in err and len(err.strip().splitlines()) == 1

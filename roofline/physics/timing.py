@@ -346,9 +346,11 @@ def attention_class(formats: Formats, device: Device) -> str:
 def _rate(device: Device, cls: str) -> float:
     if not device.supports(cls):
         suggest = next((fmt for c, fmt in NATIVE_DEFAULTS if c in device.native), "?")
+        int8 = (" (int8 units: w8a8-int8 multiplies int8 weights and activations; the format int8 is weight-only, "
+                "unpacked to the activations' format)" if device.supports("int8") and suggest != "mxint8" else "")
         raise UnknownSpecError(
             f"{device.id} has no native {cls} units (native: {', '.join(device.native) or 'none'}); choose formats "
-            f"it runs natively (e.g. --weights/--kv/--activations {suggest}) or supply "
+            f"it runs natively (e.g. --weights/--kv/--activations {suggest}{int8}) or supply "
             f"--set {device.id}.compute.{cls}=VALUE")
     return device.get(f"compute.{cls}")
 
@@ -485,7 +487,7 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
                     workspace_bytes=batch * workspace_per_sequence_bytes(model, formats, tp, new_tokens,
                                                                          np.asarray(logits_per_seq, dtype=float))
                     + np.asarray(rider[0], dtype=float) * workspace_per_sequence_bytes(model, formats, tp, rider[1], 0.0),
-                    kv_sequences=batch / shards, kv_sequence_bytes=model.kv_cache_bytes(
+                    kv_sequences=np.maximum(batch, group.dp) / shards, kv_sequence_bytes=model.kv_cache_bytes(
                         prefix_tokens + new_tokens, formats.kv, windowed=params.windowed_kv is not False))
     act_bytes = activation_bytes_per_device(work, group)
     kv_write = work.kv_write_bytes / shards
@@ -495,6 +497,23 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
     footprint = PassFootprint(work=work, small_bytes=add(w_read, act_bytes, kv_write), kv_read_scale=1 / shards,
                               residency=res)
     return placed, res, footprint, w_read
+
+
+def _busiest_dp_rank(work: Work, group: DeviceGroup, sequences: Any) -> Work:
+    """``work`` as its busiest attention data-parallel rank sees it: each rank runs whole sequences, so with
+    fewer sequences than the dp ranks one rank computes a whole sequence's attention (projections, core, KV
+    traffic) and the others idle; the per-device split by tp = dp x attention tp would spread it over every
+    rank. Scales the attention side by dp / sequences there. From dp sequences up they are taken as spread evenly
+    (the rank holding ceil(B / dp) carries at most dp - 1 sequences more than B / dp: under 1% at the batches of
+    the measured data-parallel rows)."""
+    if group.dp == 1 or np.all(np.asarray(sequences) >= group.dp):
+        return work
+    f = np.maximum(1.0, group.dp / np.asarray(sequences, dtype=float))
+    flop = {k: v * f if k in ("attention_proj", "attention_core") else v for k, v in work.flop.items()}
+    ends = {k: v * f if k == "attention" else v for k, v in work.activation_ends_bytes.items()}
+    extra = (f - 1.0) * work.activation_ends_bytes.get("attention", 0.0)
+    return attrs.evolve(work, flop=flop, kv_read_bytes=work.kv_read_bytes * f, kv_write_bytes=work.kv_write_bytes * f,
+                        activation_ends_bytes=ends, activation_bytes=work.activation_bytes + extra)
 
 
 def activation_bytes_per_device(work: Work, group: DeviceGroup) -> Any:
@@ -527,6 +546,9 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         divisors = [t for t in range(1, model.num_heads + 1) if model.num_heads % t == 0 and t <= 64]
         raise LayoutError(f"tp {group.tp} does not divide the {model.num_heads} attention heads of {model.id} "
                           f"(tensor parallelism splits heads evenly): use one of {', '.join(map(str, divisors))}")
+    if pp > model.num_layers and group.device.family == "gpu":
+        raise LayoutError(f"pp {pp} is more pipeline stages than the {model.num_layers} layers of {model.id}: a GPU "
+                          f"serving engine's stage holds whole layers (at most {model.num_layers} stages)")
     params = resolve_profile(group.device, params)
     formats = formats.with_toolchain_head(params.head_format)
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
@@ -535,6 +557,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     work = pass_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
                      logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed, chunks=chunks,
                      chunk_tokens=chunk_tokens, chunk_prefix=chunk_prefix)
+    work = _busiest_dp_rank(work, group, B / micro if pp > 1 else B)
     compute, dequant_s, core_s = compute_time_s(work, group, formats, params)
     if stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency
         compute, core_s = compute / params.prefill_compute_scale, core_s / params.prefill_compute_scale

@@ -146,6 +146,10 @@ def launch_command(engine: str, model: ModelSpec, option: Any, *, request: Reque
     if vendor not in ENGINE_VENDORS[engine]:
         raise WorkloadError(f"{engine} does not run on {option.device} ({vendor}); it runs on "
                             f"{' and '.join(ENGINE_VENDORS[engine])} GPUs")
+    length = request.input_tokens + request.output_tokens
+    if model.max_context_tokens and length > model.max_context_tokens:   # the engine would refuse to start
+        raise WorkloadError(f"{model.id}: a request of {length:,} tokens is beyond its {model.max_context_tokens:,}-"
+                            "token context (max_position_embeddings)")
     fmt = dict(formats or option.formats)
     notes: list[str] = []
     kv = KV_DTYPES[engine].get(fmt.get("kv", "bf16"), "unsupported")

@@ -126,6 +126,14 @@ def _check_format(_inst: object, attribute: attrs.Attribute, value: str | None) 
         get_format(value)  # raises NotFoundError with a suggestion
 
 
+def _not_weight_only(_inst: object, _a: attrs.Attribute, value: str) -> None:
+    fmt = get_format(value)
+    if fmt.weight_only:
+        raise WorkloadError(f"activations {value!r} is a weight-only format (its weights are unpacked to the "
+                            f"activations' format, {fmt.compute}): give activations a format that computes, such as "
+                            f"{fmt.compute}, fp8 or w8a8-int8")
+
+
 @attrs.frozen(kw_only=True)
 class Formats:
     """Storage formats: non-expert weights, expert weights (None = same), KV cache, activations, and the
@@ -135,7 +143,7 @@ class Formats:
     weights: str = attrs.field(default="bf16", validator=_check_format)
     experts: str | None = attrs.field(default=None, validator=_check_format)
     kv: str = attrs.field(default="bf16", validator=_check_format)
-    activations: str = attrs.field(default="bf16", validator=_check_format)
+    activations: str = attrs.field(default="bf16", validator=[_check_format, _not_weight_only])
     head: str | None = attrs.field(default=None, validator=_check_format)
 
     @property

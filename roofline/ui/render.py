@@ -554,7 +554,7 @@ def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context
                caption="tok/s/kW from the linear utilisation power model; $/Mtok: the group's devices at their "
                        "price per hour (plus its power at the electricity price, where one is set) over its decode "
                        "tokens; max batch at this context." + (f" What-if: {', '.join(overrides)}." if overrides else "")
-                       + "".join(f" {r['name']} = {'; '.join(r['variant'])}." for r in rows if r.get("variant"))
+                       + "".join(f" {r['name']} = {r['group']} with {'; '.join(r['variant'])}." for r in rows if r.get("variant"))
                        + note)
     for c in ("group", "batch", "decode\nms", "tok/s\n/user", "tok/s\n/kW", "$/Mtok\nout", "bound", "prefill\nms",
               "max\nbatch"):
@@ -815,11 +815,12 @@ def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
     return View(tables=[t, lt], data={"formats": rows, "links": links_data}, rows=rows)
 
 
-def formula_view(name: str, text: str, latex: str, legend: Mapping[str, str] | None = None) -> View:
-    """The formula, then what its symbols stand for (``legend``: symbol -> meaning)."""
+def formula_view(name: str, text: str, latex: str, legend: Mapping[str, str] | None = None,
+                 meaning: str = "") -> View:
+    """The formula, what it is (``meaning``), then what its symbols stand for (``legend``: symbol -> meaning)."""
     where = [f"  {k}: {v}" for k, v in (legend or {}).items()]
-    return View(tables=[f"{name}: {text}", *(["where"] + where if where else [])],
-                data={"name": name, "text": text, "latex": latex, "symbols": dict(legend or {})},
+    return View(tables=[f"{name}: {text}", *([f"  ({meaning})"] if meaning else []), *(["where"] + where if where else [])],
+                data={"name": name, "text": text, "latex": latex, "meaning": meaning, "symbols": dict(legend or {})},
                 rows=[{"name": name, "text": text, "latex": latex}])
 
 

@@ -58,6 +58,8 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     else:
         if args.batch is None or args.isl is None or args.osl is None:
             raise UsageError("give --batch, --isl and --osl with a measured rate, or --vllm-json FILE")
+        if all(getattr(args, k) is None for k in ("tokens_per_s_per_user", "tpot_ms", "tokens_per_s")):
+            raise UsageError("give the measured rate: one of --tokens-per-s-per-user, --tpot-ms or --tokens-per-s")
         m = Measurement.from_rates(batch=args.batch, input_tokens=args.isl, output_tokens=args.osl,
                                    tokens_per_s_per_user=args.tokens_per_s_per_user,
                                    tpot_s=args.tpot_ms / 1e3 if args.tpot_ms is not None else None,

@@ -63,7 +63,8 @@ def cmd_formula(args: argparse.Namespace, console: Console) -> int:
     if args.latex and not (args.json or args.csv):
         console.file.write(symbolic.latex(expr) + "\n")
         return 0
-    emit(console, render.formula_view(args.name, str(expr), symbolic.latex(expr), symbolic.legend(expr)), args)
+    emit(console, render.formula_view(args.name, str(expr), symbolic.latex(expr), symbolic.legend(expr),
+                                      symbolic.describe(args.name)), args)
     return 0
 
 

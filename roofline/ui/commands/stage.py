@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -150,6 +151,10 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
                      "keeps depends on the acceptance (roofline spec).")
     if wi:
         notes.append("What-if: " + ", ".join(wi.describe()) + ".")
+    if group.pp > 1:
+        notes.append(f"Pipeline (PP{group.pp}): the batch runs as min(batch, {group.pp}) microbatches that keep the "
+                     f"stages busy, and a step takes {group.pp} stage-times of one microbatch, so comp, mem and FLOP/B "
+                     "are one microbatch's and do not grow with the batch until it exceeds the stages.")
     if prompt > args.context:
         notes.append(f"Decode runs at context {args.context:,}, shorter than the {prompt:,}-token prompt prefilled: the "
                      "two are separate points, not one request (a request's decode context is at least its prompt).")
@@ -161,17 +166,31 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+#: a variant's group given with its shape: ``h200-sxm:8.hbm.bandwidth=...`` (head ``h200-sxm:8.``)
+_VARIANT_GROUP = re.compile(r"^(?P<head>(?P<id>[^:;=.]+(?:\.[^:;=.]+)*):(?P<shape>\d+(?:[xX]\d+)?)\.)")
+
+
+def _semicolon_parts(expr: str) -> list[str]:
+    return [p.strip() for p in expr.split(";")]
+
+
 def _variants(args: argparse.Namespace) -> tuple[list[tuple[str, DeviceGroup]], dict[str, list[str]]]:
     """``GROUP`` (``b200``, ``h100-sxm:2``, ``groq-lpu:8x8``) labelled with its shape, or
-    ``NAME=ID.FIELD=VALUE[;ID.FIELD=VALUE]`` (a what-if variant of ``ID`` at ``--tp``); with what each named
-    variant changed (its overrides, described). Two entries with one name are a usage error."""
+    ``NAME=ID.FIELD=VALUE[;ID.FIELD=VALUE]`` (a what-if variant of ``ID`` at ``--tp``), or
+    ``NAME=ID:N.FIELD=VALUE[;...]`` (the variant on that group); with what each named variant changed (its
+    overrides, described). Two entries with one name are a usage error."""
     out, changed = [], {}
     wi = what_if(args)
     for item in args.devices:
         name, eq, expr = item.partition("=")
         if eq:
+            shaped = _VARIANT_GROUP.match(expr)   # NAME=ID:N.FIELD=VALUE: the variant on that group
+            if shaped:
+                expr = "".join(f"{shaped['id']}.{part[len(shaped['head']):]}" if part.startswith(shaped["head"]) else part
+                               for part in _semicolon_parts(expr))
             sets = WhatIf.parse(expr.split(";"))
-            group = resolve_group(sets.overrides[0].device_id, tp=args.tp)
+            group = resolve_group(f"{shaped['id']}:{shaped['shape']}" if shaped else sets.overrides[0].device_id,
+                                  tp=None if shaped else args.tp)
             sets.check_used([group.device])
             out.append((name, sets.apply_group(wi.apply_group(group))))
             changed[name] = sets.describe()
