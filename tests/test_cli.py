@@ -888,3 +888,5 @@ def test_compare_variant_on_a_group_and_small_cli_answers(run_cli):
     assert code == 0 and "lim_{alpha -> 1}" in out
     code, out, _ = run_cli("stage", "llama-3.1-70b", "h100-sxm:2x2", "--batch", "1,8")
     assert code == 0 and "one microbatch's" in " ".join(out.split())
+    code, out, _ = run_cli("stage", "llama-3.1-8b", "gaudi3", "--batch", "1")   # why batch 1 can be compute-bound
+    assert code == 0 and "tiles of 256 token rows" in " ".join(out.split())

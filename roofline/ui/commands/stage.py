@@ -108,6 +108,8 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
             + _prefill_share(params)
             + (f", times T / (T + {params.compute_half_tokens:.0f}) for a matmul over T tokens"
                if params.compute_half_tokens >= 0.5 else "")
+            + (f", matmuls in tiles of {params.m_tile:.0f} token rows (a pass over fewer tokens computes a whole "
+               "tile: small-batch decode can be compute-bound)" if params.m_tile > 1 else "")
             + f", {_fixed_costs(params)}; "
             f"ridge {results[0].ridge_flop_per_byte:.0f} FLOP/B ({ridge}); uniform expert routing; "
             f"{params.usable_memory_fraction:.0%} of memory usable."
