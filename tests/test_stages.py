@@ -158,6 +158,7 @@ GPT_FAST = [tuple(r) for r in golden()["gpt_fast"][0]["rows"]]
 def test_gpt_fast_batch1_never_faster_than_bandwidth_bound(model, weights, tp, measured):
     r = stages.decode_step(model, A100, batch=1, context=205, weights=weights, tp=tp, params=PURE)
     assert measured <= float(r.per_sequence_tokens_per_s)
+    assert np.array_equal(r.tokens_per_s_per_user, r.per_sequence_tokens_per_s)   # the name the other results use
 
 
 def test_prefill_8k_is_compute_bound_on_h100():

@@ -219,6 +219,7 @@ class StageResult(ArrayRecord):
     weights_per_device_bytes: Array
     usable_per_device_bytes: float
     fits: NDArray[np.bool_]
+    #: passes of the stage (prompt chunks of a chunked prefill): the largest over the workload when it varies
     passes: int = 1
     footprint: PassFootprint | StagesFootprint | PrefixFootprint = attrs.field(eq=False, repr=False)
     #: the execution family whose profile timed this stage, its busy power floor (fraction of TDP) and the
@@ -297,6 +298,11 @@ class StageResult(ArrayRecord):
     def per_sequence_tokens_per_s(self) -> Array:
         """Tokens per second one sequence sees in this stage (new tokens / time)."""
         return self.new_tokens / self.time_s
+
+    @property
+    def tokens_per_s_per_user(self) -> Array:
+        """:attr:`per_sequence_tokens_per_s` under the name serving, speculative and sweep results use."""
+        return self.per_sequence_tokens_per_s
 
 
 _MIXED_FLOAT = frozenset({"fp4", "fp6", "fp8"})   # the operand classes a mixed-input MMA takes
