@@ -851,8 +851,9 @@ def test_unknown_options_point_at_the_commands_own_help(run_cli):
 
 def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
     """`stage` on Corsair runs in mxint8 without being told (its caption says so); `placements` over an H100 and a
-    Corsair evaluates the Corsair placements too, in a format all their devices compute, and says which
-    placements ran in which formats; --json carries each placement's formats."""
+    Corsair evaluates the Corsair placements too, each group in its own devices' formats with the KV cache a
+    prefill group hands over in one both compute, and says which placements ran in which formats; --json carries
+    each placement's formats."""
     code, out, err = run_cli("stage", "llama-3.1-8b", "corsair:4", "--batch", "1")
     assert code == 0, err
     assert "weights mxint8, experts mxint8, KV mxint8, activations mxint8" in " ".join(out.split())
@@ -863,7 +864,9 @@ def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
     rows = {p["name"]: p for p in json.loads(run_cli(*argv, "--json")[1])["placements"]}
     assert rows["decode corsair, prefill on the decode group"]["metrics"]["target_formats"].startswith("weights mxint8")
     assert rows["decode h100-sxm, prefill h100-sxm"]["metrics"]["target_formats"].startswith("weights bf16")
-    assert rows["decode h100-sxm, prefill corsair"]["metrics"]["target_formats"].startswith("weights mxint8")
+    assert rows["decode h100-sxm, prefill corsair"]["metrics"]["target_formats"] == (
+        "decode: weights bf16, experts bf16, KV mxint8, activations bf16; "
+        "prefill: weights mxint8, experts mxint8, KV mxint8, activations mxint8")
     code, out, _ = run_cli("compare", "llama-3.1-8b", "h100-sxm", "corsair:4", "--batch", "1")
     text = " ".join(out.split())
     assert code == 0 and "The formats differ by group" in text and "weights mxint8, experts mxint8" in text

@@ -552,9 +552,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         divisors = [t for t in range(1, model.num_heads + 1) if model.num_heads % t == 0 and t <= 64]
         raise LayoutError(f"tp {group.tp} does not divide the {model.num_heads} attention heads of {model.id} "
                           f"(tensor parallelism splits heads evenly): use one of {', '.join(map(str, divisors))}")
-    if pp > model.num_layers and group.device.family == "gpu":
-        raise LayoutError(f"pp {pp} is more pipeline stages than the {model.num_layers} layers of {model.id}: a GPU "
-                          f"serving engine's stage holds whole layers (at most {model.num_layers} stages)")
+    if pp > model.num_layers and group.device.family not in LAYER_SPANNING_FAMILIES:
+        raise LayoutError(f"pp {pp} is more pipeline stages than the {model.num_layers} layers of {model.id}: a "
+                          f"{group.device.family} serving engine's stage holds whole layers (at most "
+                          f"{model.num_layers} stages)")
     params = resolve_profile(group.device, params)
     formats = formats.with_toolchain_head(params.head_format)
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
@@ -588,6 +589,13 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                     attention_s=(core_s, placed.kv_time_s) if params.overlap == "kernel" else None, dequant_s=dequant_s,
                     fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint,
                     profile=params)
+
+
+#: Families whose compilers place a model over chips in sequence at a finer grain than layers (a layer's weights
+#: spread over several chips of the pipeline: Groq's and Cerebras's compiled dataflow, d-Matrix's and SambaNova's
+#: streaming pipelines), so their pipeline may have more stages than the model has layers; a GPU, TPU, Trainium or
+#: Gaudi engine's stage holds whole layers.
+LAYER_SPANNING_FAMILIES = frozenset({"groq", "cerebras", "d-matrix", "sambanova"})
 
 
 def main_compute_class(model: ModelSpec, device: Device, formats: Formats) -> str:

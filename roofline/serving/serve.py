@@ -46,7 +46,7 @@ from ..physics.timing import StageResult, require_feasible, spread
 from ..records import ArrayRecord
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
-from ..specs.formats import Formats, check_format_keys
+from ..specs.formats import Formats, check_format_keys, native_default
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink, get_link
 from ..specs.models import ModelSpec
@@ -193,8 +193,10 @@ class ServingResult(ArrayRecord):
     token_budget: int = DEFAULT_TOKEN_BUDGET
     #: where no point fits in memory, what does not fit and by how much (bytes needed against usable); else ""
     memory_reason: str = ""
-    #: the formats the target ran in (:meth:`Formats.describe`): as given, else the checkpoint's and the devices'
+    #: the formats the target ran in (:meth:`Formats.describe`; "decode: ...; prefill: ..." where a separate prefill
+    #: group runs its own): as given, else the checkpoint's and the devices' defaults; the draft's ("" without one)
     target_formats: str = ""
+    draft_formats: str = ""
 
     @property
     def budget_starved(self) -> NDArray[np.bool_]:
@@ -472,7 +474,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
     isl, osl = request.input_tokens, request.output_tokens
-    fmt = Formats.for_model(m, **check_format_keys(target_formats, "target_formats"), devices=placement.target_devices)
+    fmt, fmt_prefill = _target_formats(m, placement, check_format_keys(target_formats, "target_formats"))
     E = acc.expected_tokens(G) if acc is not None else np.ones_like(G)
     mixed = placement.prefill is None and mode == "continuous"
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
@@ -491,7 +493,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     queue = prefill_queue_s(B * E / (osl * step), service) if service is not None else np.zeros(B.shape)
     if mixed:   # a request waits for the scheduler's next poll: (N - 1) / 2 steps more than polling every step
         queue = queue + (poll_steps - 1) / 2 * step
-    pre = _prefill_phase(m, placement, request, fmt, mode=mode, batch=B, step_s=step, queue_s=queue,
+    pre = _prefill_phase(m, placement, request, fmt_prefill, mode=mode, batch=B, step_s=step, queue_s=queue,
                          prefill_batch=prefill_batch, chunk=chunk, params=p)
     overhead = resolve_profile((placement.prefill or placement.decode).device, p).request_overhead_s
     pre = attrs.evolve(pre, ttft_s=pre.ttft_s + overhead)   # the serving stack's per-request overhead
@@ -525,7 +527,22 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                         fits_memory=np.broadcast_to(rnd.fits & pre.fits, B.shape).copy(),
                         token_budget_needed=np.broadcast_to(budget.needed if budget else 0.0, B.shape).copy(),
                         token_budget=int(chunk), memory_reason=_memory_reason(rnd, pre),
-                        target_formats=fmt.describe())
+                        target_formats=fmt.describe() if fmt == fmt_prefill
+                        else f"decode: {fmt.describe()}; prefill: {fmt_prefill.describe()}",
+                        draft_formats=rnd.draft.formats.describe() if rnd.draft is not None else "")
+
+
+def _target_formats(model: ModelSpec, placement: Placement, given: Mapping[str, Any]) -> tuple[Formats, Formats]:
+    """(decode, prefill) formats of the target: each group in its own devices' defaults (:meth:`Formats.for_model`),
+    the formats given kept; a separate prefill group hands its KV cache to the decode group, so the KV format not
+    given is one both compute natively (:func:`native_default`)."""
+    decode = placement.decode.device
+    if placement.prefill is None or placement.prefill.device == decode:
+        f = Formats.for_model(model, **given, devices=(decode,))
+        return f, f
+    shared = {**given, "kv": given.get("kv") or native_default(placement.target_devices)}
+    return (Formats.for_model(model, **shared, devices=(decode,)),
+            Formats.for_model(model, **shared, devices=(placement.prefill.device,)))
 
 
 def _memory_reason(rnd: Round, pre: _Prefill) -> str:

@@ -26,7 +26,7 @@ from ..physics.speculative import Acceptance
 from ..physics.stages import decode_step, max_batch, setup
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
-from ..specs.formats import Formats, check_format_keys, get_format, native_default
+from ..specs.formats import Formats, check_format_keys, native_default
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
@@ -89,19 +89,18 @@ class Option:
 
 
 def device_formats(device: Device, given: Mapping[str, Any] | None, model: ModelSpec | None = None) -> dict[str, Any]:
-    """The formats to size ``device`` with: each of weights, kv and activations as given, else (missing, None or
-    ``"auto"``) bf16 where the device computes it natively, else its native default (fp16 on Groq, mxint8 on
-    Corsair); weights as an FP8 checkpoint stores them where the device multiplies FP8. Experts as given, else
-    (with ``model``) the checkpoint's where :meth:`Formats.for_model` keeps it (gpt-oss: MXFP4 beside 16-bit
-    weights), so the formats say what was sized."""
+    """The formats to size ``device`` with: each of weights, experts, kv and activations as given, else (missing,
+    None or ``"auto"``) the defaults every command uses (:meth:`Formats.for_model` with this device: the
+    checkpoint's where the device runs them, else bf16 or the device's native format, fp16 on Groq, mxint8 on
+    Corsair), so the formats say what was sized."""
     chosen = {k: v for k, v in dict(given or {}).items() if v not in (None, "auto")}
-    auto = native_default((device,))
-    stored = model.checkpoint_weight_format if model is not None else None   # an FP8 checkpoint, where it runs natively
-    weights = stored if stored and device.supports(get_format(stored).compute) else auto
-    out = {"weights": weights, "kv": auto, "activations": auto, **chosen}
-    if model is not None and "experts" not in chosen:
-        experts = Formats.for_model(model, weights=out["weights"]).experts
-        out.update({"experts": experts} if experts else {})
+    if model is None:
+        auto = native_default((device,))
+        return {"weights": auto, "kv": auto, "activations": auto, **chosen}
+    f = Formats.for_model(model, **chosen, devices=(device,))
+    out = {"weights": f.weights, "kv": f.kv, "activations": f.activations}
+    out.update({"experts": f.experts} if f.experts else {})
+    out.update({"head": f.head} if f.head else {})
     return out
 
 

@@ -31,10 +31,11 @@ from .params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_valu
 
 STATUSES = ("shipping", "announced")
 #: Rates and sizes below these are not hardware (a 1e-300 FLOP/s peak would make every time infinite).
-#: The plausible range of a value in SI units by kind: a bare number (a float given to :func:`override`, the
-#: unit left off) outside it is a unit mistake (80 for "80 GB" of capacity, 5 for "5 us" of overhead)
-PLAUSIBLE_MIN = {"bytes_per_s": 1e3, "flop_per_s": 1e3, "bytes": 1e6, "w": 1e-3}
-PLAUSIBLE_MAX = {"s": 1.0}
+PLAUSIBLE_MIN = {"bytes_per_s": 1e3, "flop_per_s": 1e3, "bytes": 1.0, "w": 1e-3}
+#: The range a bare number (a float given to :func:`override`, read in SI units) must fall in for its kind: outside
+#: it the unit was left off (80 for "80 GB" of capacity, 5 for "5 us" of overhead). A value with its unit is taken
+#: as written.
+BARE_RANGE = {"bytes": (1e6, math.inf), "s": (0.0, 1.0)}
 MAX_SPEC_BYTES = 1_000_000  # a device spec is a few kB; anything this large is not one
 #: Compute classes (the rates a spec file lists) and the operand width each multiplies at, in bits.
 COMPUTE_CLASS_BITS = MappingProxyType({"fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp6": 6, "fp4": 4,
@@ -264,23 +265,30 @@ def find_field(dev: Device, path: str) -> Field:
     raise NotFoundError(f"{dev.id}: no spec field {path!r}{did_you_mean(path, paths)}; fields: {', '.join(paths)}")
 
 
-def _check_plausible(kind: str, v: float, fail: Callable[[str], Any]) -> None:
-    """Raise ``fail(why)`` where ``v`` (SI units) is outside :data:`PLAUSIBLE_MIN` / :data:`PLAUSIBLE_MAX`."""
+def _check_plausible(kind: str, v: float, fail: Callable[[str], Any], bare: bool = False) -> None:
+    """Raise ``fail(why)`` where ``v`` (SI units) is below :data:`PLAUSIBLE_MIN`, or, a ``bare`` number, outside
+    :data:`BARE_RANGE`."""
     if v < PLAUSIBLE_MIN.get(kind, 0.0):
-        raise fail(f"below {PLAUSIBLE_MIN[kind]:g} in SI units: not a plausible value (a unit left off?)")
-    if v > PLAUSIBLE_MAX.get(kind, math.inf):
-        raise fail(f"above {PLAUSIBLE_MAX[kind]:g} in SI units: not a plausible value (a unit left off? say '5 us')")
+        raise fail(f"below {PLAUSIBLE_MIN[kind]:g} in SI units: not a plausible value")
+    low, high = BARE_RANGE.get(kind, (0.0, math.inf)) if bare else (0.0, math.inf)
+    if not low <= v <= high:
+        raise fail(f"{'below' if v < low else 'above'} {low if v < low else high:g} in SI units: not a plausible "
+                   f"value for a number without a unit (give one: '80 GB', '5 us')")
 
 
 def override(dev: Any, path: str, value: str | float) -> Any:
     """A what-if copy of ``dev`` with one field replaced (``attrs.evolve`` underneath).
 
-    ``dev``: a :class:`Device`, an id or spec path, or a device group (a group comes back with its device
-    changed). ``value`` is a float in SI units or a human string (``"300 TB/s"``); a bare number outside the
-    plausible range of its kind (80 bytes of memory, 5 s of per-layer overhead) is refused as a unit mistake.
+    ``dev``: a :class:`Device`, an id or spec path, or a :class:`~roofline.specs.groups.DeviceGroup` (which comes
+    back with its device changed; ``rl.resolve_group("b200:2")`` makes one). ``value`` is a float in SI units or a
+    human string (``"300 TB/s"``); a bare number outside the plausible range of its kind (80 bytes of memory, 5 s
+    of per-layer overhead) is refused as a unit mistake.
     Setting ``compute.<class>`` also marks that class native.
     """
     if isinstance(dev, (str, os.PathLike)):
+        if ":" in str(dev) and not str(dev).endswith(".toml"):
+            raise SpecError(f"override takes a device id or a group record, got {str(dev)!r}: "
+                            "pass rl.resolve_group(...) for a group")
         dev = load_device(dev)
     if not isinstance(dev, Device):
         inner = getattr(dev, "device", None)
@@ -305,7 +313,7 @@ def override(dev: Any, path: str, value: str | float) -> Any:
         bound = ("a fraction in (0, 1]" if f.kind == "fraction" else "a finite number >= 0" if zero_ok
                  else "a positive finite number")
         raise SpecError(f"{what} = {value!r}: must be {bound}")
-    _check_plausible(f.kind, v, lambda why: SpecError(f"{what} = {value!r}: {why}"))
+    _check_plausible(f.kind, v, lambda why: SpecError(f"{what} = {value!r}: {why}"), bare=not isinstance(value, str))
     try:
         return f.write(dev, v)
     except (RooflineError, ValueError, TypeError) as e:

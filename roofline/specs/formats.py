@@ -192,11 +192,18 @@ class Formats:
                   kv: str | None = None, activations: str | None = None, head: str | None = None,
                   devices: Iterable[Device] = ()) -> Formats:
         """Defaults that follow the checkpoint and the devices: weights (None) as the checkpoint stores them (an
-        FP8 checkpoint's fp8), else, like KV and activations (None), bf16, or on ``devices`` without bf16 units
-        the format they all compute natively (:func:`native_default`: fp16 on Groq, mxint8 on Corsair); and
-        gpt-oss's experts MXFP4 beside 16-bit weights unless told otherwise. A format given is kept as given."""
+        FP8 checkpoint's fp8) where every one of ``devices`` can run them (multiplies them natively, or is a GPU,
+        whose kernels unpack narrower weights: vLLM serves FP8 checkpoints on Ampere with its weight-only FP8
+        Marlin kernel, https://docs.vllm.ai/en/latest/features/quantization/fp8.html), else, like KV and activations
+        (None), bf16, or on ``devices`` without bf16 units the format they all compute natively
+        (:func:`native_default`: fp16 on Groq's LPU, fp8 on Groq 3, mxint8 on Corsair); and gpt-oss's experts MXFP4
+        beside 16-bit weights unless told otherwise. A format given is kept as given."""
+        devices = tuple(devices)
         auto = native_default(devices) if devices else "bf16"
-        weights = weights or model.checkpoint_weight_format or auto
+        stored = model.checkpoint_weight_format
+        if stored and not all(d.supports(get_format(stored).compute) or d.family == "gpu" for d in devices):
+            stored = None   # a dataflow chip without those units runs its own format, not a conversion of them
+        weights = weights or stored or auto
         if experts is None and model.checkpoint_expert_format and weights in ("bf16", "fp16"):
             experts = model.checkpoint_expert_format
         return cls(weights=weights, experts=experts, kv=kv or auto, activations=activations or auto, head=head)

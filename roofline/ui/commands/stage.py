@@ -188,8 +188,8 @@ def _variants(args: argparse.Namespace) -> tuple[list[tuple[str, DeviceGroup]], 
         if eq:
             shaped = _VARIANT_GROUP.match(expr)   # NAME=ID:N.FIELD=VALUE: the variant on that group
             if shaped:
-                expr = "".join(f"{shaped['id']}.{part[len(shaped['head']):]}" if part.startswith(shaped["head"]) else part
-                               for part in _semicolon_parts(expr))
+                expr = ";".join(f"{shaped['id']}.{part[len(shaped['head']):]}" if part.startswith(shaped["head"]) else part
+                                for part in _semicolon_parts(expr))
             sets = WhatIf.parse(expr.split(";"))
             group = resolve_group(f"{shaped['id']}:{shaped['shape']}" if shaped else sets.overrides[0].device_id,
                                   tp=None if shaped else args.tp)
