@@ -865,8 +865,8 @@ def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
     assert rows["decode corsair, prefill on the decode group"]["metrics"]["target_formats"].startswith("weights mxint8")
     assert rows["decode h100-sxm, prefill h100-sxm"]["metrics"]["target_formats"].startswith("weights bf16")
     assert rows["decode h100-sxm, prefill corsair"]["metrics"]["target_formats"] == (
-        "decode: weights bf16, experts bf16, KV mxint8, activations bf16; "
-        "prefill: weights mxint8, experts mxint8, KV mxint8, activations mxint8")
+        "decode: weights bf16, experts bf16, KV bf16, activations bf16; "
+        "prefill: weights mxint8, experts mxint8, KV bf16, activations mxint8")
     code, out, _ = run_cli("compare", "llama-3.1-8b", "h100-sxm", "corsair:4", "--batch", "1")
     text = " ".join(out.split())
     assert code == 0 and "The formats differ by group" in text and "weights mxint8, experts mxint8" in text
@@ -893,3 +893,16 @@ def test_compare_variant_on_a_group_and_small_cli_answers(run_cli):
     assert code == 0 and "one microbatch's" in " ".join(out.split())
     code, out, _ = run_cli("stage", "llama-3.1-8b", "gaudi3", "--batch", "1")   # why batch 1 can be compute-bound
     assert code == 0 and "tiles of 256 token rows" in " ".join(out.split())
+
+
+def test_pareto_reports_each_configuration_it_cannot_evaluate(run_cli):
+    """A placement whose formats cannot run is that configuration's empty frontier with the reason, not the
+    command's failure; with every frontier empty the error is the configurations' own reason (bytes needed), and
+    a baseline without points is said to be why the ratios are empty."""
+    code, out, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=corsair:4",
+                             "--placement", "b: decode=h100-sxm", "--batch", "1", "--activations", "bf16")
+    text = " ".join(out.split())
+    assert code == 0, err
+    assert "no point: corsair has no native bf16 units" in text and "The baseline a has no point" in text
+    code, _, err = run_cli("pareto", "--target", "llama-3.1-405b", "--placement", "a: decode=h100-sxm")
+    assert code == 1 and "llama-3.1-405b does not fit on h100-sxm for decode: needs" in err

@@ -345,7 +345,7 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
                                rl.Request(input_tokens=8192, output_tokens=1024), batch=16).why_infeasible() == ""
     code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch", "512",
                            "--token-budget", "64")
-    assert code == 1 and "nothing fits" in err and "token budget" not in err
+    assert code == 1 and "llama-3.1-8b does not fit on h100-sxm" in err and "token budget" not in err
     # static batches have no scheduler to set
     code, _, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--mode", "static",
                            "--poll-steps", "8")

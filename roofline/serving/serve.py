@@ -46,7 +46,7 @@ from ..physics.timing import StageResult, require_feasible, spread
 from ..records import ArrayRecord
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
-from ..specs.formats import Formats, check_format_keys, native_default
+from ..specs.formats import Formats, check_format_keys
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink, get_link
 from ..specs.models import ModelSpec
@@ -534,15 +534,12 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
 
 def _target_formats(model: ModelSpec, placement: Placement, given: Mapping[str, Any]) -> tuple[Formats, Formats]:
     """(decode, prefill) formats of the target: each group in its own devices' defaults (:meth:`Formats.for_model`),
-    the formats given kept; a separate prefill group hands its KV cache to the decode group, so the KV format not
-    given is one both compute natively (:func:`native_default`)."""
-    decode = placement.decode.device
-    if placement.prefill is None or placement.prefill.device == decode:
-        f = Formats.for_model(model, **given, devices=(decode,))
-        return f, f
-    shared = {**given, "kv": given.get("kv") or native_default(placement.target_devices)}
-    return (Formats.for_model(model, **shared, devices=(decode,)),
-            Formats.for_model(model, **shared, devices=(placement.prefill.device,)))
+    the formats given kept; a separate prefill group writes the KV cache in the format the decode group reads
+    every step (storing it needs no units of that format: attention computes in the activations' format)."""
+    decode = Formats.for_model(model, **given, devices=(placement.decode.device,))
+    if placement.prefill is None or placement.prefill.device == placement.decode.device:
+        return decode, decode
+    return decode, Formats.for_model(model, **{**given, "kv": decode.kv}, devices=(placement.prefill.device,))
 
 
 def _memory_reason(rnd: Round, pre: _Prefill) -> str:

@@ -865,6 +865,9 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
         f"; no point: {c['why_empty']}" if c.get("why_empty") else ""), workload) for c in configs]
     if comparisons:
         tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))
+        if configs and not configs[0]["frontier"]:
+            tables.append(f"The baseline {baseline} has no point, so no ratio can be taken: give a --placement with "
+                          "points first.")
     if extra.get("overrides"):
         tables.append(f"What-if (every configuration): {', '.join(extra['overrides'])}.")
     if note:

@@ -174,6 +174,17 @@ def _why_empty(r: Any) -> str:
     return r.why_infeasible(int(starved[0]) if starved.size else 0)
 
 
+def _why_all_empty(configs: list[dict[str, Any]], results: list[Any], token_budget: int) -> str:
+    """Why no configuration has a point: each one's reason (one reason shared by all said once), and the flag to
+    raise where a step's token budget cannot keep up."""
+    reasons = {c["name"]: c["why_empty"] for c in configs}
+    said = (next(iter(reasons.values())) if len(set(reasons.values())) == 1
+            else "; ".join(f"{name}: {why}" for name, why in reasons.items()))
+    starved = any(r is not None and np.any(r.budget_starved) for r in results)
+    return ("no configuration has a feasible point with known power: " + said
+            + (f"; raise --token-budget (now {token_budget})" if starved else ""))
+
+
 def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     if not args.placement:
         raise UsageError(f"give at least one --placement {PLACEMENT_SYNTAX}")
@@ -199,24 +210,27 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     configs, frontiers, results = [], [], []
     params = engine_params(args, [d for p in placements for d in _groups_devices(p)])
     for p in placements:
-        r = evaluate_serving(args.target, p, request, batch=batches, gamma=gammas if p.speculative else 0,
-                             acceptance=acc, mode=args.mode, target_formats=formats(args), params=params,
-                             prices=prices, **knobs)
+        try:
+            r = evaluate_serving(args.target, p, request, batch=batches, gamma=gammas if p.speculative else 0,
+                                 acceptance=acc, mode=args.mode, target_formats=formats(args), params=params,
+                                 prices=prices, **knobs)
+        except RooflineError as e:   # this placement cannot be evaluated (no format its devices share): said, not fatal
+            frontiers.append(pareto_frontier([], []))
+            results.append(None)
+            configs.append({"name": p.name, "description": p.describe(), "target_formats": None, "energy_note": None,
+                            "frontier": [], "why_empty": str(e)})
+            continue
         y = r.tokens_per_s_per_kw if args.axis == "kw" else 1e6 / r.usd_per_million_output_tokens
         f = pareto_frontier(r.tokens_per_s_per_user, y, r.fits)
         frontiers.append(f)
         results.append(r)
         configs.append({"name": p.name, "description": p.describe(), "target_formats": r.target_formats,
-                        "energy_note": r.energy_note or None,
+                        "draft_formats": r.draft_formats or None, "energy_note": r.energy_note or None,
                         "frontier": [render.serving_point(r, int(i)) for i in f.index]})
         if not configs[-1]["frontier"]:   # an empty frontier says why, as the command does when all are empty
             configs[-1]["why_empty"] = _why_empty(r)
     if not any(c["frontier"] for c in configs):
-        notes = "; ".join(c["energy_note"] for c in configs if c["energy_note"])
-        starved = [c["name"] for c, r in zip(configs, results) if np.any(r.budget_starved)]
-        raise RooflineError("no configuration has a feasible point with known power: " + (notes or (
-            f"the token budget ({args.token_budget}) cannot keep up with arriving prompts ({', '.join(starved)}); "
-            "raise --token-budget" if starved else "nothing fits at these batches; try smaller batches or more devices")))
+        raise RooflineError(_why_all_empty(configs, results, args.token_budget))
     if args.plot:
         from ..plot import plot_frontiers
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
