@@ -547,11 +547,10 @@ def test_compare_prices_electricity_and_names_what_it_changed(run_cli):
 
 
 def test_compare_refuses_what_it_cannot_show(run_cli):
-    """Nothing runnable is an error (one line, non-zero), not an empty table with status 0; the advice it gives
-    (--activations) is a flag compare has; --tp leaves groups that carry their own :N alone; a name given twice
-    is a usage error."""
+    """Nothing runnable is an error (one line, non-zero), not an empty table with status 0; the advice names the
+    format the device runs; --tp leaves groups that carry their own :N alone; a name given twice is a usage error."""
     code, out, err = run_cli("compare", "llama-3.1-8b", "corsair", "corsair:4", "--activations", "bf16")
-    assert code == 1 and out == "" and err.count("no native bf16") == 1 and "--activations" in err
+    assert code == 1 and out == "" and err.count("no native bf16") == 1 and "mxint8 for the weights, KV and activations" in err
     code, out, _ = run_cli("compare", "llama-3.1-8b", "corsair:4", "--weights", "mxint8", "--kv", "mxint8",
                            "--activations", "mxint8", "--batch", "1")
     assert code == 0 and "corsair:4" in out

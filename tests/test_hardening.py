@@ -388,8 +388,15 @@ def test_layouts_and_formats_that_cannot_exist_are_refused(run_cli):
     assert rl.decode_step("llama-3.1-8b", "groq-lpu:1x80", batch=1, context=128, weights="fp16").time_s > 0
     with pytest.raises(rl.WorkloadError, match="weight-only format"):
         rl.decode_step("llama-3.1-8b", "h100-sxm", batch=1, context=128, activations="int4-g128")
+    # a format the device cannot compute is named, not quietly run in another (fp8 activations on Groq's LPU at its
+    # fp16 rate, bf16 weights on Corsair "unpacked" to int8)
+    with pytest.raises(rl.UnknownSpecError, match="groq-lpu has no native fp8 units"):
+        rl.decode_step("llama-3.1-8b", "groq-lpu:8x16", batch=1, context=128, activations="fp8")
+    with pytest.raises(rl.UnknownSpecError, match="corsair has no native bf16 units"):
+        rl.decode_step("llama-3.1-8b", "corsair:4", batch=1, context=128, weights="bf16")
+    assert rl.decode_step("llama-3.1-8b", "a100-sxm-80gb", batch=1, context=128, weights="fp8").fits   # unpacked
     code, _, err = run_cli("stage", "llama-3.1-8b", "groq-lpu:8x41", "--weights", "int8", "--activations", "bf16")
-    assert code == 1 and "w8a8-int8 multiplies int8 weights and activations" in err
+    assert code == 1 and "for its int8 units w8a8-int8, int8 weights and activations" in err
     req = rl.Request(input_tokens=1024, output_tokens=1024)
     opt = rl.size("llama-3.1-8b", ["h100-sxm"], rl.Target(users=4, min_tokens_per_s_per_user=20, request=req))[0]
     with pytest.raises(rl.WorkloadError, match="beyond its 131,072-token context"):

@@ -322,6 +322,8 @@ def compute_class(fmt: Format, activation: Format, device: Device) -> tuple[str,
     A recipe that multiplies at another class than it stores (``w4a8-mxfp4``) unpacks on a device without
     units for its stored elements.
     """
+    if not fmt.weight_only and not device.supports(fmt.compute) and fmt.bits_per_element > activation.bits_per_element:
+        _rate(device, fmt.compute)   # wider weights than the activations are not unpacked to them: refused, named
     if fmt.weight_only or not device.supports(fmt.compute):
         return activation.compute, fmt.name != activation.name
     if fmt.stored_as is not None and not device.supports(fmt.stored_as):   # W4A8 on Hopper: unpacked to FP8
@@ -352,12 +354,12 @@ def attention_class(formats: Formats, device: Device) -> str:
 def _rate(device: Device, cls: str) -> float:
     if not device.supports(cls):
         suggest = next((fmt for c, fmt in NATIVE_DEFAULTS if c in device.native), "?")
-        int8 = (" (int8 units: w8a8-int8 multiplies int8 weights and activations; the format int8 is weight-only, "
-                "unpacked to the activations' format)" if device.supports("int8") and suggest != "mxint8" else "")
+        int8 = ("; for its int8 units w8a8-int8, int8 weights and activations (int8 alone is weight-only, unpacked "
+                "to the activations' format)" if device.supports("int8") and suggest != "mxint8" else "")
         raise UnknownSpecError(
             f"{device.id} has no native {cls} units (native: {', '.join(device.native) or 'none'}); choose formats "
-            f"it runs natively (e.g. --weights/--kv/--activations {suggest}{int8}) or supply "
-            f"--set {device.id}.compute.{cls}=VALUE")
+            f"it runs natively (e.g. {suggest} for the weights, KV and activations{int8}) or supply the rate as a "
+            f"what-if, {device.id}.compute.{cls}=VALUE")
     return device.get(f"compute.{cls}")
 
 
@@ -430,6 +432,8 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     ``params`` is the device's resolved execution profile.
     """
     dev, act = group.device, formats.activation
+    if not dev.supports(act.compute):   # activations the device cannot compute in (fp8 on Groq's LPU): named, not ignored
+        _rate(dev, act.compute)
     vector_fraction = params.compute_fraction
     mfu = params.compute_fraction * _row_efficiency(work.tokens, params)
     w_cls, w_deq = compute_class(formats.weight, act, dev)

@@ -130,8 +130,8 @@ def _not_weight_only(_inst: object, _a: attrs.Attribute, value: str) -> None:
     fmt = get_format(value)
     if fmt.weight_only:
         raise WorkloadError(f"activations {value!r} is a weight-only format (its weights are unpacked to the "
-                            f"activations' format, {fmt.compute}): give activations a format that computes, such as "
-                            f"{fmt.compute}, fp8 or w8a8-int8")
+                            f"activations' format, {fmt.compute}): give activations a format that computes, whichever "
+                            "the device runs (bf16, fp16, fp8, w8a8-int8, mxint8)")
 
 
 @attrs.frozen(kw_only=True)
@@ -243,5 +243,5 @@ def native_default(devices: Iterable[Device]) -> str:
             return fmt
     unique = {d.id: d for d in devices}.values()
     natives = "; ".join(f"{d.id}: {', '.join(d.native) or 'none'}" for d in unique)
-    raise UnknownSpecError(f"no native compute format common to the devices ({natives}); give the formats "
-                           "(--weights/--kv/--activations) or supply a rate with --set DEVICE.compute.bf16=VALUE")
+    raise UnknownSpecError(f"no native compute format common to the devices ({natives}); give the formats, or "
+                           "supply a rate as a what-if (DEVICE.compute.bf16=VALUE)")
