@@ -149,6 +149,20 @@ def one_of(options: tuple[str, ...]) -> Any:
 MAX_POINTS = 20_000_000
 
 
+def record_of(*types: type, optional: bool = False) -> Any:
+    """An attrs validator: an instance of ``types`` (or None where ``optional``), else :class:`WorkloadError` naming
+    the field (a record built by hand with a string where a record belongs fails where it is built)."""
+    def check(inst: object, attribute: Any, value: Any) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, types):
+            names = " or ".join(t.__name__ for t in types)
+            raise WorkloadError(f"{type(inst).__name__}.{attribute.name} must be a {names}, got {show(value)}"
+                                + (" (Placement.build takes group strings such as 'b200:8')"
+                                   if type(inst).__name__ == "Placement" else ""))
+    return check
+
+
 def check_grid(*arrays: Any) -> tuple[int, ...]:
     """The broadcast shape of workload arrays; refuses incompatible shapes and grids beyond :data:`MAX_POINTS`."""
     try:

@@ -360,6 +360,17 @@ def test_records_built_by_hand_fail_where_they_are_built():
         rl.Acceptance("bogus")
     with pytest.raises(rl.WorkloadError, match="needs its values"):
         rl.Acceptance("geometric")
+    with pytest.raises(rl.WorkloadError, match="exceeds gamma"):   # checked as Acceptance.measured checks it
+        rl.Acceptance("measured", table={2: 5.0})
+    with pytest.raises(rl.WorkloadError, match="single number"):
+        rl.Acceptance("geometric", alpha=np.array([0.5, 0.6]))
+    with pytest.raises(rl.WorkloadError, match="Placement.decode must be a DeviceGroup.*Placement.build"):
+        rl.Placement(name="x", decode="b200")
+    with pytest.raises(rl.WorkloadError, match="Target.request must be a Request"):
+        rl.Target(users=1, min_tokens_per_s_per_user=1, request={"input_tokens": 5})
+    with pytest.raises(rl.WorkloadError, match="draft_formats must be a mapping"):
+        rl.speculative_round("gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", draft_on="corsair:2",
+                             gamma=3, acceptance=0.9, draft_formats="mxint8")
     with pytest.raises(rl.WorkloadError, match="sampling must be one of greedy, lossless"):
         rl.speculative_round("gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", gamma=3, acceptance=0.9,
                              sampling="nucleus")

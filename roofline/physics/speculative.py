@@ -178,6 +178,17 @@ class Acceptance:
             raise WorkloadError(f"an Acceptance of kind {self.kind!r} needs its values: build it with "
                                 "Acceptance.geometric(alpha), .positional([...]), .alpha_by_gamma({...}) or "
                                 ".measured({...})")
+        # a record built by hand is checked as the constructors check theirs
+        if self.kind == "geometric":
+            scalar(check_probability(self.alpha), "alpha")
+        elif self.kind == "positional":
+            check_probability(list(self.alphas), "alphas")
+        for g, v in self.table.items():
+            gamma = int(scalar(check_gamma(g), "gamma"))
+            if self.kind == "measured":
+                alpha_from_acceptance_length(v, gamma)   # 1 <= tau <= gamma + 1
+            else:
+                scalar(check_probability(v), "alpha")
 
     @classmethod
     def geometric(cls, alpha: float) -> Acceptance:

@@ -24,7 +24,7 @@ from ..errors import InfeasibleError, UnknownSpecError, WorkloadError
 from ..physics.energy import PowerModel, group_busy_w, group_idle_w
 from ..physics.stages import Setup, draft_steps, head_model
 from ..physics.timing import StageResult, evaluate_pass, mix, require_feasible, spread
-from ..specs.formats import Formats, native_default
+from ..specs.formats import Formats, check_format_keys, native_default
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink
 from ..specs.models import ModelSpec
@@ -76,10 +76,7 @@ class Drafter:
 def draft_formats(group: DeviceGroup, given: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """The draft's formats: each of weights, kv and activations as given, else (missing, None or ``"auto"``)
     the format the draft device computes natively (bf16 on GPUs, mxint8 on Corsair)."""
-    given = dict(given or {})
-    unknown = set(given) - {"weights", "kv", "activations", "experts"}
-    if unknown:
-        raise WorkloadError(f"draft formats: unknown keys {sorted(unknown)} (weights, experts, kv, activations)")
+    given = check_format_keys(given, "draft_formats")
     chosen = {k: v for k, v in given.items() if v not in (None, "auto")}
     if all(k in chosen for k in ("weights", "kv", "activations")):
         return chosen

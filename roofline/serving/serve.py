@@ -53,7 +53,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
-from ..workload import check_count, check_gamma, check_grid, check_whole
+from ..workload import check_count, check_gamma, check_grid, check_whole, record_of
 from .round import DRAFT_KINDS, Drafter, Round, RoundPlan, run_round
 
 Array = NDArray[np.float64]
@@ -78,10 +78,10 @@ class Placement:
     means the draft runs on the decode group's own devices."""
 
     name: str
-    decode: DeviceGroup
-    prefill: DeviceGroup | None = None
-    draft: DeviceGroup | None = None
-    draft_model: ModelSpec | None = None
+    decode: DeviceGroup = attrs.field(validator=record_of(DeviceGroup))
+    prefill: DeviceGroup | None = attrs.field(default=None, validator=record_of(DeviceGroup, optional=True))
+    draft: DeviceGroup | None = attrs.field(default=None, validator=record_of(DeviceGroup, optional=True))
+    draft_model: ModelSpec | None = attrs.field(default=None, validator=record_of(ModelSpec, optional=True))
     draft_kind: str | None = attrs.field(default=None)
     head_layers: int = 1
     kv_link: GroupLink = attrs.field(factory=lambda: get_link("nvlink"))

@@ -32,7 +32,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import ModelLike, resolve_device, resolve_group, resolve_model
-from ..workload import check_whole
+from ..workload import check_whole, record_of
 from .serve import Placement, Request, ServingResult, evaluate_serving
 
 TPS = (1, 2, 4, 8, 16, 32)
@@ -48,7 +48,7 @@ class Target:
 
     users: int = attrs.field(converter=lambda v: check_whole("users", v, maximum=10**9))
     min_tokens_per_s_per_user: float = attrs.field(converter=lambda v: _positive("min tokens/s per user", v))
-    request: Request = attrs.field(validator=attrs.validators.instance_of(Request))
+    request: Request = attrs.field(validator=record_of(Request))
     max_ttft_s: float = attrs.field(default=math.inf, converter=lambda v: _positive("max TTFT (s)", v, inf=True))
 
 
