@@ -389,3 +389,18 @@ def test_diagnose_says_a_far_slower_run_as_a_ratio_without_e_notation(run_cli):
     assert "the measured 1,000 ms being" in far and "x that" in far and "e+" not in far
     near = json.loads(run_cli(*base, "--tpot-ms", "9")[1])["advice"]
     assert "below the measured 9 ms" in near
+
+
+def test_diagnose_measures_bandwidth_against_the_tiers_the_bytes_are_in():
+    """On a chip with SRAM and LPDDR (Corsair) an 8B model's weights sit in LPDDR: the achieved bandwidth is
+    measured against LPDDR's peak, so a rate above what LPDDR allows is refused as impossible (not 0.35% of the
+    SRAM's 150 TB/s), and a possible one is a sizeable share of it."""
+    from roofline.evidence.diagnose import Measurement, diagnose
+    run = dict(batch=8, input_tokens=1024, output_tokens=256, serving="static")
+    with pytest.raises(WorkloadError, match="of peak bandwidth on corsair: impossible"):
+        diagnose("llama-3.1-8b", "corsair", Measurement.from_rates(tokens_per_s_total=500, **run))
+    d = diagnose("llama-3.1-8b", "corsair", Measurement.from_rates(tokens_per_s_total=200, **run))
+    lpddr = rl.load_device("corsair").get("lpddr.bandwidth")
+    assert lpddr < d.peak_bytes_per_s < 1.5 * lpddr and 0.3 < d.mbu < 1   # a quarter of the weights in SRAM
+    one = diagnose("llama-3.1-8b", "h100-sxm", Measurement.from_rates(tokens_per_s_total=200, **run))
+    assert one.peak_bytes_per_s == rl.load_device("h100-sxm").get("hbm.bandwidth")

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 
 from ..errors import SpecError, WorkloadError
 from ..physics.timing import evaluate_pass, main_compute_class
+from ..specs.execution import resolve_profile
 from ..specs.files import read_text
 from ..specs.formats import Formats
 from ..specs.params import EngineParams, default_params
@@ -167,13 +169,26 @@ def _verdict(mbu: float, mfu: float, utilisation: float | None, *, split: bool,
     else:
         binding = "overhead or communication"
         advice = (f"neither resource is near its peak (bandwidth {mbu:.0%}, compute {mfu:.1%}): time goes to fixed "
-                  + ("per-step costs, synchronisation, scheduling or kernels below peak; larger batches, CUDA graphs, "
-                     "fewer TP ranks or a faster interconnect help more than a faster chip" if split else
-                     "per-step costs, scheduling or kernels below peak; larger batches or CUDA graphs help more than "
-                     "a faster chip"))
+                  + ("per-step costs, synchronisation, scheduling or kernels below peak; larger batches, fewer "
+                     "launches (CUDA graphs on GPUs), fewer TP ranks or a faster interconnect help more than a faster "
+                     "chip" if split else
+                     "per-step costs, scheduling or kernels below peak; larger batches or fewer launches (CUDA graphs "
+                     "on GPUs) help more than a faster chip"))
     if utilisation is not None and utilisation < 0.5 and binding == "memory bandwidth":
         advice += f"; the measured utilisation {utilisation:.0%} agrees (busy waiting on memory, not computing)"
     return binding, advice
+
+
+def _peak_bandwidth(time_by_tier_s: dict[str, Any], device: Any, profile: EngineParams) -> float:
+    """The datasheet bandwidth the step's bytes meet: one tier's peak, or over several (Corsair's SRAM and LPDDR)
+    the bytes over the time they take at each tier's peak, so weights that spill to a slower tier are measured
+    against it. A tier's modelled time is its bytes / (peak x achieved fraction)."""
+    tiers = {t: float(np.max(v)) for t, v in time_by_tier_s.items() if np.any(np.asarray(v) > 0)}
+    if len(tiers) < 2:
+        return float(device.get(f"{next(iter(tiers), device.memory[0].name)}.bandwidth"))
+    frac = {t: profile.bandwidth_fraction(t) for t in tiers}
+    traffic = {t: s * frac[t] * device.get(f"{t}.bandwidth") for t, s in tiers.items()}   # bytes, up to a factor
+    return sum(traffic.values()) / sum(s * frac[t] for t, s in tiers.items())
 
 
 def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
@@ -190,15 +205,16 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
     batch = max(1.0, ms.batch)
     # continuous batching: each step also carries the arriving requests' prompts, isl/osl tokens per sequence
     new = 1 + (ms.input_tokens / ms.output_tokens if ms.serving == "continuous" else 0)
+    p = params if params is not None else default_params()
     r = evaluate_pass(m, g, f, batch=batch, new_tokens=new, prefix_tokens=context, logits_per_seq=1.0,
-                      mla_absorbed=True, stage="decode", params=params if params is not None else default_params())
+                      mla_absorbed=True, stage="decode", params=p)
     if not bool(r.fits):
         raise WorkloadError(f"{m.id} does not fit on {g.describe()} at batch {batch:g} and context {float(context):g} "
                             f"with weights {f.weights} and KV {f.kv} ({r.memory_per_device_bytes / 1e9:.1f} GB per "
                             f"device): give the run's formats (--weights, --kv) and device count")
     cls = main_compute_class(m, g.device, f)
     peak_flop = g.device.get(f"compute.{cls}")
-    peak_bw = g.device.get(f"{g.device.memory[0].name}.bandwidth")
+    peak_bw = _peak_bandwidth(r.memory_by_tier_s, g.device, resolve_profile(g.device, p))
     bytes_step, flop_step = float(r.bytes_per_device), float(r.flop_per_device)
     mbu, mfu = bytes_step / ms.tpot_s / peak_bw, flop_step / ms.tpot_s / peak_flop
     if mbu > 1 or mfu > 1:
