@@ -311,6 +311,8 @@ def test_size_takes_ids_and_prices_its_rounded_up_prefill_groups():
     default, shipped = disagg(None), disagg(rl.shipped_prices())
     assert default.prefill_groups >= 1 and default.usd_per_million_output_tokens == shipped.usd_per_million_output_tokens
     assert rl.size("gpt-oss-120b", "b200:4", target)[0].group == "b200:4"
+    with pytest.raises(rl.WorkloadError, match="give at least one device"):
+        rl.size("gpt-oss-120b", [], target)
     with pytest.raises(rl.WorkloadError, match="must be a positive number"):
         rl.Target(users=5, min_tokens_per_s_per_user=True, request=req)
 

@@ -91,7 +91,7 @@ class Option:
 def device_formats(device: Device, given: Mapping[str, Any] | None, model: ModelSpec | None = None) -> dict[str, Any]:
     """The formats to size ``device`` with: each of weights, experts, kv and activations as given, else (missing,
     None or ``"auto"``) the defaults every command uses (:meth:`Formats.for_model` with this device: the
-    checkpoint's where the device runs them, else bf16 or the device's native format, fp16 on Groq, mxint8 on
+    checkpoint's where the device runs them, else bf16 or the device's native format, fp16 on Groq's LPU, mxint8 on
     Corsair), so the formats say what was sized."""
     chosen = {k: v for k, v in dict(given or {}).items() if v not in (None, "auto")}
     if model is None:
@@ -273,8 +273,11 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
     formats = check_format_keys(formats)
     prices = prices if prices is not None else shipped_prices()   # as evaluate_serving prices the replicas
     kinds = PLACEMENT_KINDS if draft is not None else PLACEMENT_KINDS[:2]
+    items = [devices] if isinstance(devices, (str, Device, DeviceGroup)) else list(devices)
+    if not items:
+        raise WorkloadError("give at least one device (an id, a Device or a group) to size")
     out = []
-    for item in [devices] if isinstance(devices, (str, Device, DeviceGroup)) else devices:
+    for item in items:
         item = _device_or_group(item)
         dev = item.device if isinstance(item, DeviceGroup) else item
         try:

@@ -192,7 +192,7 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: 
     of ``objective`` (names from :data:`OBJECTIVES`; costs and energies count as lower-is-better).
 
     Points that do not fit, or lack a price or power figure an objective needs, are counted as infeasible and
-    left out. Formats default per device to bf16 where native, else the device's own (fp16 on Groq).
+    left out. Formats default per device as every command's do (:meth:`~roofline.specs.formats.Formats.for_model`).
     ``executor``: any ``concurrent.futures.Executor`` (chunks are pickled to it); None runs here.
     ``progress(done, total)`` is called after each chunk (e.g. to advance a ``rich.progress`` bar).
     """
