@@ -905,3 +905,33 @@ def test_pareto_reports_each_configuration_it_cannot_evaluate(run_cli):
     assert "no point: corsair has no native bf16 units" in text and "The baseline a has no point" in text
     code, _, err = run_cli("pareto", "--target", "llama-3.1-405b", "--placement", "a: decode=h100-sxm")
     assert code == 1 and "llama-3.1-405b does not fit on h100-sxm for decode: needs" in err
+
+
+def test_third_review_answers(run_cli):
+    """size answers for a device without a published TDP (power unknown, not the option); pareto's caption names
+    the draft's formats; a compare variant's part naming another device, and a --placement without its name, are
+    usage errors that say so; a price given on the command line is labelled, not '()'; the formats help names the
+    chips' defaults."""
+    code, out, err = run_cli("size", "llama-3.1-70b", "--devices", "tpu-7x", "--users", "100",
+                             "--min-tokens-per-s-per-user", "30", "--json")
+    assert code == 0, err
+    opts = json.loads(out)["options"]
+    assert opts[0]["devices"] > 0 and opts[0]["tokens_per_s_per_kw"] is None
+    code, out, err = run_cli("pareto", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--alpha", "0.9",
+                             "--placement", "c: decode=b200:8, draft=corsair:2", "--batch", "1", "--gamma", "3")
+    assert code == 0 and "draft weights mxint8" in " ".join(out.split()), err
+    code, _, err = run_cli("compare", "llama-3.1-8b", "x=h200-sxm:2.hbm.bandwidth=9.6TB/s;sram.bandwidth=1TB/s")
+    assert code == 2 and "compare variant 'x'" in err and "sram.bandwidth=1TB/s names another" in err
+    code, _, err = run_cli("pareto", "--target", "llama-3.1-70b", "--placement", "prefill=h100-sxm:4, decode=h100-sxm:4")
+    assert code == 2 and "needs a name first" in err
+    code, out, _ = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--users", "10",
+                           "--min-tokens-per-s-per-user", "30", "--usd-per-device-hour", "h100-sxm=2")
+    assert code == 0 and "h100-sxm $2/h (given)" in " ".join(out.split())
+
+
+def test_format_help_names_the_chips_defaults(capsys):
+    from roofline.ui.cli import main
+    with pytest.raises(SystemExit):
+        main(["stage", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "fp8 on groq-3-lpu" in help_text and "mxint8 on corsair" in help_text

@@ -353,6 +353,11 @@ def test_override_takes_ids_and_groups_and_refuses_unit_mistakes():
         with pytest.raises(rl.SpecError, match="not a plausible value"):
             rl.override("h100-sxm", path, bare)
     assert rl.override("h100-sxm", "execution.layer_overhead", 5e-6).get("execution.layer_overhead") == 5e-6
+    assert rl.override("b200", "scale_up.latency", "2 s").get("scale_up.latency") == 2.0   # a unit: as written
+    with pytest.raises(rl.SpecError, match="not a plausible value"):
+        rl.override("corsair", "power.tdp", 6e5)
+    with pytest.raises(rl.SpecError, match="max_tp = 8.5: must be a whole number"):
+        rl.override("corsair", "execution.max_tp", 8.5)
 
 
 def test_records_built_by_hand_fail_where_they_are_built():

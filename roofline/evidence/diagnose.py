@@ -26,7 +26,7 @@ from ..errors import SpecError, WorkloadError
 from ..physics.timing import evaluate_pass, main_compute_class
 from ..specs.execution import resolve_profile
 from ..specs.files import read_text
-from ..specs.formats import Formats
+from ..specs.formats import NATIVE_DEFAULTS, Formats, get_format
 from ..specs.params import EngineParams, default_params
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..workload import check_count
@@ -148,15 +148,17 @@ class Diagnosis:
 
 
 def _verdict(mbu: float, mfu: float, utilisation: float | None, *, split: bool,
-             compute_share: float = 0.0) -> tuple[str, str]:
+             compute_share: float = 0.0, narrower: str = "FP8/FP4") -> tuple[str, str]:
     """The binding resource and what would help; ``split``: the group spans devices (tensor or pipeline
     parallel), so synchronisation and the interconnect are candidates too; ``compute_share``: the modelled
-    compute time (at the profile's achievable efficiency, not the datasheet peak) over the measured time."""
+    compute time (at the profile's achievable efficiency, not the datasheet peak) over the measured time;
+    ``narrower``: the narrower formats the device computes natively, to suggest for weights and KV."""
     if mbu >= 0.5 and mbu >= 1.5 * mfu:
         binding = "memory bandwidth"
         advice = (f"decode runs at {mbu:.0%} of peak bandwidth while compute utilisation (MFU) is {mfu:.1%}: "
                   "memory-bandwidth bound; a faster chip of the same bandwidth will not help, more bandwidth, smaller "
-                  "weights/KV (FP8/FP4) or fewer bytes per token (speculation, larger batch per weight read) will")
+                  f"weights/KV{f' ({narrower})' if narrower else ''} or fewer bytes per token (speculation, larger "
+                  "batch per weight read) will")
     elif mfu >= 0.5 and mfu >= mbu:
         binding = "compute"
         advice = (f"decode runs at {mfu:.0%} of peak FLOP/s: compute bound; more FLOP/s or lower-precision tensor "
@@ -222,7 +224,9 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
         raise WorkloadError(f"the measured {1 / ms.tpot_s:.4g} tokens/s per user implies {which} on {g.describe()}: "
                             "impossible for this device; check the batch, the formats (--weights, --kv) and the "
                             "device count")
-    binding, advice = _verdict(mbu, mfu, ms.utilisation, split=g.count > 1,
+    narrower = [fmt for c, fmt in NATIVE_DEFAULTS if g.device.supports(c) and get_format(fmt).bits_per_element
+                < f.weight.bits_per_element]
+    binding, advice = _verdict(mbu, mfu, ms.utilisation, split=g.count > 1, narrower="/".join(narrower),
                                compute_share=float(r.compute_s) / ms.tpot_s)
     off = float(r.time_s) / ms.tpot_s - 1
     gap = (f"{abs(off):.0%} {'above' if off > 0 else 'below'} the measured {_ms(ms.tpot_s)}" if off > -0.5 else

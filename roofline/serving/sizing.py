@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..errors import RooflineError, WorkloadError
+from ..errors import RooflineError, UnknownSpecError, WorkloadError
 from ..physics.energy import DEFAULT_POWER, idle_w
 from ..physics.memory import stored_weight_bytes
 from ..physics.speculative import Acceptance
@@ -98,8 +98,7 @@ def device_formats(device: Device, given: Mapping[str, Any] | None, model: Model
         auto = native_default((device,))
         return {"weights": auto, "kv": auto, "activations": auto, **chosen}
     f = Formats.for_model(model, **chosen, devices=(device,))
-    out = {"weights": f.weights, "kv": f.kv, "activations": f.activations}
-    out.update({"experts": f.experts} if f.experts else {})
+    out = {"weights": f.weights, "experts": f.experts or f.weights, "kv": f.kv, "activations": f.activations}
     out.update({"head": f.head} if f.head else {})
     return out
 
@@ -214,7 +213,10 @@ def _deployed_rates(at: Mapping[str, float], replicas: int, devices: int, device
     rounding up to whole prefill groups adds, which the same work spreads over: they add idle power and their
     price, not tokens."""
     extra = max(devices - replicas * at["devices"], 0.0)
-    extra_w = extra * idle_w(device, DEFAULT_POWER) * DEFAULT_POWER.pue
+    try:
+        extra_w = extra * idle_w(device, DEFAULT_POWER) * DEFAULT_POWER.pue if extra > 0 else 0.0
+    except UnknownSpecError:   # no published TDP: the power (and tokens/s per kW) is unknown, the rest is not
+        extra_w = math.nan
     tokens_per_s = replicas * at["tokens_per_s"]
     power_w = replicas * at["power_w"] + extra_w
     usd_per_h = replicas * at["usd_per_hour"]

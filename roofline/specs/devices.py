@@ -35,7 +35,7 @@ PLAUSIBLE_MIN = {"bytes_per_s": 1e3, "flop_per_s": 1e3, "bytes": 1.0, "w": 1e-3}
 #: The range a bare number (a float given to :func:`override`, read in SI units) must fall in for its kind: outside
 #: it the unit was left off (80 for "80 GB" of capacity, 5 for "5 us" of overhead). A value with its unit is taken
 #: as written.
-BARE_RANGE = {"bytes": (1e6, math.inf), "s": (0.0, 1.0)}
+BARE_RANGE = {"bytes": (1e6, math.inf), "s": (0.0, 1.0), "w": (1.0, 1e5)}
 MAX_SPEC_BYTES = 1_000_000  # a device spec is a few kB; anything this large is not one
 #: Compute classes (the rates a spec file lists) and the operand width each multiplies at, in bits.
 COMPUTE_CLASS_BITS = MappingProxyType({"fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp6": 6, "fp4": 4,

@@ -304,6 +304,8 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
 }
 #: The words a ``choice`` field takes.
 CHOICES: dict[str, tuple[str, ...]] = {"collective": COLLECTIVES, "overlap": OVERLAPS}
+#: profile fields that count devices or token rows
+WHOLE_FIELDS = frozenset({"max_tp", "m_tile", "dequant_tile_rows"})
 TIER_SUFFIX = "_bandwidth_fraction"
 
 
@@ -330,6 +332,8 @@ def profile_value(name: str, raw: Any, *, what: str) -> tuple[str, Any]:
         raise SpecError(str(e)) from None
     bounds = {"fraction": (0 < value <= 1, "a fraction in (0, 1]"), "share": (0 <= value <= 1, "a share in [0, 1]")}
     ok, why = bounds.get(kind, (value >= 0, ">= 0"))
+    if name in WHOLE_FIELDS and ok:   # devices, rows: 8.5 devices per scale-up domain is no layout
+        ok, why = value >= 1 and float(value).is_integer(), "a whole number >= 1"
     if not ok:
         raise SpecError(f"{what}: {name} = {raw!r}: must be {why}")
     return attr, value

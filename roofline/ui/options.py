@@ -149,7 +149,8 @@ def add_prices(sp: argparse.ArgumentParser) -> None:
 
 
 def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> None:
-    native = "bf16, or where a device has no bf16 units its native format: fp16 on groq-lpu, mxint8 on corsair"
+    native = ("bf16, or where a device has no bf16 units its native format: fp16 on groq-lpu, fp8 on groq-3-lpu, "
+              "mxint8 on corsair")
     sp.add_argument("--weights", default=None, help="non-expert weight format (default: the checkpoint's, fp8 for an "
                                                     f"FP8 checkpoint, else {native}; `roofline formats`)")
     sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's, else --weights)")

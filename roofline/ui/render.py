@@ -862,6 +862,7 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
                 if extra.get("target") and req else "")
     tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"] + (
         f"; {c['target_formats']}" if c.get("target_formats") else "") + (
+        f"; draft {c['draft_formats']}" if c.get("draft_formats") else "") + (
         f"; no point: {c['why_empty']}" if c.get("why_empty") else ""), workload) for c in configs]
     if comparisons:
         tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))
@@ -1049,7 +1050,8 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
                "bursts. devices = replicas x group (+ whole prefill groups of the same shape, shared by the replicas, "
                "when disaggregated); tok/s/kW and $/Mtok are the whole deployment's. "
                + (f"Formats: {used}. " if used else "")
-               + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h ({prices.by_device[d].date})"
+               + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h"
+                                          + (f" ({prices.by_device[d].date})" if prices.by_device[d].date else " (given)")
                                           for d in priced) + "." if priced else "No device here has a price: "
                   "give --usd-per-device-hour ID=USD.")
                + (f" Electricity ${prices.usd_per_kwh:g}/kWh." if prices.usd_per_kwh else "")

@@ -193,7 +193,10 @@ def _variants(args: argparse.Namespace) -> tuple[list[tuple[str, DeviceGroup]], 
             sets = WhatIf.parse(expr.split(";"))
             group = resolve_group(f"{shaped['id']}:{shaped['shape']}" if shaped else sets.overrides[0].device_id,
                                   tp=None if shaped else args.tp)
-            sets.check_used([group.device])
+            stray = [str(o) for o in sets.overrides if not o.names(group.device)]
+            if stray:
+                raise UsageError(f"compare variant {name!r}: each ';' part changes the variant's own device, "
+                                 f"{group.device.id}.FIELD=VALUE; {stray[0]} names another")
             out.append((name, sets.apply_group(wi.apply_group(group))))
             changed[name] = sets.describe()
         else:   # --tp shapes only the groups given without their own :N (or a spec path)
@@ -256,7 +259,7 @@ def register(add: Adder) -> None:
     sp = add("compare", cmd_compare, "device groups or what-if variants side by side (decode, prefill, memory, tok/s/kW)",
              profile=True)
     sp.add_argument("model", help="model preset id or path to a config.json")
-    sp.add_argument("devices", nargs="+", metavar="GROUP|NAME=ID.FIELD=VALUE[;...]",
+    sp.add_argument("devices", nargs="+", metavar="GROUP|NAME=ID[:N].FIELD=VALUE[;...]",
                     help="device groups (h100-sxm:2 b200), or what-if variants (fast=h200-sxm.hbm.bandwidth=9.6TB/s)")
     sp.add_argument("--batch", default="1,64", help="decode batch sizes (default 1,64)")
     sp.add_argument("--context", type=nonnegative, default=8192, help="decode context (default 8192)")
