@@ -233,3 +233,12 @@ def test_formats_not_given_follow_the_device():
     assert (mixed.weights, mixed.experts, mixed.kv) == ("fp16", "mxfp4", "fp16")   # the checkpoint's experts stay
     with pytest.raises(UnknownSpecError, match="no native compute format common.*corsair: int8, int4; sohu: bf16, fp8"):
         native_default([dev("corsair"), dev("sohu")])
+
+
+def test_a_batch_of_prompts_fills_and_drains_a_pipeline():
+    """Prefill of m prompts on pp stages takes m + pp - 1 stage-times (GPipe's fill and drain), a decode step pp:
+    four prompts on four stages take 7/4 of one prompt's time; four decode steps' sequences take the same as one."""
+    one, four = (stages.prefill("llama-3.1-8b", "h100-sxm:1x4", prompt=1024, batch=b) for b in (1, 4))
+    assert float(four.time_s) == pytest.approx(7 / 4 * float(one.time_s), rel=1e-3)   # + 3 sequences of host cost
+    d1, d4 = (stages.decode_step("llama-3.1-8b", "h100-sxm:1x4", batch=b, context=1024) for b in (1, 4))
+    assert float(d4.time_s) < 1.1 * float(d1.time_s)

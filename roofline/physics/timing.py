@@ -548,7 +548,8 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     verify pass (:func:`roofline.physics.work.with_prompt_chunks`).
 
     With pipeline stages the batch is split into m = min(batch, pp) microbatches that keep every stage
-    busy: a token still crosses all pp stages, so the step takes pp stage-times of one microbatch (weights
+    busy: a token still crosses all pp stages, so the step takes pp stage-times of one microbatch (a prefill of a
+    batch of prompts, which nothing keeps the stages busy for, m + pp - 1: the pipeline fills and drains) (weights
     are re-read for every microbatch), while memory residency counts the whole batch.
     """
     pp = group.pp
@@ -588,9 +589,18 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                 + params.moe_layer_overhead_s * model.num_moe_layers + params.kernel_overhead_s * kernels_per_pass(model)
                 + params.sequence_overhead_s * B)
     footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
+    by_tier, kv_s = placed.time_by_tier_s, placed.kv_time_s
+    if stage == "prefill" and pp > 1 and np.any(micro > 1):
+        # one batch of prompts through the pipeline: the last of m microbatches leaves after m + pp - 1
+        # stage-times (fill and drain, GPipe, https://arxiv.org/abs/1811.06965 §2.2), not pp; a decode step in
+        # steady state keeps the stages full with the previous step's microbatches, so it takes pp
+        fill = (micro + pp - 1) / pp
+        compute, core_s, dequant_s, comm, overhead, kv_s = (x * fill for x in (compute, core_s, dequant_s, comm,
+                                                                              overhead, kv_s))
+        by_tier = {t: v * fill for t, v in by_tier.items()}
     return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
-                    context=p, compute=compute, by_tier=placed.time_by_tier_s, comm=comm, overhead=overhead,
-                    attention_s=(core_s, placed.kv_time_s) if params.overlap == "kernel" else None, dequant_s=dequant_s,
+                    context=p, compute=compute, by_tier=by_tier, comm=comm, overhead=overhead,
+                    attention_s=(core_s, kv_s) if params.overlap == "kernel" else None, dequant_s=dequant_s,
                     fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint,
                     profile=params)
 
