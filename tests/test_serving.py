@@ -404,3 +404,13 @@ def test_diagnose_measures_bandwidth_against_the_tiers_the_bytes_are_in():
     assert lpddr < d.peak_bytes_per_s < 1.5 * lpddr and 0.3 < d.mbu < 1   # a quarter of the weights in SRAM
     one = diagnose("llama-3.1-8b", "h100-sxm", Measurement.from_rates(tokens_per_s_total=200, **run))
     assert one.peak_bytes_per_s == rl.load_device("h100-sxm").get("hbm.bandwidth")
+
+
+def test_diagnose_suggests_formats_the_device_runs():
+    """A bandwidth-bound run is told to shrink its weights into formats its device runs: no FP8 on an A100
+    (int8 and int4 weight-only there), mxint4 on Corsair, not FP8/FP4 everywhere."""
+    from roofline.evidence.diagnose import _narrower_formats
+    dev = rl.load_device
+    assert _narrower_formats(dev("a100-sxm-80gb"), 16) == ["w8a8-int8", "int4-g128"]
+    assert _narrower_formats(dev("b200"), 16) == ["fp8", "w8a8-int8", "nvfp4", "int4-g128"]
+    assert _narrower_formats(dev("corsair"), 8.25) == ["mxint4"]

@@ -26,7 +26,7 @@ from ..errors import SpecError, WorkloadError
 from ..physics.timing import evaluate_pass, main_compute_class
 from ..specs.execution import resolve_profile
 from ..specs.files import read_text
-from ..specs.formats import NATIVE_DEFAULTS, Formats, get_format
+from ..specs.formats import Formats, get_format
 from ..specs.params import EngineParams, default_params
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..workload import check_count
@@ -181,6 +181,16 @@ def _verdict(mbu: float, mfu: float, utilisation: float | None, *, split: bool,
     return binding, advice
 
 
+def _narrower_formats(device: Any, bits: float) -> list[str]:
+    """Formats narrower than ``bits`` per weight that ``device`` runs: those it multiplies natively (int8 as
+    w8a8-int8 on a GPU, d-Matrix's block formats elsewhere) and, on a GPU, int4 weight-only (AWQ/GPTQ kernels)."""
+    gpu = device.family == "gpu"
+    native = (("fp8", "fp8"), ("int8", "w8a8-int8" if gpu else "mxint8"), ("fp4", "nvfp4" if gpu else "mxfp4"),
+              ("int4", None if gpu else "mxint4"))
+    out = [fmt for cls, fmt in native if fmt and device.supports(cls)] + (["int4-g128"] if gpu else [])
+    return [fmt for fmt in out if get_format(fmt).bits_per_element < bits]
+
+
 def _peak_bandwidth(time_by_tier_s: dict[str, Any], device: Any, profile: EngineParams) -> float:
     """The datasheet bandwidth the step's bytes meet: one tier's peak, or over several (Corsair's SRAM and LPDDR)
     the bytes over the time they take at each tier's peak, so weights that spill to a slower tier are measured
@@ -224,8 +234,7 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
         raise WorkloadError(f"the measured {1 / ms.tpot_s:.4g} tokens/s per user implies {which} on {g.describe()}: "
                             "impossible for this device; check the batch, the formats (--weights, --kv) and the "
                             "device count")
-    narrower = [fmt for c, fmt in NATIVE_DEFAULTS if g.device.supports(c) and get_format(fmt).bits_per_element
-                < f.weight.bits_per_element]
+    narrower = _narrower_formats(g.device, f.weight.bits_per_element)
     binding, advice = _verdict(mbu, mfu, ms.utilisation, split=g.count > 1, narrower="/".join(narrower),
                                compute_share=float(r.compute_s) / ms.tpot_s)
     off = float(r.time_s) / ms.tpot_s - 1
