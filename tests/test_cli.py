@@ -694,7 +694,7 @@ def test_validate_says_when_the_calibration_was_fitted_on_other_data(run_cli, tm
     assert json.loads(run_cli("validate", "--data", str(mine), "--json")[1])["calibrated_on_this_data"] is False
     assert "not on the file validated here" in " ".join(run_cli("validate", "--data", str(mine))[1].split())
     from roofline.specs.params import shipped_profile
-    from roofline.ui.commands.evidence import _fitted_on   # the shipped file (its whole validate run is 20 s)
+    from roofline.ui.commands.evidence import _fitted_on  # the shipped file (its whole validate run is 20 s)
     assert _fitted_on(shipped_profile(), str(shipped_data())) is True
 
 
