@@ -548,9 +548,9 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     verify pass (:func:`roofline.physics.work.with_prompt_chunks`).
 
     With pipeline stages the batch is split into m = min(batch, pp) microbatches that keep every stage
-    busy: a token still crosses all pp stages, so the step takes pp stage-times of one microbatch (a prefill of a
-    batch of prompts, which nothing keeps the stages busy for, m + pp - 1: the pipeline fills and drains) (weights
-    are re-read for every microbatch), while memory residency counts the whole batch.
+    busy: a token still crosses all pp stages, so the step takes pp stage-times of one microbatch (weights
+    are re-read for every microbatch), while memory residency counts the whole batch. A prefill of a batch of
+    prompts, which nothing keeps the stages busy for, takes m + pp - 1: the pipeline fills and drains.
     """
     pp = group.pp
     if model.num_heads % group.tp:
