@@ -249,15 +249,13 @@ def row_params(profile: Profile, row: Row) -> EngineParams:
     return profile.for_stack(row.get("stack"), dev.vendor, dev.isa)
 
 
-def _offline_total(row: Row, batch: int, replicas: int, full: Any, serve: Any) -> float:
-    """Output tokens per second of an offline run of the row's ``requests`` spread over its replicas
-    (:func:`roofline.serving.serve.offline_tokens_per_s`)."""
+def _offline_rest(row: Row, batch: int, replicas: int) -> tuple[float, float]:
+    """(requests per replica, sequences in its last, partly full wave: 0 where the waves come out even) of an
+    offline run of the row's ``requests``."""
     per = _int(row, "requests") / replicas
     if per < 1:
         raise RooflineError(f"requests {row.get('requests')} do not give every one of {replicas} replicas one")
-    rest = per - math.floor(per / batch) * batch
-    tpot_rest = serve(float(math.ceil(rest))).tpot_s if rest > 0 else 0.0
-    return float(offline_tokens_per_s(per, float(batch), full.tpot_s, tpot_rest)) * replicas
+    return per, float(math.ceil(per - math.floor(per / batch) * batch))
 
 
 #: _row_engine's recent answers by the parameters' identity: a calibration gives every row of a stack family one
@@ -334,17 +332,22 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineP
                                 gamma=gamma, acceptance=acceptance, mode=row.get("serving") or "static",
                                 target_formats=fmt, params=params, **settings)
     b = _batch(row, model, group, replicas, fmt, params, serve)
-    r = serve(b)
-    if not bool(r.fits):
+    per, rest = _offline_rest(row, b, replicas) if row.get("requests") else (0.0, 0.0)
+    r = serve(np.array([float(b), rest]) if rest else float(b))   # the last wave in the same call: one evaluation
+
+    def at(name: str, i: int = 0) -> float:
+        return float(np.ravel(getattr(r, name))[i])
+    if not np.ravel(r.fits)[0]:
         raise RooflineError(f"does not fit in memory at batch {b}")
     if metric in ENERGY_METRICS and r.energy_note:
         raise RooflineError(r.energy_note)
     n = group.count * replicas
-    total = _offline_total(row, b, replicas, r, serve) if row.get("requests") else float(r.tokens_per_s) * replicas
-    value = {"decode_tokens_per_s_per_user": r.tokens_per_s_per_user, "itl_ms": r.tpot_s * 1e3,
-             "ttft_ms": r.ttft_s * 1e3, "output_tokens_per_s_per_device": total / n,
+    total = (float(offline_tokens_per_s(per, float(b), at("tpot_s"), at("tpot_s", 1) if rest else 0.0)) * replicas
+             if row.get("requests") else at("tokens_per_s") * replicas)
+    value = {"decode_tokens_per_s_per_user": at("tokens_per_s_per_user"), "itl_ms": at("tpot_s") * 1e3,
+             "ttft_ms": at("ttft_s") * 1e3, "output_tokens_per_s_per_device": total / n,
              "output_tokens_per_s_total": total, "total_tokens_per_s_per_device": total * (isl + osl) / osl / n,
-             "energy_per_token_j": r.energy_per_token_j, "power_w": r.power_w * replicas}[metric]
+             "energy_per_token_j": at("energy_per_token_j"), "power_w": at("power_w") * replicas}[metric]
     return total, float(value)
 
 
