@@ -78,7 +78,7 @@ def calibration_rows(quick: bool) -> list[dict]:
     from roofline.evidence import calibrate as cal
     from roofline.evidence.validate import read_rows, shipped_data
     base = cal._gpu_base()
-    usable, _skipped = cal._usable(read_rows(shipped_data())[:: 20 if quick else 1], base)
+    usable, _skipped = cal._usable(read_rows(shipped_data())[:: 60 if quick else 1], base)
     rows = [r for r in usable if cal.fitted_row(r)]
     layout = cal._stack_layout(rows, cal.SHRINK)
     x = layout.x0(base)
@@ -132,8 +132,8 @@ def run(quick: bool) -> dict:
 
     from roofline.evidence.validate import read_rows, shipped_data, validate
     from roofline.specs.params import shipped_profile
-    data = read_rows(shipped_data())[:: 10 if quick else 1]
-    rows.append({"workload": "validate (shipped measurements" + (", every 10th row)" if quick else ")"), "points": len(data),
+    data = read_rows(shipped_data())[:: 40 if quick else 1]
+    rows.append({"workload": "validate (shipped measurements" + (", every 40th row)" if quick else ")"), "points": len(data),
                  # a fresh copy of the profile each time: validate() would answer a repeat from memory
                  "time_s": best_of(lambda: validate(data, attrs.evolve(shipped_profile())), 1 if quick else 3),
                  "floor_s": floor_s(len(data), repeat),
