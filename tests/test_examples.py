@@ -1,5 +1,6 @@
 """Every example runs, prints a table, and gives the same result as JSON (docs/design.md scenarios)."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if p.stem != "benchmark")
 
 
+@functools.cache   # one run of each (script, arguments): the JSON checks below read the same output
 def run(script: Path, *args: str) -> str:
     extra = ["--quick"] if script.stem in ("gimlet_corsair",) else []
     p = subprocess.run([sys.executable, str(script), *extra, *args], capture_output=True, text=True, timeout=300,
