@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
-from roofline.evidence.calibrate import usable_cores
+from roofline.evidence.workers import usable_cores
+from roofline.evidence.workers import workers as workers_for
 from roofline.ui.output import run_example
 
 
@@ -88,7 +89,7 @@ def calibration_rows(quick: bool) -> list[dict]:
     out = [{"workload": "calibration residuals, one process", "points": len(rows),
             "time_s": time.perf_counter() - t, "floor_s": floor_s(len(rows), 3), "goal_ratio": None}]
     workers = usable_cores()
-    with cal._workers(workers) as pool:
+    with workers_for(workers) as pool:
         cal._residuals(x, rows, base, layout, pool)   # start the workers and warm their caches
         t = time.perf_counter()
         shared = cal._residuals(x, rows, base, layout, pool)

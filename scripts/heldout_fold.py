@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from roofline.errors import RooflineError
-from roofline.evidence.calibrate import heldout_fold, usable_cores
+from roofline.evidence.calibrate import heldout_fold
 from roofline.evidence.validate import read_rows, shipped_data
+from roofline.evidence.workers import usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "docs" / "heldout_errors.json"

@@ -114,7 +114,7 @@ def test_validating_again_answers_from_memory_but_never_for_other_parameters():
     fresh, counted = attrs.evolve(shipped_profile()), []   # a profile object no earlier test validated with
     real = v._validate
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(v, "_validate", lambda rs, p: (counted.append(p), real(rs, p))[1])
+        mp.setattr(v, "_validate", lambda rs, p, jobs: (counted.append(p), real(rs, p, jobs))[1])
         assert validate(rows, fresh).rows == validate(rows, fresh).rows and len(counted) == 1
         mp.setattr(v, "_VALIDATED", dict(v._VALIDATED))   # the suite's own answers come back afterwards
         mp.setattr(v, "_VALIDATED_MAX_ROWS", 60)   # what it holds is bounded by rows: 40 + 10 x 2 rows fit
@@ -408,16 +408,55 @@ def test_fit_residuals_are_the_same_shared_among_processes():
     """``calibrate(jobs=N)`` shares each evaluation's rows among N processes: the residuals come back in row
     order, equal to one process's to the last bit (so every fit, and its Jacobian, is the same)."""
     from roofline.evidence import calibrate as cal
+    from roofline.evidence.workers import workers
     rows = _gpu_time_rows("vllm")[:5] + _gpu_time_rows("tensorrt-llm")[:6] + _gpu_time_rows("gpt-fast")[:4]
     base = cal._gpu_base()
     layout = cal._stack_layout(rows, cal.SHRINK)
     x = layout.x0(base) * 1.01
     alone = cal._residuals(x, rows, base, layout)
-    with cal._workers(3) as workers:
-        shared = cal._residuals(x, rows, base, layout, workers)
-    with cal._workers(1) as none:
+    with workers(3) as pool:
+        shared = cal._residuals(x, rows, base, layout, pool)
+    with workers(1) as none:
         assert none is None
     assert len(alone) > len(rows) and np.array_equal(alone, shared)
+
+
+def test_validation_is_the_same_shared_among_processes(run_cli):
+    """``validate(jobs=N)`` shares the rows among N processes: every prediction and every skipped row's reason
+    comes back in row order, equal to one process's to the last bit; a bad count is refused."""
+    from roofline.evidence.validate import _validate
+    rows = ROWS[::25]
+    prof = shipped_profile()
+    alone, shared = _validate(rows, prof, 1), _validate(rows, prof, 3)
+    assert alone.rows and alone.skipped and alone == shared
+    with pytest.raises(rl.RooflineError, match="jobs must be a whole number >= 1, got 0"):
+        validate(rows, jobs=0)
+    code, _, err = run_cli("validate", "--jobs", "0")
+    assert code == 2 and "--jobs must be a whole number >= 1, got 0" in err
+
+
+def test_validate_command_shares_its_rows_among_the_cores(run_cli, monkeypatch, tmp_path):
+    """`roofline validate` shares the rows among the usable cores (at most one process per 200 rows; a small
+    file stays in one) and among --jobs N when given; the library's validate() stays in one process unless told."""
+    import inspect
+    import os
+
+    from roofline.ui.commands import evidence
+    assert inspect.signature(validate).parameters["jobs"].default == 1
+
+    def fake(rows, prof, jobs):
+        raise rl.RooflineError(f"jobs={jobs}")
+    monkeypatch.setattr(evidence, "validate", fake)
+
+    def jobs(*args):
+        code, _, err = run_cli("validate", *args)
+        assert code != 0
+        return int(err.split("jobs=")[1].split()[0])
+    cores = len(os.sched_getaffinity(0))
+    assert jobs() == max(1, min(cores, len(ROWS) // 200))
+    small = tmp_path / "small.csv"
+    small.write_text("\n".join(shipped_data().read_text().splitlines()[:31]) + "\n")
+    assert jobs("--data", str(small)) == 1 and jobs("--jobs", "3") == 3
 
 
 def test_platform_builds_merge_or_tie_up_their_family_chain():

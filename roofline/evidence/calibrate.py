@@ -27,9 +27,7 @@ that family's rows push it.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -56,6 +54,8 @@ from ..specs.params import (
 )
 from ..specs.resolve import resolve_device, resolve_model
 from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_family
+from .workers import Workers, check_jobs
+from .workers import workers as workers_for
 
 #: name -> (lower bound, upper bound, scale used inside the optimiser). The bounds bracket the physical ranges
 #: of docs/theory.md: a pass costs 0.05-0.3 ms of fixed time with CUDA graphs and over 1 ms without (§1.2;
@@ -275,7 +275,7 @@ def _stack_layout(rows: list[Row], shrink: float = 0.0) -> _Layout:
     return _Layout(sorted(counts), merged, ties, shrink)
 
 
-def _row_residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> list[float]:
+def _row_residuals(rows: list[Row], x: np.ndarray, base: EngineParams, layout: _Layout) -> list[float]:
     """Each row's log residual log(predicted / measured) under the parameters ``x``."""
     per = layout.params(base, x)
     out = []
@@ -287,49 +287,10 @@ def _row_residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _
     return out
 
 
-@attrs.frozen
-class _Workers:
-    """``jobs`` processes that share out a fit's rows: every evaluation of the residuals (the optimiser's steps
-    and its finite-difference Jacobian alike) sends each process every ``jobs``-th row and puts the answers back
-    in row order, so a fit gives the same numbers in any number of processes."""
-
-    executor: Any
-    jobs: int
-
-    def residuals(self, x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout) -> list[float]:
-        shares = [rows[i::self.jobs] for i in range(self.jobs)]
-        out = [0.0] * len(rows)
-        for i, part in enumerate(self.executor.map(_row_residuals, *zip(*[(x, sh, base, layout) for sh in shares]))):
-            out[i::self.jobs] = part
-        return out
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the platform has one, not the host's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _check_jobs(jobs: Any) -> None:
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise RooflineError(f"jobs must be a whole number >= 1, got {jobs!r}")
-
-
-def _workers(jobs: int) -> Any:
-    """A context giving :class:`_Workers` of ``jobs`` processes, or None for one (no process is started)."""
-    if jobs <= 1:
-        return contextlib.nullcontext(None)
-    from concurrent.futures import ProcessPoolExecutor
-
-    @contextlib.contextmanager
-    def pool() -> Any:
-        with ProcessPoolExecutor(max_workers=jobs) as executor:
-            yield _Workers(executor, jobs)
-    return pool()
-
-
 def _residuals(x: np.ndarray, rows: list[Row], base: EngineParams, layout: _Layout,
-               workers: _Workers | None = None) -> np.ndarray:
-    data = _row_residuals(x, rows, base, layout) if workers is None else workers.residuals(x, rows, base, layout)
+               workers: Workers | None = None) -> np.ndarray:
+    data = (_row_residuals(rows, x, base, layout) if workers is None
+            else workers.map_rows(_row_residuals, rows, x, base, layout))
     return np.concatenate([data, layout.prior(x)])
 
 
@@ -341,7 +302,7 @@ def _sparsity(rows: list[Row], layout: _Layout) -> np.ndarray:
     return np.vstack([rows_part, layout.prior_sparsity()])
 
 
-def _solve(rows: list[Row], base: EngineParams, layout: _Layout, workers: _Workers | None = None) -> Any:
+def _solve(rows: list[Row], base: EngineParams, layout: _Layout, workers: Workers | None = None) -> Any:
     from scipy.optimize import least_squares
     lo, hi = layout.bounds()
     # soft-L1: residuals beyond ~25% weigh linearly, so a few rows the model cannot express (a mislabelled
@@ -452,11 +413,11 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     of folds, grouped by publication (``fold_by="source"``: every row of a source lands in the same fold, so
     no fit sees a sibling of the row it predicts) or of rows drawn at random (``"row"``, seed 0: leave-one-out
     approximated with as many fits as folds). ``progress(done, total, what)`` is called between fits.
-    ``jobs`` > 1 evaluates every fit's rows in that many processes (:class:`_Workers`: the same numbers as one
+    ``jobs`` > 1 evaluates every fit's rows in that many processes (:mod:`.workers`: the same numbers as one
     process, each fit about ``jobs`` times faster on as many cores). ``shrink``: the partial pooling of the stack
     families' own parameters (:meth:`_Layout.prior`; 0: each family on its own rows alone).
     """
-    _check_jobs(jobs)
+    check_jobs(jobs)
     if isinstance(shrink, bool) or not isinstance(shrink, int | float) or not (math.isfinite(shrink) and shrink >= 0):
         raise RooflineError(f"shrink must be a finite number >= 0, got {shrink!r}")
     base = base or _gpu_base()
@@ -469,7 +430,7 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     folds = _folds(ok, holdout, fold_by)
     total = 2 + len(folds)
     tick = progress or (lambda done, total, what: None)
-    with _workers(jobs) as workers:
+    with workers_for(jobs) as workers:
         tick(0, total, "fitting per stack family")
         res = _solve(fitted, base, layout, workers)
         # the default, for any other stack and for the stage commands: one parameter set fitted to all rows
@@ -563,7 +524,7 @@ def _gpu_base() -> EngineParams:
 
 
 def _held_out(rows: list[Row], folds: list[set[str]], base: EngineParams, *, shrink: float,
-              workers: _Workers | None, tick: Any) -> dict[str, float]:
+              workers: Workers | None, tick: Any) -> dict[str, float]:
     """Each fold's rows predicted by a fit on the others (each fit's rows shared out among ``workers``)."""
     held: dict[str, float] = {}
     for i, fold in enumerate(folds):
@@ -579,13 +540,13 @@ def heldout_fold(rows: list[Row], fold: int, folds: int, *, fold_by: str = "sour
     fit and the other folds (one fit instead of ``folds`` + 2: how a change is tried on the fold it is for)."""
     if isinstance(fold, bool) or not isinstance(fold, int) or not 1 <= fold <= folds:
         raise RooflineError(f"fold must be a whole number in 1..{folds}, got {fold!r}")
-    _check_jobs(jobs)
+    check_jobs(jobs)
     base = base or _gpu_base()
     ok, _skipped = _usable(rows, base)
     made = _folds(ok, folds, fold_by)
     if fold > len(made):
         raise RooflineError(f"the usable rows make only {len(made)} folds (one per publication at most), not {fold}")
-    with _workers(jobs) as workers:
+    with workers_for(jobs) as workers:
         return _predict_fold(ok, made[fold - 1], base, shrink, workers)
 
 
@@ -631,7 +592,7 @@ def builds_left_out(rows: list[Row], folds: list[set[str]]) -> set[str]:
 
 
 def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams, shrink: float = 0.0,
-                  workers: _Workers | None = None) -> dict[str, float]:
+                  workers: Workers | None = None) -> dict[str, float]:
     """Fit on every row outside ``fold`` and predict the fold's rows (a stack family the training rows lack
     gets the training rows' pooled parameters)."""
     train = [r for r in rows if r.id not in fold and fitted_row(r)]
@@ -909,13 +870,13 @@ def fit_power_floor(rows: list[Row], profile: Profile, jobs: int = 1) -> PowerFi
     J-per-token rows are then predicted as a check. ``jobs`` > 1 shares the grid among that many processes
     (the same numbers).
     """
-    _check_jobs(jobs)
+    check_jobs(jobs)
     gpu = [r for r in rows if row_family(r) == "gpu"]
     power = [r for r in gpu if r.get("metric") == "power_w"]
     if not power:
         raise RooflineError("no measured GPU power rows (metric power_w) to fit the busy floor on")
     grid = [float(f) for f in FLOOR_GRID]
-    with _workers(jobs) as workers:
+    with workers_for(jobs) as workers:
         if workers is None:
             cost = [_floor_cost(power, profile, f) for f in grid]
         else:

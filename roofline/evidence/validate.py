@@ -35,6 +35,7 @@ from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import STACK_SET, EngineParams, Profile, shipped_profile, stack_family, with_stack_settings
 from ..specs.resolve import resolve_device, resolve_model
+from .workers import check_jobs, workers
 
 COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model", "weight_dtype", "expert_dtype",
            "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget", "max_batch", "isl", "osl", "spec_method",
@@ -384,24 +385,34 @@ _VALIDATED: dict[tuple[int, tuple[Any, ...]], tuple[Profile, Validation]] = {}
 _VALIDATED_MAX_ROWS = 8_000
 
 
-def validate(rows: list[Row], profile: Profile | EngineParams | None = None) -> Validation:
+def validate(rows: list[Row], profile: Profile | EngineParams | None = None, jobs: int = 1) -> Validation:
     """Predict every row with the parameters of its serving stack's family (``profile``, default: the shipped
-    calibration); one :class:`EngineParams` applies to every row."""
+    calibration); one :class:`EngineParams` applies to every row. ``jobs`` > 1 processes share the rows (the same
+    numbers in any number; ``roofline validate`` uses one per usable core, at most one per 200 rows)."""
+    check_jobs(jobs)
     if profile is not None and not isinstance(profile, Profile):
-        return _validate(rows, Profile(default=profile))
+        profile = Profile(default=profile)
+        return _validate(rows, profile, jobs)
     prof = profile if profile is not None else shipped_profile()
     key = (id(prof), tuple((r.id, tuple(sorted(r.fields.items()))) for r in rows))
     hit = _VALIDATED.pop(key, None)
     if hit is None or hit[0] is not prof:
-        hit = (prof, _validate(rows, prof))
+        hit = (prof, _validate(rows, prof, jobs))
     _VALIDATED[key] = hit   # the most recently used last; the least recently used goes first
     while len(_VALIDATED) > 1 and sum(len(k[1]) for k in _VALIDATED) > _VALIDATED_MAX_ROWS:
         del _VALIDATED[next(iter(_VALIDATED))]
     return Validation(rows=[dict(r) for r in hit[1].rows], skipped=[dict(s) for s in hit[1].skipped])
 
 
-def _validate(rows: list[Row], prof: Profile) -> Validation:
-    done, skipped = [], []
+def _validate(rows: list[Row], prof: Profile, jobs: int) -> Validation:
+    with workers(jobs) as pool:
+        outcomes = _validate_share(rows, prof) if pool is None else pool.map_rows(_validate_share, rows, prof)
+    return Validation(rows=[o for o in outcomes if "error" in o], skipped=[o for o in outcomes if "reason" in o])
+
+
+def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
+    """Each row's prediction (a result record) or the reason it cannot be predicted (a skipped record)."""
+    out: list[dict[str, Any]] = []
     for row in rows:
         try:
             try:
@@ -412,12 +423,12 @@ def _validate(rows: list[Row], prof: Profile) -> Validation:
                 raise RooflineError(f"measured value {row.get('value')!r} is not a positive number")
             predicted = predict_row(row, row_params(prof, row))
         except (RooflineError, ValueError) as e:
-            skipped.append({"id": row.id, "reason": str(e)})
+            out.append({"id": row.id, "reason": str(e)})
             continue
-        done.append({"id": row.id, "metric": row.get("metric"), "hardware": row.get("hardware"),
-                     "kind": "energy" if row.get("metric") in ENERGY_METRICS else "time",
-                     "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
-                     "stack_family": row_stack_family(row),
-                     "model": row.get("model"), "grade": row.get("grade") or "", "predicted": predicted,
-                     "measured": measured, "error": (predicted - measured) / measured})
-    return Validation(rows=done, skipped=skipped)
+        out.append({"id": row.id, "metric": row.get("metric"), "hardware": row.get("hardware"),
+                    "kind": "energy" if row.get("metric") in ENERGY_METRICS else "time",
+                    "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
+                    "stack_family": row_stack_family(row),
+                    "model": row.get("model"), "grade": row.get("grade") or "", "predicted": predicted,
+                    "measured": measured, "error": (predicted - measured) / measured})
+    return out

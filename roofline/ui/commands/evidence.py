@@ -20,11 +20,11 @@ from ...evidence.calibrate import (
     fit_record,
     save_profile,
     uncertainty,
-    usable_cores,
 )
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.repeats import repeat_summary, repeated_measurements
 from ...evidence.validate import read_rows, shipped_data, validate
+from ...evidence.workers import default_jobs, usable_cores
 from ...specs.files import check_writable
 from ...specs.params import Profile, shipped_profile_path
 from ...specs.resolve import resolve_group
@@ -91,7 +91,9 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         check_plot_path(args.plot)
     prof = profile(args)
     rows = read_rows(path)
-    v = validate(rows, prof)
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
+    v = validate(rows, prof, jobs=args.jobs or default_jobs(len(rows)))
     if not v.rows:
         reasons = "; ".join(f"{s['id']}: {s['reason']}" for s in v.skipped[:3])
         raise RooflineError(f"{path}: no row could be predicted ({len(v.skipped)} skipped; {reasons})")
@@ -166,16 +168,6 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-#: Rows per process below which sharing a fit's rows costs more (each process warms its own caches) than it saves.
-ROWS_PER_JOB = 200
-
-
-def default_jobs(n_rows: int) -> int:
-    """Processes a calibration of ``n_rows`` rows shares its fits among: one per core this process may run on
-    (its CPU affinity, not the host's count), at most one per ROWS_PER_JOB rows."""
-    return max(1, min(usable_cores(), n_rows // ROWS_PER_JOB))
-
-
 def _utilisation(text: str) -> float:
     v = number(text, "--utilisation")
     if not 0 <= v <= 1:
@@ -211,6 +203,9 @@ def register(add: Adder) -> None:
              stack=False)
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the errors (needs the plot extra)")
+    sp.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="share the rows among N processes (the same numbers; default: one per core, at most one "
+                         "per 200 rows)")
     sp = add("calibrate", cmd_calibrate, "fit the engine's parameters to measurements (scipy least squares)")
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
