@@ -48,6 +48,8 @@ def plain(value: Any) -> Any:
         return float(value) if math.isfinite(value) else None
     if isinstance(value, np.str_):
         return str(value)
+    if hasattr(value, "as_dict"):   # a record with its own JSON form (formats: every component resolved)
+        return plain(value.as_dict())
     if attrs.has(type(value)):
         return {f.name: plain(getattr(value, f.name)) for f in attrs.fields(type(value)) if f.repr}
     return value

@@ -863,15 +863,21 @@ def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
     text = " ".join(out.split())
     assert code == 0 and "The formats differ by placement" in text and "cannot run" not in text
     rows = {p["name"]: p for p in json.loads(run_cli(*argv, "--json")[1])["placements"]}
-    assert rows["decode corsair, prefill on the decode group"]["metrics"]["target_formats"].startswith("weights mxint8")
-    assert rows["decode h100-sxm, prefill h100-sxm"]["metrics"]["target_formats"].startswith("weights bf16")
-    assert rows["decode h100-sxm, prefill corsair"]["metrics"]["target_formats"] == (
-        "decode: weights bf16, experts bf16, KV bf16, activations bf16; "
-        "prefill: weights mxint8, experts mxint8, KV bf16, activations mxint8")
+    def formats(name):
+        m = rows[name]["metrics"]
+        return m["target_formats"], m["prefill_formats"]
+    every = lambda f: {"weights": f, "experts": f, "kv": f, "activations": f, "head": f}  # noqa: E731
+    assert formats("decode corsair, prefill on the decode group") == (every("mxint8"), None)
+    assert formats("decode h100-sxm, prefill h100-sxm") == (every("bf16"), None)
+    assert formats("decode h100-sxm, prefill corsair") == (every("bf16"), {**every("mxint8"), "kv": "bf16"})
+    assert "decode bf16 throughout; prefill mxint8 (KV bf16): decode h100-sxm, prefill corsair" in text
+    assert all(p["metrics"]["draft_formats"] is None for p in rows.values())
     code, out, _ = run_cli("compare", "llama-3.1-8b", "h100-sxm", "corsair:4", "--batch", "1")
     text = " ".join(out.split())
-    assert code == 0 and "The formats differ by group" in text and "weights mxint8, experts mxint8" in text
-    assert "Formats: weights bf16" in " ".join(run_cli("compare", "llama-3.1-8b", "h100-sxm", "b200")[1].split())
+    assert code == 0 and "The formats differ by group" in text and "mxint8 throughout: corsair:4" in text
+    assert "Formats: bf16 throughout." in " ".join(run_cli("compare", "llama-3.1-8b", "h100-sxm", "b200")[1].split())
+    data = json.loads(run_cli("compare", "llama-3.1-8b", "h100-sxm", "corsair:4", "--batch", "1", "--json")[1])
+    assert [r["formats"] for r in data["rows"]] == [every("bf16"), every("mxint8")]
 
 
 def test_compare_variant_on_a_group_and_small_cli_answers(run_cli):

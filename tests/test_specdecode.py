@@ -202,7 +202,8 @@ def test_spec_says_the_formats_target_and_draft_ran_in(run_cli):
     argv = ("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--draft-on", "corsair:2",
             "--verify-on", "b200:8", "--alpha", "0.926", "--gamma", "2")
     d = json.loads(run_cli(*argv, "--json")[1])
-    assert d["target_formats"] == "weights bf16, experts mxfp4, KV bf16, activations bf16"
-    assert d["draft_formats"] == "weights mxint8, experts mxint8, KV mxint8, activations mxint8"
+    assert d["target_formats"] == {"weights": "bf16", "experts": "mxfp4", "kv": "bf16", "activations": "bf16",
+                                   "head": "bf16"}
+    assert d["draft_formats"] == dict.fromkeys(("weights", "experts", "kv", "activations", "head"), "mxint8")
     said = " ".join(run_cli(*argv)[1].split())
-    assert f"Formats: target {d['target_formats']}; draft {d['draft_formats']}." in said
+    assert "Formats: target bf16 (experts mxfp4); draft mxint8 throughout." in said

@@ -193,10 +193,11 @@ class ServingResult(ArrayRecord):
     token_budget: int = DEFAULT_TOKEN_BUDGET
     #: where no point fits in memory, what does not fit and by how much (bytes needed against usable); else ""
     memory_reason: str = ""
-    #: the formats the target ran in (:meth:`Formats.describe`; "decode: ...; prefill: ..." where a separate prefill
-    #: group runs its own): as given, else the checkpoint's and the devices' defaults; the draft's ("" without one)
-    target_formats: str = ""
-    draft_formats: str = ""
+    #: the formats the target ran in (as given, else the checkpoint's and the devices' defaults): the decode
+    #: group's; a separate prefill group's where it runs others (else None); the draft's (None without one)
+    target_formats: Formats | None = None
+    prefill_formats: Formats | None = None
+    draft_formats: Formats | None = None
 
     @property
     def budget_starved(self) -> NDArray[np.bool_]:
@@ -527,9 +528,8 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                         fits_memory=np.broadcast_to(rnd.fits & pre.fits, B.shape).copy(),
                         token_budget_needed=np.broadcast_to(budget.needed if budget else 0.0, B.shape).copy(),
                         token_budget=int(chunk), memory_reason=_memory_reason(rnd, pre),
-                        target_formats=fmt.describe() if fmt == fmt_prefill
-                        else f"decode: {fmt.describe()}; prefill: {fmt_prefill.describe()}",
-                        draft_formats=rnd.draft.formats.describe() if rnd.draft is not None else "")
+                        target_formats=fmt, prefill_formats=None if fmt_prefill == fmt else fmt_prefill,
+                        draft_formats=rnd.draft.formats if rnd.draft is not None else None)
 
 
 def _target_formats(model: ModelSpec, placement: Placement, given: Mapping[str, Any]) -> tuple[Formats, Formats]:

@@ -71,9 +71,9 @@ class SpecResult(ArrayRecord):
     energy_note: str = ""
     #: why no point of the scan fits ("" where some does): the first stage that does not, as `stage` says it
     infeasible_reason: str = ""
-    #: the formats the target (verify and the baseline) and the draft ran in (:meth:`Formats.describe`)
-    target_formats: str = ""
-    draft_formats: str = ""
+    #: the formats the target (verify and the baseline) and the draft ran in
+    target_formats: Formats | None = None
+    draft_formats: Formats | None = None
 
     @property
     def draft_step_s(self) -> Array:
@@ -164,7 +164,7 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         draft_bound=np.where(full(G) > 0, full(rnd.draft.bound), "none"),   # gamma 0 drafts nothing
         verify_bound=full(rnd.verify.bound),
         energy_note=note, infeasible_reason=rnd.why_infeasible(),
-        target_formats=plan.target_formats.describe(), draft_formats=rnd.draft.formats.describe())
+        target_formats=plan.target_formats, draft_formats=rnd.draft.formats)
 
 
 def optimal_gamma(result: SpecResult) -> Any:

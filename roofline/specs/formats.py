@@ -181,6 +181,14 @@ class Formats:
         return {"weights": self.weights, "experts": self.experts or self.weights, "kv": self.kv,
                 "activations": self.activations}
 
+    def as_dict(self) -> dict[str, str]:
+        """Every format by name, the experts' and the embedding/LM head's resolved: what JSON output says."""
+        return {**self.names(), "head": self.head_format.name}
+
+    def brief(self) -> str:
+        """The formats in a few words (:func:`brief`): "bf16 (experts mxfp4)"."""
+        return brief(self.as_dict())
+
     def describe(self) -> str:
         """"weights bf16, experts mxfp4, KV bf16, activations bf16" (and the head where it is named apart)."""
         head = f", embedding and LM head {self.head}" if self.head else ""
@@ -245,3 +253,16 @@ def native_default(devices: Iterable[Device]) -> str:
     natives = "; ".join(f"{d.id}: {', '.join(d.native) or 'none'}" for d in unique)
     raise UnknownSpecError(f"no native compute format common to the devices ({natives}); give the formats, or "
                            "supply a rate as a what-if (DEVICE.compute.bf16=VALUE)")
+
+
+#: How :func:`brief` names each component that differs from the weights' format.
+_BRIEF_NAMES = {"experts": "experts", "kv": "KV", "activations": "activations", "head": "LM head"}
+
+
+def brief(names: Mapping[str, str]) -> str:
+    """Formats (:meth:`Formats.as_dict`) in a few words: the weights' format, then in brackets each component
+    stored or computed otherwise ("bf16 (experts mxfp4)", "fp8 (KV bf16, activations bf16)"), or "mxint8
+    throughout"."""
+    base = names["weights"]
+    other = [f"{label} {names[k]}" for k, label in _BRIEF_NAMES.items() if names.get(k, base) != base]
+    return base + (f" ({', '.join(other)})" if other else " throughout")

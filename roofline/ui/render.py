@@ -26,7 +26,7 @@ from ..serving.serve import ServingResult
 from ..serving.speculation import SpecResult
 from ..specs.devices import Device, fields
 from ..specs.execution import family_profile, resolve_profile
-from ..specs.formats import Formats
+from ..specs.formats import Formats, brief
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams
@@ -313,8 +313,7 @@ def stage_rows(r: StageResult) -> list[dict[str, Any]]:
 
 def stage_dict(r: StageResult) -> dict[str, Any]:
     return {"stage": r.stage, "model": r.model_id, "group": r.group, "passes": r.passes,
-            "formats": {"weights": r.formats.weights, "experts": r.formats.experts or r.formats.weights,
-                        "kv": r.formats.kv, "activations": r.formats.activations, "head": r.formats.head_format.name},
+            "formats": r.formats.as_dict(),
             "ridge_flop_per_byte": r.ridge_flop_per_byte, "usable_per_device_bytes": r.usable_per_device_bytes,
             "memory_by_tier_s": {k: v for k, v in r.memory_by_tier_s.items()}, "rows": stage_rows(r)}
 
@@ -409,7 +408,8 @@ def spec_dict(r: SpecResult, best_gamma: Any) -> dict[str, Any]:
             "baseline_tokens_per_s_per_user": float(1 / np.ravel(r.baseline_decode_s)[0]),
             "baseline_energy_per_token_j": float(np.ravel(r.baseline_energy_per_token_j)[0]),
             "baseline_by_batch": list(by_batch.values()), "energy_note": r.energy_note,
-            "target_formats": r.target_formats, "draft_formats": r.draft_formats, "rows": rows}
+            "target_formats": formats_json(r.target_formats), "draft_formats": formats_json(r.draft_formats),
+            "rows": rows}
 
 
 def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), note: str = "") -> Table:
@@ -426,7 +426,7 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
         return [row for row in d["rows"] if row["batch"] == b and row["fits"] and row["gamma"]]
     slower = [b for b in batches if fitting(b) and not any(row["speedup"] > 1 for row in fitting(b))]
     unfit = [b for b in batches if not fitting(b) and any(row["gamma"] for row in d["rows"])]
-    formats = (f"Formats: target {r.target_formats}; draft {r.draft_formats}. "
+    formats = (f"Formats: target {r.target_formats.brief()}; draft {r.draft_formats.brief()}. "
                if r.target_formats and r.draft_formats else "")
     cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
            + formats + f"Baseline: plain decode on {r.target_group} at {base}"
@@ -482,11 +482,32 @@ def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
             "usd_per_million_total_tokens": at(r.usd_per_million_total_tokens),
             "fits": bool(at(r.fits)), "fits_memory": bool(at(r.fits_memory)),
             "budget_keeps_up": bool(at(r.budget_keeps_up)), "token_budget_needed": at(r.token_budget_needed),
-            "target_formats": r.target_formats}
+            **formats_fields(r)}
+
+
+def formats_json(f: Formats | None) -> dict[str, str] | None:
+    """Formats as JSON says them everywhere (:meth:`Formats.as_dict`); None where there are none."""
+    return None if f is None else f.as_dict()
+
+
+def formats_fields(r: ServingResult) -> dict[str, dict[str, str] | None]:
+    """A serving result's formats as JSON fields: the target's (its decode group's), a separate prefill group's
+    where it runs others (else null), the draft's (null without one)."""
+    return {"target_formats": formats_json(r.target_formats), "prefill_formats": formats_json(r.prefill_formats),
+            "draft_formats": formats_json(r.draft_formats)}
+
+
+def formats_text(fields: Mapping[str, Any]) -> str:
+    """The target's formats of :func:`formats_fields` in a few words (:func:`brief`), "decode ...; prefill ..."
+    where a separate prefill group runs others; "" without any."""
+    target, pre = fields.get("target_formats"), fields.get("prefill_formats")
+    if not target:
+        return ""
+    return brief(target) if not pre else f"decode {brief(target)}; prefill {brief(pre)}"
 
 
 def formats_lines(by_name: Mapping[str, str], kind: str) -> list[str]:
-    """The formats each named row ran in (:meth:`Formats.describe`): one line where all agree, else one line per
+    """The formats each named row ran in (:func:`formats_text`): one line where all agree, else one line per
     set with the rows that ran it (a chip without bf16 units runs, unless told, in its native format)."""
     groups: dict[str, list[str]] = {}
     for name, fmt in by_name.items():
@@ -512,8 +533,7 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
         t.add_row(name, f"{p['devices']:.3g}", _ms(p["ttft_s"]), _ms(p["tpot_s"]), _s(p["e2e_s"]),
                   _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]))
     out: list[Any] = [t] if t.row_count else [f"{title}: no placement is feasible."]
-    out += formats_lines({name: p.get("target_formats", "") for name, _d, p, _r in rows if p and p["fits"]},
-                         "placement")
+    out += formats_lines({name: formats_text(p) for name, _d, p, _r in rows if p and p["fits"]}, "placement")
     for reason, names in failed.items():
         shown = "; ".join(names[:3]) + (f"; and {len(names) - 3} more" if len(names) > 3 else "")
         out.append(f"not feasible ({shown}): {reason}")
@@ -861,8 +881,8 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
     workload = (f"{extra['target']}, {req['isl']} in / {req['osl']} out, {req['mode']}"
                 if extra.get("target") and req else "")
     tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"] + (
-        f"; {c['target_formats']}" if c.get("target_formats") else "") + (
-        f"; draft {c['draft_formats']}" if c.get("draft_formats") else "") + (
+        f"; formats {formats_text(c)}" if c.get("target_formats") else "") + (
+        f"; draft {brief(c['draft_formats'])}" if c.get("draft_formats") else "") + (
         f"; no point: {c['why_empty']}" if c.get("why_empty") else ""), workload) for c in configs]
     if comparisons:
         tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))
@@ -880,7 +900,7 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
 def compare_view(model_id: str, batch: Any, rows: list[dict[str, Any]], context: int, prompt: int,
                  overrides: Sequence[str] = (), note: str = "") -> View:
     tables: list[RenderableType] = list(compare_table(model_id, batch, rows, context, prompt, overrides, note))
-    tables += formats_lines({r["name"]: r.get("formats", "") for r in rows}, "group")
+    tables += formats_lines({r["name"]: brief(r["formats"]) for r in rows if r.get("formats")}, "group")
     for row in rows:
         if row.get("elasticity"):
             tables.append(elasticity_table(row["name"], row["elasticity"], int(np.ravel(batch)[0]), context))
@@ -990,13 +1010,12 @@ def size_option_dict(o: Any) -> dict[str, Any]:
 
 
 def _formats_used(options: Sequence[Any]) -> str:
-    """What each device kind was sized with ("b200: weights fp8, KV bf16, activations bf16"): the defaults differ
-    by device (bf16 where native), so the caption says which applied."""
-    names = {"weights": "weights", "experts": "experts", "kv": "KV", "activations": "activations"}
+    """What each device kind was sized with ("b200: fp8 (KV bf16, activations bf16)", :func:`brief`): the
+    defaults differ by device (bf16 where native), so the caption says which applied."""
     seen: dict[str, str] = {}
     for o in options:
         if o.formats and o.device not in seen:
-            seen[o.device] = ", ".join(f"{label} {o.formats[k]}" for k, label in names.items() if o.formats.get(k))
+            seen[o.device] = brief(o.formats)
     return "; ".join(f"{dev}: {text}" for dev, text in seen.items())
 
 

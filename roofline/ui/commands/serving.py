@@ -220,15 +220,16 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         except RooflineError as e:   # this placement cannot be evaluated (no format its devices share): said, not fatal
             frontiers.append(pareto_frontier([], []))
             results.append(None)
-            configs.append({"name": p.name, "description": p.describe(), "target_formats": None, "energy_note": None,
+            configs.append({"name": p.name, "description": p.describe(), "target_formats": None,
+                            "prefill_formats": None, "draft_formats": None, "energy_note": None,
                             "frontier": [], "why_empty": str(e)})
             continue
         y = r.tokens_per_s_per_kw if args.axis == "kw" else 1e6 / r.usd_per_million_output_tokens
         f = pareto_frontier(r.tokens_per_s_per_user, y, r.fits)
         frontiers.append(f)
         results.append(r)
-        configs.append({"name": p.name, "description": p.describe(), "target_formats": r.target_formats,
-                        "draft_formats": r.draft_formats or None, "energy_note": r.energy_note or None,
+        configs.append({"name": p.name, "description": p.describe(), **render.formats_fields(r),
+                        "energy_note": r.energy_note or None,
                         "frontier": [render.serving_point(r, int(i)) for i in f.index]})
         if not configs[-1]["frontier"]:   # an empty frontier says why, as the command does when all are empty
             configs[-1]["why_empty"] = _why_empty(r)

@@ -221,7 +221,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         if r.decode is None or r.prefill is None:
             d["error"] = r.error
         else:
-            d.update(formats=r.decode.formats.describe(),
+            d.update(formats=r.decode.formats.as_dict(),
                      decode=render.stage_rows(r.decode), prefill=render.stage_rows(r.prefill)[0], max_batch=r.max_batch,
                      tokens_per_s_per_kw=None if r.tokens_per_s_per_kw is None else np.ravel(r.tokens_per_s_per_kw).tolist(),
                      usd_per_million_output_tokens=np.ravel(r.usd_per_million_output_tokens).tolist(),
