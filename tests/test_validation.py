@@ -100,9 +100,27 @@ def test_validate_terminal_view_groups_errors_and_skips(run_cli):
     # each row carries its grade (the terminal's g column, the JSON's and CSV's grade), which says what the fit did
     grades = {r.id: r.get("grade") for r in ROWS}
     assert all(r["grade"] == grades[r["id"]] for r in data["rows"]) and {"A", "C"} <= {r["grade"] for r in data["rows"]}
-    c_row = next(r for r in data["rows"] if r["grade"] == "C")
-    assert any(line.split()[:1] == [c_row["id"]] and " C " in line for line in out.splitlines())
+    shown = [line for line in out.splitlines() if line.split() and line.split()[0] in grades]
+    assert shown and all(f" {grades[line.split()[0]]} " in line for line in shown)
     assert "only predicts C and D" in " ".join(out.split())
+
+
+def test_validate_lists_the_worst_rows_unless_told(run_cli):
+    """The terminal lists the rows with the largest errors, largest first (25 unless --rows N; --rows all: every row
+    in the file's order); --json carries every row whatever --rows says; a bad count is a usage error."""
+    data = json.loads(run_cli("validate", "--json", "--rows", "3")[1])
+    worst = sorted(data["rows"], key=lambda r: -abs(r["error"]))
+
+    def listed(*args):
+        code, out, err = run_cli("validate", *args)
+        assert code == 0, err
+        ids = {r["id"] for r in data["rows"]}
+        return [line.split()[0] for line in out[:out.index("Median |error|")].splitlines()
+                if line.split() and line.split()[0] in ids]
+    assert listed() == [r["id"] for r in worst[:25]] and listed("--rows", "3") == [r["id"] for r in worst[:3]]
+    assert listed("--rows", "all") == [r["id"] for r in data["rows"]] and len(data["rows"]) > 1000
+    code, _, err = run_cli("validate", "--rows", "-1")
+    assert code == 2 and "--rows: a whole number >= 0 or 'all', not '-1'" in err
 
 
 def test_validating_again_answers_from_memory_but_never_for_other_parameters():

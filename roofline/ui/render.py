@@ -642,15 +642,26 @@ def diagnosis_table(d: dict[str, Any]) -> Table:
 
 
 # -------------------------------------------------------------- validation
-def validation_table(v: Validation, path: str) -> Table:
+#: Rows `roofline validate` lists in the terminal unless told (--rows): those with the largest errors.
+VALIDATE_ROWS_SHOWN = 25
+
+
+def validation_table(v: Validation, path: str, shown: int | None = VALIDATE_ROWS_SHOWN) -> Table:
+    """The rows with the ``shown`` largest errors, largest first (every row in the file's order for None, or
+    where there are no more)."""
     o = v.summary["overall"]
     cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
            f"{o.get('n', 0)} rows; by group in the next table" + (f", {len(v.skipped)} rows not predicted after it"
                                                                    if v.skipped else "") + ". " + GRADES_CAPTION)
-    t = _table(title=f"validation against {path}", caption=cap)
+    rows = v.rows
+    title = f"validation against {path}"
+    if shown is not None and shown < len(rows):
+        rows = sorted(rows, key=lambda r: -abs(r["error"]))[:shown]
+        title += f": the {shown} of {len(v.rows)} rows with the largest errors (--rows all lists every one)"
+    t = _table(title=title, caption=cap)
     for c in ("id", "metric", "device", "model", "g", "predicted", "measured", "error"):
         t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
-    for r in v.rows:
+    for r in rows:
         t.add_row(r["id"], METRIC_SHORT.get(r["metric"], r["metric"]), r["hardware"], r["model"], r.get("grade", ""),
                   _value(r["predicted"]), _value(r["measured"]), f"{r['error']:+.0%}")
     return t
@@ -936,13 +947,13 @@ def diagnosis_view(d: Diagnosis, overrides: Sequence[str] = ()) -> View:
 
 
 def validation_view(v: Validation, path: str, fit: Mapping[str, Any] | None = None, same_data: bool = True,
-                    repeats: Mapping[str, Any] | None = None) -> View:
-    """Rows, errors by group and rows not predicted; ``fit``: the profile's calibration record; ``same_data``:
-    whether the profile was fitted on these rows; ``repeats``: the data's repeated measurements
-    (:func:`roofline.evidence.repeats.repeat_summary`)."""
+                    repeats: Mapping[str, Any] | None = None, shown: int | None = VALIDATE_ROWS_SHOWN) -> View:
+    """Rows (in the terminal the ``shown`` worst, None: all; JSON and CSV carry every one), errors by group and
+    rows not predicted; ``fit``: the profile's calibration record; ``same_data``: whether the profile was fitted
+    on these rows; ``repeats``: the data's repeated measurements (:func:`roofline.evidence.repeats.repeat_summary`)."""
     data = {"data": path, "rows": v.rows, "summary": v.summary, "skipped": v.skipped, "calibration": dict(fit or {}),
             "calibrated_on_this_data": same_data, "repeats": dict(repeats or {"pairs": 0})}
-    tables: list[RenderableType] = [validation_table(v, path), validation_summary_table(v, fit, same_data, repeats)]
+    tables: list[RenderableType] = [validation_table(v, path, shown), validation_summary_table(v, fit, same_data, repeats)]
     if v.skipped:
         tables.append(skipped_table(v.skipped))
     return View(tables=tables, data=data, rows=v.rows)

@@ -103,7 +103,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         plot_validation(v.rows, args.plot, title=f"roofline against {o.get('n', 0)} published measurements "
                                                  f"(median |error| {o.get('median_abs_error', 0):.0%})")
     emit(console, render.validation_view(v, path, prof.fit, _fitted_on(prof, path),
-                                         repeat_summary(repeated_measurements(rows))), args)
+                                         repeat_summary(repeated_measurements(rows)), shown=args.rows), args)
     return 0
 
 
@@ -168,6 +168,18 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _rows_shown(text: str) -> int | None:
+    if text.strip().lower() == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"a whole number >= 0 or 'all', not {text!r}")
+    return n
+
+
 def _utilisation(text: str) -> float:
     v = number(text, "--utilisation")
     if not 0 <= v <= 1:
@@ -203,6 +215,9 @@ def register(add: Adder) -> None:
              stack=False)
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the errors (needs the plot extra)")
+    sp.add_argument("--rows", type=_rows_shown, default=render.VALIDATE_ROWS_SHOWN, metavar="N|all",
+                    help=f"rows the terminal lists: the N with the largest errors, or all in the file's order "
+                         f"(default {render.VALIDATE_ROWS_SHOWN}; --json and --csv carry every row)")
     sp.add_argument("--jobs", type=int, default=None, metavar="N",
                     help="share the rows among N processes (the same numbers; default: one per core, at most one "
                          "per 200 rows)")
