@@ -369,8 +369,13 @@ def test_records_built_by_hand_fail_where_they_are_built():
         rl.Acceptance("geometric")
     with pytest.raises(rl.WorkloadError, match="exceeds gamma"):   # checked as Acceptance.measured checks it
         rl.Acceptance("measured", table={2: 5.0})
-    with pytest.raises(rl.WorkloadError, match="single number"):
-        rl.Acceptance("geometric", alpha=np.array([0.5, 0.6]))
+    with pytest.raises(rl.WorkloadError, match=r"alpha must be in \[0, 1\]"):
+        rl.Acceptance("geometric", alpha=np.array([0.5, 1.6]))
+    mine = np.array([0.5, 0.6])
+    built = rl.Acceptance("geometric", alpha=mine)   # an array of alphas is kept as a read-only copy
+    mine[0] = 2.0
+    assert built == rl.Acceptance.geometric([0.5, 0.6]) and not built.alpha.flags.writeable
+    assert rl.Acceptance("geometric", alpha=np.float64(0.5)).alpha == 0.5 and rl.Acceptance.geometric(0.5).alpha == 0.5
     with pytest.raises(rl.WorkloadError, match="Placement.decode must be a DeviceGroup.*Placement.build"):
         rl.Placement(name="x", decode="b200")
     with pytest.raises(rl.WorkloadError, match="Target.request must be a Request"):

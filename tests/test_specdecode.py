@@ -207,3 +207,34 @@ def test_spec_says_the_formats_target_and_draft_ran_in(run_cli):
     assert d["draft_formats"] == dict.fromkeys(("weights", "experts", "kv", "activations", "head"), "mxint8")
     said = " ".join(run_cli(*argv)[1].split())
     assert "Formats: target bf16 (experts mxfp4); draft mxint8 throughout." in said
+
+
+def test_an_array_of_alphas_sweeps_the_acceptance_as_any_workload_axis():
+    """A geometric acceptance's alpha broadcasts against batch and gamma: each alpha gives, to the last bit, the
+    points a call with that alpha alone gives, in speculative_round and in evaluate_serving; optimal_gamma answers
+    per alpha; tables (positional, measured) stay one per call; alphas outside [0, 1] and shapes that do not
+    broadcast are refused."""
+    alphas = np.array([0.6, 0.8, 0.926])[:, None]
+    gammas = np.arange(1, 9)
+    kw = dict(draft="gpt-oss-draft-1.6b", draft_on="corsair:2", verify_on="b200:8", gamma=gammas)
+    many = speculative_round("gpt-oss-120b", acceptance=alphas, **kw)
+    assert many.tokens_per_s_per_user.shape == (3, 8) and "3 values" in many.acceptance
+    for i, a in enumerate(alphas[:, 0]):
+        one = speculative_round("gpt-oss-120b", acceptance=float(a), **kw)
+        for f in ("tokens_per_s_per_user", "energy_per_token_j", "round_s", "expected_tokens", "speedup"):
+            assert np.array_equal(getattr(many, f)[i], getattr(one, f)), f
+        assert optimal_gamma(many)[i] == optimal_gamma(one)
+    assert Acceptance.geometric(alphas) == Acceptance.geometric(alphas.copy()) != Acceptance.geometric(0.6)
+    placement = rl.Placement.build("spec", decode="b200:8", draft="corsair:2", draft_model="gpt-oss-draft-1.6b")
+    request = rl.Request(input_tokens=8192, output_tokens=1024)
+    grid = rl.evaluate_serving("gpt-oss-120b", placement, request, batch=np.array([1, 64])[:, None], gamma=gammas,
+                               acceptance=alphas[:, :, None])
+    assert grid.tokens_per_s_per_user.shape == (3, 2, 8)
+    alone = rl.evaluate_serving("gpt-oss-120b", placement, request, batch=np.array([1, 64])[:, None], gamma=gammas,
+                                acceptance=0.8)
+    for f in ("tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw", "energy_per_token_j"):
+        assert np.array_equal(np.broadcast_to(getattr(grid, f), (3, 2, 8))[1], getattr(alone, f)), f
+    with pytest.raises(WorkloadError, match="do not broadcast"):
+        speculative_round("gpt-oss-120b", acceptance=np.array([0.6, 0.8, 0.9]), **kw)
+    with pytest.raises(WorkloadError, match=r"alpha must be in \[0, 1\]"):
+        Acceptance.geometric([0.5, 1.2])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 import numpy as np
@@ -151,6 +152,26 @@ def optimal_gamma_closed_form(alpha: float, c: float) -> tuple[float, int]:
     return g_c, best
 
 
+def _alpha_value(alpha: Any) -> Any:
+    """A geometric alpha as the record keeps it: a float, or a read-only copy of an array of them (a caller's
+    later writes never reach it); anything else as given, for the post-init check to name."""
+    if isinstance(alpha, (bool, str)) or alpha is None:
+        return alpha
+    try:
+        a = np.array(alpha, dtype=float)
+    except (TypeError, ValueError):
+        return alpha
+    if a.ndim == 0:
+        return float(a)
+    a.flags.writeable = False
+    return a
+
+
+def _same_alpha(a: Any, b: Any) -> bool:
+    """Two geometric alphas are the same: equal numbers, or arrays of one shape and equal values."""
+    return np.shape(a) == np.shape(b) and bool(np.all(np.asarray(a) == np.asarray(b)))
+
+
 @attrs.frozen
 class Acceptance:
     """How a draft's tokens are accepted; gives expected tokens per round for any gamma.
@@ -168,7 +189,10 @@ class Acceptance:
     """
 
     kind: str = attrs.field(validator=one_of(("geometric", "positional", "alpha_by_gamma", "measured")))
-    alpha: float | None = None
+    #: the per-token alpha of the geometric kind: a number, or a read-only array that broadcasts against the
+    #: workload grid (one result point per alpha: ``alpha=np.array([0.6, 0.8])[:, None]`` against a gamma axis)
+    alpha: float | NDArray[np.float64] | None = attrs.field(default=None, converter=_alpha_value,
+                                                            eq=attrs.cmp_using(eq=_same_alpha), hash=False)
     alphas: tuple[float, ...] = ()
     table: Mapping[int, float] = attrs.field(factory=dict)
 
@@ -180,7 +204,7 @@ class Acceptance:
                                 ".measured({...})")
         # a record built by hand is checked as the constructors check theirs
         if self.kind == "geometric":
-            scalar(check_probability(self.alpha), "alpha")
+            check_probability(self.alpha)
         elif self.kind == "positional":
             check_probability(list(self.alphas), "alphas")
         for g, v in self.table.items():
@@ -191,8 +215,15 @@ class Acceptance:
                 scalar(check_probability(v), "alpha")
 
     @classmethod
-    def geometric(cls, alpha: float) -> Acceptance:
-        return cls("geometric", alpha=scalar(check_probability(alpha), "alpha"))
+    def geometric(cls, alpha: ArrayLike) -> Acceptance:
+        """i.i.d. per-token acceptance ``alpha``: one number, or an array of them that broadcasts against the
+        workload grid (each alpha its own result points)."""
+        return cls("geometric", alpha=check_probability(alpha))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The grid shape the acceptance adds to a workload's (an array of alphas; () otherwise)."""
+        return np.shape(self.alpha) if self.kind == "geometric" else ()
 
     @classmethod
     def positional(cls, alphas: ArrayLike) -> Acceptance:
@@ -223,7 +254,7 @@ class Acceptance:
         """Per-token alpha used at draft length gamma (geometric and alpha_by_gamma kinds)."""
         g = check_gamma(gamma)
         if self.kind == "geometric":
-            return np.full_like(g, self.alpha)
+            return np.asarray(self.alpha, dtype=float) + np.zeros_like(g)
         if self.kind == "alpha_by_gamma":
             xs = np.array(list(self.table), dtype=float)
             return np.interp(g, xs, np.array(list(self.table.values())))
@@ -247,7 +278,10 @@ class Acceptance:
 
     def describe(self) -> str:
         if self.kind == "geometric":
-            return f"alpha = {self.alpha:g} per token (i.i.d.)"
+            a = np.asarray(self.alpha)
+            if a.ndim:
+                return f"alpha = {a.min():g}..{a.max():g} per token (i.i.d.; {a.size} values)"
+            return f"alpha = {float(a):g} per token (i.i.d.)"
         if self.kind == "positional":
             return "alpha by position " + ", ".join(f"{a:g}" for a in self.alphas)
         if self.kind == "alpha_by_gamma":

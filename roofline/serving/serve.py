@@ -445,8 +445,9 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
         raise WorkloadError(f"placement {placement.name!r} speculates: give an acceptance (alpha or Acceptance)")
     acc = acceptance if isinstance(acceptance, Acceptance) or acceptance is None else Acceptance.geometric(acceptance)
     B = check_count("batch", batch, minimum=1)
-    check_grid(B, G)
-    B, G = np.broadcast_arrays(B, G)
+    alphas = np.zeros(acc.shape if acc is not None else ())   # an array of alphas adds its axes to the grid
+    check_grid(B, G, alphas)
+    B, G, _ = np.broadcast_arrays(B, G, alphas)
     return B, G, acc
 
 

@@ -126,12 +126,14 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
     plan = RoundPlan(target=tgt, target_group=tg, target_formats=fmt,
                      drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=get_link(link),
                      sampling=sampling, shared=dg == tg)
+    acc = _acceptance(acceptance)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
-    check_grid(G, B, L)
+    check_grid(G, B, L, np.zeros(acc.shape))
+    G = G + np.zeros(acc.shape)   # an array of alphas adds its axes to the grid
     rnd = run_round(plan, batch=B, gamma=G, context=L, params=p)
     base = evaluate_pass(tgt, tg, plan.target_formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
                          mla_absorbed=True, stage="decode", params=p)
-    return _result(plan, rnd, base, _acceptance(acceptance), G, B, L, power)
+    return _result(plan, rnd, base, acc, G, B, L, power)
 
 
 def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: Array, L: Array,
