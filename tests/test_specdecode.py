@@ -238,3 +238,27 @@ def test_an_array_of_alphas_sweeps_the_acceptance_as_any_workload_axis():
         speculative_round("gpt-oss-120b", acceptance=np.array([0.6, 0.8, 0.9]), **kw)
     with pytest.raises(WorkloadError, match=r"alpha must be in \[0, 1\]"):
         Acceptance.geometric([0.5, 1.2])
+
+
+def test_spec_command_sweeps_several_alphas(run_cli):
+    """`spec --alpha 0.7,0.926` is one table with an alpha column, each alpha's best gamma starred as that alpha
+    alone would star it (and its rows its own run's); --json says each row's alpha; a list is spec's only, and an
+    alpha outside [0, 1] in it is a usage error."""
+    argv = ("spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--draft-on", "corsair:2",
+            "--verify-on", "b200:8", "--gamma", "1..6")
+    both = json.loads(run_cli(*argv, "--alpha", "0.7,0.926", "--json")[1])
+    assert both["alpha_sweep"] and len(both["rows"]) == 12
+    for a in ("0.7", "0.926"):
+        alone = json.loads(run_cli(*argv, "--alpha", a, "--json")[1])
+        assert not alone["alpha_sweep"]
+        mine = [{k: v for k, v in row.items() if k != "alpha"} for row in both["rows"] if row["alpha"] == float(a)]
+        assert mine == [{k: v for k, v in row.items() if k != "alpha"} for row in alone["rows"]]
+    code, out, _ = run_cli(*argv, "--alpha", "0.7,0.926")
+    stars = [line.split()[:2] for line in out.splitlines() if len(line.split()) > 1 and line.split()[1].endswith("*")]
+    assert code == 0 and stars == [["0.7", f"{both['best_gamma'][0]}*"], ["0.926", f"{both['best_gamma'][1]}*"]]
+    assert "* = most tok/s/user at that alpha." in " ".join(out.split())
+    code, _, err = run_cli(*argv, "--alpha", "0.7,1.2")
+    assert code == 2 and "--alpha must be in [0, 1]" in err
+    code, _, err = run_cli("placements", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--devices", "b200",
+                           "--alpha", "0.7,0.9")
+    assert code == 2 and "--alpha takes one number here, got '0.7,0.9' (`roofline spec` sweeps a list)" in err

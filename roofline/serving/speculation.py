@@ -52,6 +52,9 @@ class SpecResult(ArrayRecord):
     batch: Array
     context: Array
     expected_tokens: Array
+    #: the per-token alpha of each point (geometric and alpha-by-gamma acceptance; NaN for a positional or
+    #: measured table, which has none)
+    alpha: Array
     draft_s: Array
     verify_s: Array
     transfer_s: Array
@@ -91,6 +94,13 @@ class SpecResult(ArrayRecord):
         """Flat index of the feasible point with the most tokens/s per user."""
         v = np.where(self.fits, np.nan_to_num(self.tokens_per_s_per_user, nan=-1.0), -1.0)
         return int(np.argmax(v))
+
+
+def _alpha_of(acc: Acceptance, gamma: Array) -> Array:
+    """Each point's per-token alpha where the acceptance has one (NaN for a positional or measured table)."""
+    if acc.kind in ("geometric", "alpha_by_gamma"):
+        return acc.alpha_at(gamma)
+    return np.full(np.shape(gamma), np.nan)
 
 
 def _acceptance(acceptance: Acceptance | float) -> Acceptance:
@@ -156,7 +166,7 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         target=plan.target.id, draft=plan.drafter.describe(plan.target), draft_kind=plan.drafter.kind,
         target_group=tg.describe(), draft_group=dg.describe(),
         link="same devices" if plan.shared else plan.link.name, acceptance=acc.describe(), gamma=full(G),
-        batch=full(B), context=full(L), expected_tokens=E, draft_s=rnd.draft_s * nan,
+        batch=full(B), context=full(L), expected_tokens=E, alpha=full(_alpha_of(acc, G)), draft_s=rnd.draft_s * nan,
         verify_s=rnd.verify.time_s * nan, transfer_s=rnd.transfer_s * nan, round_s=round_s,
         tokens_per_s_per_user=E / round_s, tokens_per_s=B * E / round_s, baseline_decode_s=full(base.time_s),
         speedup=E * base.time_s / round_s, flop_per_token=full(flop_round / (B * E)),

@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import RooflineError, WorkloadError
 from ..physics.speculative import Acceptance
 from ..serving.serve import DEFAULT_TOKEN_BUDGET
@@ -161,8 +163,9 @@ def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> Non
         sp.add_argument("--activations", default=None, help=f"activation format (default: {native})")
 
 
-def add_acceptance(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--alpha", default=None, help="per-token acceptance probability in [0, 1]")
+def add_acceptance(sp: argparse.ArgumentParser, several: bool = False) -> None:
+    sp.add_argument("--alpha", default=None, help="per-token acceptance probability in [0, 1]" + (
+        "; several (0.6,0.8,0.926) sweep it, each with its own best gamma" if several else ""))
     sp.add_argument("--acceptance-length", default=None, metavar="G:TAU,...",
                     help="measured mean acceptance length (bonus token included) per draft length, e.g. 2:2.58")
     sp.add_argument("--alpha-by-gamma", default=None, metavar="G:ALPHA,...",
@@ -281,18 +284,22 @@ def what_if(args: argparse.Namespace) -> WhatIf:
         raise UsageError(str(e)) from None
 
 
-def acceptance(args: argparse.Namespace, *, required: bool = True) -> Acceptance | None:
-    """The one acceptance model given by --alpha, --acceptance-length or --alpha-by-gamma."""
+def acceptance(args: argparse.Namespace, *, required: bool = True, several: bool = False) -> Acceptance | None:
+    """The one acceptance model given by --alpha, --acceptance-length or --alpha-by-gamma; ``several``: --alpha
+    may list alphas (0.6,0.8,0.926), an array of them along a leading axis of its own."""
     given = [x for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma) if x is not None]
     if not given and not required:
         return None
     if len(given) != 1:
         raise UsageError("give exactly one of --alpha, --acceptance-length, --alpha-by-gamma")
     if args.alpha is not None:
-        alpha = number(args.alpha, "--alpha")
-        if not 0 <= alpha <= 1:   # a usage error like any other malformed option value (exit 2)
+        if not several and "," in args.alpha:
+            raise UsageError(f"--alpha takes one number here, got {args.alpha!r} (`roofline spec` sweeps a list)")
+        parts = args.alpha.split(",") if several else [args.alpha]
+        alphas = [number(a, "--alpha") for a in parts]
+        if not all(0 <= a <= 1 for a in alphas):   # a usage error like any other malformed option value (exit 2)
             raise UsageError(f"--alpha must be in [0, 1] (a per-token acceptance probability), got {args.alpha}")
-        return Acceptance.geometric(alpha)
+        return Acceptance.geometric(alphas[0] if len(alphas) == 1 else np.array(alphas))
     pairs: dict[int, float] = {}
     for item in (args.acceptance_length or args.alpha_by_gamma).split(","):
         g, sep, v = item.partition(":")

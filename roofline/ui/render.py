@@ -382,34 +382,44 @@ SPEC_FIELDS = ("gamma", "expected_tokens", "draft_s", "verify_s", "transfer_s", 
                "verify_bound")
 
 
+def alpha_sweeps(cols: Mapping[str, Any]) -> bool:
+    """Whether a scan's points (columns gamma, batch, alpha) hold several alphas at one gamma and batch."""
+    points = list(zip(cols["gamma"], cols["batch"]))
+    return len(set(zip(points, np.nan_to_num(cols["alpha"], nan=-1.0)))) > len(set(points))
+
+
 def spec_dict(r: SpecResult, best_gamma: Any) -> dict[str, Any]:
-    """A scan as JSON-ready rows (one per batch and gamma, each with its batch's plain-decode baseline), each
-    batch's fastest gamma marked ``best``; the top-level ``baseline_*`` are the first batch's (every batch's in
-    ``baseline_by_batch``)."""
+    """A scan as JSON-ready rows (one per alpha, batch and gamma, each with its batch's plain-decode baseline), the
+    fastest gamma of each batch (and of each alpha where alphas sweep: ``alpha_sweep``) marked ``best``; the
+    top-level ``baseline_*`` are the first batch's (every batch's in ``baseline_by_batch``)."""
     rows = []
     shape = np.broadcast_shapes(np.shape(r.gamma), np.shape(r.batch), np.shape(r.tokens_per_s_per_user))
     cols = {f: np.ravel(np.broadcast_to(np.asarray(getattr(r, f)), shape))
-            for f in (*SPEC_FIELDS, "batch", "baseline_decode_s", "baseline_energy_per_token_j", "extra_flop_fraction",
-                      "draft_step_s")}
+            for f in (*SPEC_FIELDS, "batch", "alpha", "baseline_decode_s", "baseline_energy_per_token_j",
+                      "extra_flop_fraction", "draft_step_s")}
     speed = np.where(cols["fits"], cols["tokens_per_s_per_user"], -np.inf)
-    best = {b: int(np.argmax(np.where(cols["batch"] == b, speed, -np.inf))) for b in np.unique(cols["batch"])}
+    # the best gamma of each batch and, where several alphas meet one gamma and batch (an alpha sweep, not an
+    # alpha that follows gamma), of each alpha
+    sweep = alpha_sweeps(cols)
+    key = [(b, a if sweep else 0.0) for b, a in zip(cols["batch"], cols["alpha"])]
+    best = {k: int(np.argmax([s if kk == k else -np.inf for kk, s in zip(key, speed)])) for k in set(key)}
     for i in range(cols["gamma"].size):
         row = {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in cols.items()}
-        row["best"] = bool(best[cols["batch"][i]] == i and np.isfinite(speed[i]))
+        row["best"] = bool(best[key[i]] == i and np.isfinite(speed[i]))
         row["baseline_tokens_per_s_per_user"] = 1 / row.pop("baseline_decode_s")
         rows.append(row)
     by_batch = {row["batch"]: {"batch": row["batch"], "tokens_per_s_per_user": row["baseline_tokens_per_s_per_user"],
                                "energy_per_token_j": row["baseline_energy_per_token_j"]} for row in rows}
     return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "target_group": r.target_group,
             "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance,
-            "best_gamma": best_gamma if np.ndim(best_gamma) == 0 else   # one per batch when batches vary
+            "best_gamma": best_gamma if np.ndim(best_gamma) == 0 else   # one per alpha and batch when they vary
             [int(g) if math.isfinite(g) else None for g in np.ravel(best_gamma)],
             "baseline_decode_s": float(np.ravel(r.baseline_decode_s)[0]),
             "baseline_tokens_per_s_per_user": float(1 / np.ravel(r.baseline_decode_s)[0]),
             "baseline_energy_per_token_j": float(np.ravel(r.baseline_energy_per_token_j)[0]),
             "baseline_by_batch": list(by_batch.values()), "energy_note": r.energy_note,
             "target_formats": formats_json(r.target_formats), "draft_formats": formats_json(r.draft_formats),
-            "rows": rows}
+            "alpha_sweep": sweep, "rows": rows}
 
 
 def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), note: str = "") -> Table:
@@ -430,7 +440,9 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
                if r.target_formats and r.draft_formats else "")
     cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
            + formats + f"Baseline: plain decode on {r.target_group} at {base}"
-           + (". * = most tok/s/user" + (" at that batch" if several else "") + ".")
+           + (". * = most tok/s/user" + (" at that " + " and ".join(
+               (["alpha"] if d["alpha_sweep"] else []) + (["batch"] if several else [])) if several or d["alpha_sweep"]
+               else "") + ".")
            + ((" No γ here is faster than plain decode (speed-up < 1" + (f" at batch {', '.join(map(str, slower))}"
                                                                          if several else "") + "): speculation does not pay.")
               if slower else "")
@@ -441,13 +453,15 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
            + (f" {r.energy_note}" if r.energy_note else "") + note)
     t = _table(title=f"speculative decoding: {r.target} with {r.draft}, batch {','.join(map(str, batches))}",
                caption=cap)
-    for c in (*(("batch",) if several else ()), "gamma", "draft\nms", "verify\nms", "xfer\nus", "tok/\nround",
-              "tok/s\n/user", "speed-\nup", "J/\ntoken", "bound\ndraft/verify"):
+    lead = (*(("alpha",) if d["alpha_sweep"] else ()), *(("batch",) if several else ()))   # the rows' order
+    for c in (*lead, "gamma", "draft\nms", "verify\nms", "xfer\nus", "tok/\nround", "tok/s\n/user", "speed-\nup",
+              "J/\ntoken", "bound\ndraft/verify"):
         t.add_column(c, justify="left" if "bound" in c else "right", overflow="fold")
     for row in d["rows"]:
         mark = "*" if row["best"] else ""
         ok = row["fits"]
-        t.add_row(*((f"{row['batch']:.0f}",) if several else ()), f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]),
+        t.add_row(*({"alpha": f"{row['alpha']:g}", "batch": f"{row['batch']:.0f}"}[c] for c in lead),
+                  f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]),
                   _ms(row["verify_s"]), _ms(row["transfer_s"] * 1e3) if ok else "—",
                   f"{row['expected_tokens']:.3g}" if ok else "—",
                   _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",

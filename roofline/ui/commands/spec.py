@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 from rich.console import Console
 
+from ...physics.speculative import Acceptance
 from ...serving.speculation import optimal_gamma, speculative_round
 from ...specs.hf_config import load_model
 from ...specs.resolve import resolve_group
@@ -46,9 +47,12 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--link {args.link}: the draft runs on the verify devices (no --draft-on, or the same group), "
                          "so no link carries the round; give --draft-on a separate group to use one")
     target = load_model(args.target)   # once: the scan and the context check share it
+    acc = acceptance(args, several=True)
+    if acc.shape:   # several alphas: their own leading axis, before batch and gamma
+        acc = Acceptance.geometric(np.reshape(acc.alpha, (-1, 1) if batch.size == 1 else (-1, 1, 1)))
     r = speculative_round(target, verify_on=wi.apply_group(verify_on), draft=args.draft,
                           draft_on=wi.apply_group(draft_on) if draft_on else None, draft_kind=args.draft_kind,
-                          head_layers=args.head_layers, acceptance=acceptance(args),
+                          head_layers=args.head_layers, acceptance=acc,
                           gamma=gammas if batch.size == 1 else gammas[None, :],
                           batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
                           link=args.link or "pcie5", sampling=args.sampling,
@@ -71,7 +75,7 @@ def register(add: Adder) -> None:
     sp.add_argument("--head-layers", type=positive, default=1, help="layers of an MTP/EAGLE head (default 1)")
     sp.add_argument("--verify-on", required=True, metavar="GROUP", help="target group: ID, ID:N or ID:TPxPP, e.g. b200:8")
     sp.add_argument("--draft-on", default=None, metavar="GROUP", help="draft group (default: the target's own devices)")
-    add_acceptance(sp)
+    add_acceptance(sp, several=True)
     sp.add_argument("--gamma", default="1..8", help="draft lengths (gamma): 1..40 or 1,2,5 (default 1..8)")
     sp.add_argument("--batch", default="1", help="concurrent sequences: 1, or a list/range like 1,8,64 (default 1)")
     sp.add_argument("--context", type=nonnegative, default=8192, help="tokens in the KV cache (default 8192)")
