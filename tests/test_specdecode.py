@@ -238,6 +238,9 @@ def test_an_array_of_alphas_sweeps_the_acceptance_as_any_workload_axis():
         speculative_round("gpt-oss-120b", acceptance=np.array([0.6, 0.8, 0.9]), **kw)
     with pytest.raises(WorkloadError, match=r"alpha must be in \[0, 1\]"):
         Acceptance.geometric([0.5, 1.2])
+    target = rl.Target(users=100, min_tokens_per_s_per_user=50, request=request)
+    with pytest.raises(WorkloadError, match="size takes one acceptance"):
+        rl.size("gpt-oss-120b", ["b200"], target, draft="gpt-oss-draft-1.6b", acceptance=Acceptance.geometric(alphas))
 
 
 def test_spec_command_sweeps_several_alphas(run_cli):

@@ -268,6 +268,9 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
     """
     if draft is not None and acceptance is None:
         raise WorkloadError("sizing speculative placements needs an acceptance (alpha)")
+    if acceptance is not None and (not isinstance(acceptance, Acceptance) or acceptance.shape):
+        raise WorkloadError(f"size takes one acceptance (an Acceptance of one alpha or one table), got "
+                            f"{acceptance!r}; sweep alphas with speculative_round or evaluate_serving")
     if not isinstance(target, Target):
         raise WorkloadError(f"target must be a Target, got {type(target).__name__}")
     model = resolve_model(model)
