@@ -23,6 +23,7 @@ from roofline.evidence.validate import (
     shipped_data,
     validate,
 )
+from roofline.evidence.workers import default_jobs
 from roofline.specs.params import load_profile, shipped_profile, shipped_profile_path, stack_family
 from roofline.ui import render
 
@@ -162,7 +163,7 @@ def test_uncalibrated_roofline_is_optimistic():
     # (on every third row: 459 rows give the median of all 1,377 within a point, +85% against +84%).
     pure = attrs.evolve(rl.EngineParams(), memory_bandwidth_fraction=1.0, compute_fraction=1.0, step_overhead_s=0.0,
                         layer_overhead_s=0.0)
-    v = validate(ROWS[::3], pure)
+    v = validate(ROWS[::3], pure, jobs=default_jobs(len(ROWS) // 3))
     assert v.summary["overall"]["median_error"] > 0.3
 
 
@@ -178,7 +179,8 @@ def test_tensor_parallel_sweeps_keep_their_slope(tables):
 
     def slope(profile: rl.Profile) -> float:
         tp = {r.id: int(r.get("tp")) for r in sweep}
-        errs = {n: [e["error"] for e in validate(sweep, profile).rows if tp[e["id"]] == n] for n in (1, 8)}
+        errs = {n: [e["error"] for e in validate(sweep, profile, jobs=default_jobs(len(sweep))).rows
+                    if tp[e["id"]] == n] for n in (1, 8)}
         assert min(len(v) for v in errs.values()) >= 20
         return float(np.median(errs[8]) - np.median(errs[1]))
 

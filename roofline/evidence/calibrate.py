@@ -853,10 +853,13 @@ def _energy_errors(rows: list[Row], profile: Profile, floor: float) -> dict[str,
     return out
 
 
-def _floor_cost(rows: list[Row], profile: Profile, floor: float) -> float:
-    """The power rows' summed squared log error at one busy floor (inf when none can be predicted)."""
-    errs = np.array(list(_energy_errors(rows, profile, float(floor)).values()))
-    return float(np.sum(np.log1p(errs) ** 2)) if errs.size else math.inf
+def _floor_costs(floors: list[float], rows: list[Row], profile: Profile) -> list[float]:
+    """The power rows' summed squared log error at each busy floor (inf where none can be predicted)."""
+    out = []
+    for floor in floors:
+        errs = np.array(list(_energy_errors(rows, profile, float(floor)).values()))
+        out.append(float(np.sum(np.log1p(errs) ** 2)) if errs.size else math.inf)
+    return out
 
 
 def fit_power_floor(rows: list[Row], profile: Profile, jobs: int = 1) -> PowerFit:
@@ -877,12 +880,8 @@ def fit_power_floor(rows: list[Row], profile: Profile, jobs: int = 1) -> PowerFi
         raise RooflineError("no measured GPU power rows (metric power_w) to fit the busy floor on")
     grid = [float(f) for f in FLOOR_GRID]
     with workers_for(jobs) as workers:
-        if workers is None:
-            cost = [_floor_cost(power, profile, f) for f in grid]
-        else:
-            n = len(grid)
-            cost = list(workers.executor.map(_floor_cost, [power] * n, [profile] * n, grid,
-                                             chunksize=-(-n // workers.jobs)))
+        cost = (_floor_costs(grid, power, profile) if workers is None
+                else workers.map_rows(_floor_costs, grid, power, profile))
     best = float(FLOOR_GRID[int(np.argmin(cost))])
     fitted = _energy_errors(power, profile, best)
     checked = _energy_errors([r for r in gpu if r.get("metric") == "energy_per_token_j"], profile, best)

@@ -37,29 +37,34 @@ def check_jobs(jobs: Any) -> None:
 
 @attrs.frozen
 class Workers:
-    """``jobs`` processes of one executor."""
+    """``jobs`` processes: this one and ``jobs - 1`` of an executor."""
 
     executor: Any
     jobs: int
 
     def map_rows(self, fn: Callable[..., list[Any]], rows: Sequence[Any], *args: Any) -> list[Any]:
         """``fn(share, *args)`` for each process's share of ``rows`` (every ``jobs``-th row), the answers (one per
-        row) put back in row order."""
+        row) put back in row order. This process computes the first share itself while the others run: it is not
+        idle, and what it remembers (the counts of its rows' passes) serves its later calls, as one process's
+        run would."""
         shares = [list(rows[i::self.jobs]) for i in range(self.jobs)]
+        futures = [self.executor.submit(fn, share, *args) for share in shares[1:]]
         out: list[Any] = [None] * len(rows)
-        for i, part in enumerate(self.executor.map(fn, shares, *[[a] * self.jobs for a in args])):
-            out[i::self.jobs] = part
+        out[0::self.jobs] = fn(shares[0], *args)
+        for i, future in enumerate(futures, start=1):
+            out[i::self.jobs] = future.result()
         return out
 
 
 def workers(jobs: int) -> Any:
-    """A context giving :class:`Workers` of ``jobs`` processes, or None for one (no process is started)."""
+    """A context giving :class:`Workers` of ``jobs`` processes (``jobs - 1`` started beside this one), or None
+    for one (no process is started)."""
     if jobs <= 1:
         return contextlib.nullcontext(None)
     from concurrent.futures import ProcessPoolExecutor
 
     @contextlib.contextmanager
     def pool() -> Any:
-        with ProcessPoolExecutor(max_workers=jobs) as executor:
+        with ProcessPoolExecutor(max_workers=jobs - 1) as executor:
             yield Workers(executor, jobs)
     return pool()
