@@ -353,16 +353,27 @@ def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks
 _PASS_WORK = IdentityMemo(4096)
 
 
+#: Arguments of at most this many points are remembered by value (a serving evaluation's few batches); a sweep's
+#: grids are counted afresh (their keys would cost as much as the counts).
+_REMEMBERED_SIZE = 16
+
+
+def _value_key(a: Any) -> tuple[Any, ...]:
+    """An argument by shape and values (a number and a one-element array of it are different shapes)."""
+    arr = np.asarray(a, dtype=float)
+    return (arr.shape, *arr.ravel().tolist())
+
+
 def pass_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any, prefix_tokens: Any,
               logits_per_seq: Any, mla_absorbed: bool, chunks: Any = 0.0, chunk_tokens: Any = 0.0,
               chunk_prefix: Any = 0.0) -> Work:
-    """:func:`count_work` of one pass, with :func:`with_prompt_chunks` when ``chunks`` ride along; for scalar
-    arguments the answer is remembered (a calibration times every row hundreds of times under new engine
+    """:func:`count_work` of one pass, with :func:`with_prompt_chunks` when ``chunks`` ride along; for arguments
+    of a few points the answer is remembered (a calibration times every row hundreds of times under new engine
     parameters, which never change the counts). The remembered Work is shared: callers only read it (the
     timing layer builds new records from it; nothing here or there writes into a Work)."""
     args = (batch, new_tokens, prefix_tokens, logits_per_seq, chunks, chunk_tokens, chunk_prefix)
-    scalar = all(np.ndim(a) == 0 for a in args)
-    key = (formats, mla_absorbed, *(float(a) for a in args)) if scalar else None
+    small = all(np.size(a) <= _REMEMBERED_SIZE for a in args)
+    key = (formats, mla_absorbed, *(_value_key(a) for a in args)) if small else None
     hit = _PASS_WORK.get((model,), key) if key is not None else MISSING
     if hit is not MISSING:
         return hit
