@@ -22,7 +22,12 @@ class SpecError(RooflineError):
 
 
 class UnknownSpecError(RooflineError):
-    """A field the vendor does not publish was needed for this computation."""
+    """A field the vendor does not publish was needed for this computation (``device`` and ``field`` name it
+    where known)."""
+
+    def __init__(self, message: str, *, device: str = "", field: str = "") -> None:
+        super().__init__(message)
+        self.device, self.field = device, field
 
 
 class UnitError(RooflineError):

@@ -218,7 +218,8 @@ def test_an_array_of_alphas_sweeps_the_acceptance_as_any_workload_axis():
     gammas = np.arange(1, 9)
     kw = dict(draft="gpt-oss-draft-1.6b", draft_on="corsair:2", verify_on="b200:8", gamma=gammas)
     many = speculative_round("gpt-oss-120b", acceptance=alphas, **kw)
-    assert many.tokens_per_s_per_user.shape == (3, 8) and "3 values" in many.acceptance
+    assert many.tokens_per_s_per_user.shape == (3, 8) and many.acceptance.startswith("alpha = 0.6, 0.8, 0.926")
+    assert np.array_equal(many.alpha, np.broadcast_to(alphas, (3, 8)))
     for i, a in enumerate(alphas[:, 0]):
         one = speculative_round("gpt-oss-120b", acceptance=float(a), **kw)
         for f in ("tokens_per_s_per_user", "energy_per_token_j", "round_s", "expected_tokens", "speedup"):
@@ -234,6 +235,11 @@ def test_an_array_of_alphas_sweeps_the_acceptance_as_any_workload_axis():
                                 acceptance=0.8)
     for f in ("tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw", "energy_per_token_j"):
         assert np.array_equal(np.broadcast_to(getattr(grid, f), (3, 2, 8))[1], getattr(alone, f)), f
+    assert np.array_equal(grid.alpha, np.broadcast_to(alphas[:, :, None], (3, 2, 8)))   # which alpha each point is
+    assert np.all(alone.alpha == 0.8) and grid.to_dict()["alpha"][2][0][0] == 0.926
+    plain = rl.Placement.build("plain", decode="b200:8")   # nothing drafted: the alphas add no axis, only NaN
+    flat = rl.evaluate_serving("gpt-oss-120b", plain, request, batch=[1, 64], acceptance=alphas)
+    assert flat.tokens_per_s_per_user.shape == (2,) and np.all(np.isnan(flat.alpha))
     with pytest.raises(WorkloadError, match="do not broadcast"):
         speculative_round("gpt-oss-120b", acceptance=np.array([0.6, 0.8, 0.9]), **kw)
     with pytest.raises(WorkloadError, match=r"alpha must be in \[0, 1\]"):
@@ -241,6 +247,9 @@ def test_an_array_of_alphas_sweeps_the_acceptance_as_any_workload_axis():
     target = rl.Target(users=100, min_tokens_per_s_per_user=50, request=request)
     with pytest.raises(WorkloadError, match="size takes one acceptance"):
         rl.size("gpt-oss-120b", ["b200"], target, draft="gpt-oss-draft-1.6b", acceptance=Acceptance.geometric(alphas))
+    sized = rl.size("gpt-oss-120b", ["b200"], target, draft="gpt-oss-draft-1.6b", acceptance=np.float64(0.8))
+    assert sized == rl.size("gpt-oss-120b", ["b200"], target, draft="gpt-oss-draft-1.6b",
+                            acceptance=Acceptance.geometric(0.8)) and any(o.feasible for o in sized)
 
 
 def test_spec_command_sweeps_several_alphas(run_cli):
@@ -260,8 +269,15 @@ def test_spec_command_sweeps_several_alphas(run_cli):
     stars = [line.split()[:2] for line in out.splitlines() if len(line.split()) > 1 and line.split()[1].endswith("*")]
     assert code == 0 and stars == [["0.7", f"{both['best_gamma'][0]}*"], ["0.926", f"{both['best_gamma'][1]}*"]]
     assert "* = most tok/s/user at that alpha." in " ".join(out.split())
+    assert both["best"] == [{"alpha": float(a), "batch": 1, "gamma": g} for a, g in zip((0.7, 0.926), both["best_gamma"])]
     code, _, err = run_cli(*argv, "--alpha", "0.7,1.2")
     assert code == 2 and "--alpha must be in [0, 1]" in err
+    code, _, err = run_cli(*argv, "--alpha", "0.7,0.9,0.7")
+    assert code == 2 and "--alpha lists 0.7 more than once" in err
+    # speculation that does not pay is said for the alpha (and batch) where it does not
+    code, out, _ = run_cli(*argv, "--alpha", "0.1,0.9", "--batch", "1,8")
+    said = " ".join(out.split())
+    assert "speed-up < 1 at alpha 0.1, batch 1; alpha 0.1, batch 8): speculation does not pay" in said
     code, _, err = run_cli("placements", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--devices", "b200",
                            "--alpha", "0.7,0.9")
     assert code == 2 and "--alpha takes one number here, got '0.7,0.9' (`roofline spec` sweeps a list)" in err

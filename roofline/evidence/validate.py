@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..errors import RooflineError, SpecError
+from ..errors import RooflineError, SpecError, UnknownSpecError
 from ..memo import MISSING, IdentityMemo
 from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
@@ -422,6 +422,10 @@ def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
             if not math.isfinite(measured) or measured <= 0:
                 raise RooflineError(f"measured value {row.get('value')!r} is not a positive number")
             predicted = predict_row(row, row_params(prof, row))
+        except UnknownSpecError as e:   # the stage commands' --set advice is not validate's to take
+            out.append({"id": row.id, "reason": f"{e.device}: {e.field} is not published for this device (a spec "
+                        "file that gives it would let these rows be predicted)" if e.field else str(e)})
+            continue
         except (RooflineError, ValueError) as e:
             out.append({"id": row.id, "reason": str(e)})
             continue

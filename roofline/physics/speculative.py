@@ -260,6 +260,13 @@ class Acceptance:
             return np.interp(g, xs, np.array(list(self.table.values())))
         raise WorkloadError(f"{self.kind} acceptance has no single alpha")
 
+    def alpha_or_nan(self, gamma: ArrayLike) -> Array:
+        """Each point's per-token alpha where this acceptance has one (geometric, alpha-by-gamma), NaN for a
+        positional or measured table: what results report beside their points."""
+        if self.kind in ("geometric", "alpha_by_gamma"):
+            return self.alpha_at(gamma)
+        return np.full(np.shape(check_gamma(gamma)), np.nan)
+
     def expected_tokens(self, gamma: ArrayLike) -> Array:
         """Expected tokens per verification round (bonus included) at draft length gamma."""
         g = check_gamma(gamma)
@@ -280,7 +287,9 @@ class Acceptance:
         if self.kind == "geometric":
             a = np.asarray(self.alpha)
             if a.ndim:
-                return f"alpha = {a.min():g}..{a.max():g} per token (i.i.d.; {a.size} values)"
+                values = (", ".join(f"{x:g}" for x in a.ravel()) if a.size <= 8
+                          else f"{a.size} values from {a.min():g} to {a.max():g}")
+                return f"alpha = {values} per token (i.i.d.)"
             return f"alpha = {float(a):g} per token (i.i.d.)"
         if self.kind == "positional":
             return "alpha by position " + ", ".join(f"{a:g}" for a in self.alphas)

@@ -193,6 +193,8 @@ class ServingResult(ArrayRecord):
     token_budget: int = DEFAULT_TOKEN_BUDGET
     #: where no point fits in memory, what does not fit and by how much (bytes needed against usable); else ""
     memory_reason: str = ""
+    #: each point's per-token alpha (NaN without speculation or for a positional or measured acceptance table)
+    alpha: Array = attrs.field(factory=lambda: np.array(np.nan))
     #: the formats the target ran in (as given, else the checkpoint's and the devices' defaults): the decode
     #: group's; a separate prefill group's where it runs others (else None); the draft's (None without one)
     target_formats: Formats | None = None
@@ -444,6 +446,8 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
     if placement.speculative and acceptance is None:
         raise WorkloadError(f"placement {placement.name!r} speculates: give an acceptance (alpha or Acceptance)")
     acc = acceptance if isinstance(acceptance, Acceptance) or acceptance is None else Acceptance.geometric(acceptance)
+    if not placement.speculative:
+        acc = None   # nothing is drafted: an acceptance, or an array of alphas, has no point to change
     B = check_count("batch", batch, minimum=1)
     alphas = np.zeros(acc.shape if acc is not None else ())   # an array of alphas adds its axes to the grid
     check_grid(B, G, alphas)
@@ -529,8 +533,16 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                         fits_memory=np.broadcast_to(rnd.fits & pre.fits, B.shape).copy(),
                         token_budget_needed=np.broadcast_to(budget.needed if budget else 0.0, B.shape).copy(),
                         token_budget=int(chunk), memory_reason=_memory_reason(rnd, pre),
-                        target_formats=fmt, prefill_formats=None if fmt_prefill == fmt else fmt_prefill,
-                        draft_formats=rnd.draft.formats if rnd.draft is not None else None)
+                        alpha=np.broadcast_to(acc.alpha_or_nan(G) if acc is not None else np.nan, B.shape).copy(),
+                        **_formats_ran(rnd, pre))
+
+
+def _formats_ran(rnd: Round, pre: _Prefill) -> dict[str, Formats | None]:
+    """The formats the passes ran in (the stack's LM head applied): the decode group's, the prefill's where they
+    differ (a separate group of other devices), the draft's."""
+    decode, prompt = rnd.verify.formats, pre.result.formats
+    return {"target_formats": decode, "prefill_formats": None if prompt.as_dict() == decode.as_dict() else prompt,
+            "draft_formats": rnd.draft.formats if rnd.draft is not None else None}
 
 
 def _target_formats(model: ModelSpec, placement: Placement, given: Mapping[str, Any]) -> tuple[Formats, Formats]:

@@ -256,7 +256,7 @@ def _device_or_group(item: Any) -> Device | DeviceGroup:
 
 
 def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, target: Target, *,
-         draft: ModelLike | None = None, acceptance: Acceptance | None = None,
+         draft: ModelLike | None = None, acceptance: Acceptance | float | None = None,
          formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
          prices: Prices | None = None) -> list[Option]:
     """The fewest devices per device kind and placement kind that meet ``target`` (a lower bound: no queueing).
@@ -268,9 +268,11 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
     """
     if draft is not None and acceptance is None:
         raise WorkloadError("sizing speculative placements needs an acceptance (alpha)")
-    if acceptance is not None and (not isinstance(acceptance, Acceptance) or acceptance.shape):
-        raise WorkloadError(f"size takes one acceptance (an Acceptance of one alpha or one table), got "
-                            f"{acceptance!r}; sweep alphas with speculative_round or evaluate_serving")
+    if acceptance is not None and not isinstance(acceptance, Acceptance):
+        acceptance = Acceptance.geometric(acceptance)
+    if acceptance is not None and acceptance.shape:
+        raise WorkloadError(f"size takes one acceptance (one alpha or one table), got alphas of shape "
+                            f"{acceptance.shape}; sweep alphas with speculative_round or evaluate_serving")
     if not isinstance(target, Target):
         raise WorkloadError(f"target must be a Target, got {type(target).__name__}")
     model = resolve_model(model)

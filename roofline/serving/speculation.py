@@ -96,13 +96,6 @@ class SpecResult(ArrayRecord):
         return int(np.argmax(v))
 
 
-def _alpha_of(acc: Acceptance, gamma: Array) -> Array:
-    """Each point's per-token alpha where the acceptance has one (NaN for a positional or measured table)."""
-    if acc.kind in ("geometric", "alpha_by_gamma"):
-        return acc.alpha_at(gamma)
-    return np.full(np.shape(gamma), np.nan)
-
-
 def _acceptance(acceptance: Acceptance | float) -> Acceptance:
     return acceptance if isinstance(acceptance, Acceptance) else Acceptance.geometric(acceptance)
 
@@ -166,7 +159,7 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         target=plan.target.id, draft=plan.drafter.describe(plan.target), draft_kind=plan.drafter.kind,
         target_group=tg.describe(), draft_group=dg.describe(),
         link="same devices" if plan.shared else plan.link.name, acceptance=acc.describe(), gamma=full(G),
-        batch=full(B), context=full(L), expected_tokens=E, alpha=full(_alpha_of(acc, G)), draft_s=rnd.draft_s * nan,
+        batch=full(B), context=full(L), expected_tokens=E, alpha=full(acc.alpha_or_nan(G)), draft_s=rnd.draft_s * nan,
         verify_s=rnd.verify.time_s * nan, transfer_s=rnd.transfer_s * nan, round_s=round_s,
         tokens_per_s_per_user=E / round_s, tokens_per_s=B * E / round_s, baseline_decode_s=full(base.time_s),
         speedup=E * base.time_s / round_s, flop_per_token=full(flop_round / (B * E)),
@@ -176,7 +169,7 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         draft_bound=np.where(full(G) > 0, full(rnd.draft.bound), "none"),   # gamma 0 drafts nothing
         verify_bound=full(rnd.verify.bound),
         energy_note=note, infeasible_reason=rnd.why_infeasible(),
-        target_formats=plan.target_formats, draft_formats=rnd.draft.formats)
+        target_formats=rnd.verify.formats, draft_formats=rnd.draft.formats)
 
 
 def optimal_gamma(result: SpecResult) -> Any:

@@ -153,7 +153,8 @@ class Device:
         if value is None:
             raise UnknownSpecError(
                 f"{self.id}: {path} is not published for this device; supply it with "
-                f"--set {self.id}.{path}=VALUE (or roofline.override(device, {path!r}, VALUE))")
+                f"--set {self.id}.{path}=VALUE (or roofline.override(device, {path!r}, VALUE))", device=self.id,
+                field=path)
         return value
 
     def compute_rate_flop_per_s(self, compute_class: str) -> float:

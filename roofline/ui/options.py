@@ -297,6 +297,9 @@ def acceptance(args: argparse.Namespace, *, required: bool = True, several: bool
             raise UsageError(f"--alpha takes one number here, got {args.alpha!r} (`roofline spec` sweeps a list)")
         parts = args.alpha.split(",") if several else [args.alpha]
         alphas = [number(a, "--alpha") for a in parts]
+        twice = sorted({a for a in alphas if alphas.count(a) > 1})
+        if twice:
+            raise UsageError(f"--alpha lists {', '.join(f'{a:g}' for a in twice)} more than once")
         if not all(0 <= a <= 1 for a in alphas):   # a usage error like any other malformed option value (exit 2)
             raise UsageError(f"--alpha must be in [0, 1] (a per-token acceptance probability), got {args.alpha}")
         return Acceptance.geometric(alphas[0] if len(alphas) == 1 else np.array(alphas))

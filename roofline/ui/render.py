@@ -419,7 +419,9 @@ def spec_dict(r: SpecResult, best_gamma: Any) -> dict[str, Any]:
             "baseline_energy_per_token_j": float(np.ravel(r.baseline_energy_per_token_j)[0]),
             "baseline_by_batch": list(by_batch.values()), "energy_note": r.energy_note,
             "target_formats": formats_json(r.target_formats), "draft_formats": formats_json(r.draft_formats),
-            "alpha_sweep": sweep, "rows": rows}
+            "alpha_sweep": sweep, "best": [{"alpha": row["alpha"] if sweep else None, "batch": int(row["batch"]),
+                                            "gamma": int(row["gamma"])} for row in rows if row["best"]],
+            "rows": rows}
 
 
 def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), note: str = "") -> Table:
@@ -432,28 +434,32 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
     base = (f"{_rate(d['baseline_tokens_per_s_per_user'])} tok/s/user" + joule(base_e) if not several else "; ".join(
         f"batch {b['batch']:.0f}: {_rate(b['tokens_per_s_per_user'])} tok/s/user{joule(b['energy_per_token_j'])}"
         for b in d["baseline_by_batch"]))
-    def fitting(b: int) -> list[dict[str, Any]]:   # the speculative rows that fit at this batch
-        return [row for row in d["rows"] if row["batch"] == b and row["fits"] and row["gamma"]]
-    slower = [b for b in batches if fitting(b) and not any(row["speedup"] > 1 for row in fitting(b))]
-    unfit = [b for b in batches if not fitting(b) and any(row["gamma"] for row in d["rows"])]
+    sweep = d["alpha_sweep"]
+
+    def point(row: Mapping[str, Any]) -> str:   # where a row is, in the words of the table's leading columns
+        return ", ".join([f"alpha {row['alpha']:g}"] * sweep + [f"batch {row['batch']:.0f}"] * several)
+    spec_rows = [row for row in d["rows"] if row["gamma"]]
+    points = list(dict.fromkeys(point(row) for row in spec_rows))
+    fitting = {p: [row for row in spec_rows if point(row) == p and row["fits"]] for p in points}
+    slower = [p for p in points if fitting[p] and not any(row["speedup"] > 1 for row in fitting[p])]
+    unfit = [p for p in points if not fitting[p]]
     formats = (f"Formats: target {r.target_formats.brief()}; draft {r.draft_formats.brief()}. "
                if r.target_formats and r.draft_formats else "")
     cap = (f"Acceptance: {r.acceptance}. Draft on {r.draft_group}, verify on {r.target_group}, link {r.link}. "
            + formats + f"Baseline: plain decode on {r.target_group} at {base}"
            + (". * = most tok/s/user" + (" at that " + " and ".join(
-               (["alpha"] if d["alpha_sweep"] else []) + (["batch"] if several else [])) if several or d["alpha_sweep"]
-               else "") + ".")
-           + ((" No γ here is faster than plain decode (speed-up < 1" + (f" at batch {', '.join(map(str, slower))}"
-                                                                         if several else "") + "): speculation does not pay.")
-              if slower else "")
-           + (f" Nothing speculative fits at batch {', '.join(map(str, unfit))} (—)." if unfit else "")
+               ["alpha"] * sweep + ["batch"] * several) if several or sweep else "") + ".")
+           + ((" No γ here is faster than plain decode (speed-up < 1" + (f" at {'; '.join(slower)}"
+                                                                         if slower != [""] else "")
+               + "): speculation does not pay.") if slower else "")
+           + (f" Nothing speculative fits{' at ' + '; '.join(unfit) if unfit != [''] else ''} (—)." if unfit else "")
            + (" γ 0 is plain decode with the draft's devices idle but powered (their idle power in J/token)."
               if r.draft_group != r.target_group and any(row["gamma"] == 0 for row in d["rows"]) else "")
            + (f" What-if: {', '.join(overrides)}." if overrides else "")
            + (f" {r.energy_note}" if r.energy_note else "") + note)
     t = _table(title=f"speculative decoding: {r.target} with {r.draft}, batch {','.join(map(str, batches))}",
                caption=cap)
-    lead = (*(("alpha",) if d["alpha_sweep"] else ()), *(("batch",) if several else ()))   # the rows' order
+    lead = ("alpha",) * sweep + ("batch",) * several   # the rows' order
     for c in (*lead, "gamma", "draft\nms", "verify\nms", "xfer\nus", "tok/\nround", "tok/s\n/user", "speed-\nup",
               "J/\ntoken", "bound\ndraft/verify"):
         t.add_column(c, justify="left" if "bound" in c else "right", overflow="fold")
@@ -512,12 +518,13 @@ def formats_fields(r: ServingResult) -> dict[str, dict[str, str] | None]:
 
 
 def formats_text(fields: Mapping[str, Any]) -> str:
-    """The target's formats of :func:`formats_fields` in a few words (:func:`brief`), "decode ...; prefill ..."
-    where a separate prefill group runs others; "" without any."""
-    target, pre = fields.get("target_formats"), fields.get("prefill_formats")
+    """The formats of :func:`formats_fields` in a few words (:func:`brief`): the target's ("decode ...; prefill ..."
+    where a separate prefill group runs others), then the draft's; "" without any."""
+    target, pre, draft = fields.get("target_formats"), fields.get("prefill_formats"), fields.get("draft_formats")
     if not target:
         return ""
-    return brief(target) if not pre else f"decode {brief(target)}; prefill {brief(pre)}"
+    text = brief(target) if not pre else f"decode {brief(target)}; prefill {brief(pre)}"
+    return text + (f"; draft {brief(draft)}" if draft else "")
 
 
 def formats_lines(by_name: Mapping[str, str], kind: str) -> list[str]:
@@ -661,17 +668,15 @@ VALIDATE_ROWS_SHOWN = 25
 
 
 def validation_table(v: Validation, path: str, shown: int | None = VALIDATE_ROWS_SHOWN) -> Table:
-    """The rows with the ``shown`` largest errors, largest first (every row in the file's order for None, or
-    where there are no more)."""
+    """The rows with the ``shown`` largest errors, largest first (every row in the file's order for None)."""
     o = v.summary["overall"]
     cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
            f"{o.get('n', 0)} rows; by group in the next table" + (f", {len(v.skipped)} rows not predicted after it"
                                                                    if v.skipped else "") + ". " + GRADES_CAPTION)
-    rows = v.rows
-    title = f"validation against {path}"
-    if shown is not None and shown < len(rows):
-        rows = sorted(rows, key=lambda r: -abs(r["error"]))[:shown]
-        title += f": the {shown} of {len(v.rows)} rows with the largest errors (--rows all lists every one)"
+    rows = v.rows if shown is None else sorted(v.rows, key=lambda r: -abs(r["error"]))[:shown]
+    title = f"validation against {path}" + ("" if shown is None else (
+        f": the {shown} of {len(v.rows)} rows with the largest errors (--rows all lists every one)"
+        if shown < len(v.rows) else ": largest errors first (--rows all: the file's order)"))
     t = _table(title=title, caption=cap)
     for c in ("id", "metric", "device", "model", "g", "predicted", "measured", "error"):
         t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
@@ -907,7 +912,6 @@ def pareto_view(configs: list[dict[str, Any]], comparisons: list[dict[str, Any]]
                 if extra.get("target") and req else "")
     tables: list[RenderableType] = [frontier_table(c["name"], c["frontier"], c["description"] + (
         f"; formats {formats_text(c)}" if c.get("target_formats") else "") + (
-        f"; draft {brief(c['draft_formats'])}" if c.get("draft_formats") else "") + (
         f"; no point: {c['why_empty']}" if c.get("why_empty") else ""), workload) for c in configs]
     if comparisons:
         tables.append(comparison_table(comparisons, baseline, extra.get("axis", "kw")))

@@ -97,8 +97,7 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
              notes: Sequence[str] = ()) -> str:
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
-    head = " (the stack's checkpoints)" if f.head else ""
-    return (f"{f.describe()}{head}.\n"
+    return (f"Formats: {f.brief()}.\n"
             f"time = {_overlap(params)} + comm + fixed{_roof(params)}; fixed = per-pass, per-layer and per-kernel "
             "costs; unpacking weight-only formats (dequant) runs in the weight stream, m = the longer of the two "
             "(--json: overhead_s, dequant_s; bound mem:, comm, fixed there: memory:, communication, overhead; "
