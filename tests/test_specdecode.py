@@ -115,7 +115,8 @@ def test_spec_command(run_cli):
     (["--alpha", "1.5"], 2, "alpha must be in [0, 1]"),   # like --alpha nan: a malformed option value
     (["--alpha", "0.9", "--gamma", "-1"], 2, "--gamma"),
     (["--alpha", "0.9", "--acceptance-length", "5:3"], 2, "exactly one"),
-    (["--acceptance-length", "4:9"], 1, "exceeds gamma + 1"),
+    (["--acceptance-length", "4:9"], 2, "--acceptance-length: acceptance length tau = 9.0 exceeds gamma + 1"),
+    (["--alpha-by-gamma", "4:1.5"], 2, "--alpha-by-gamma: alpha must be in [0, 1]"),
     (["--alpha", "0.9", "--draft", "llama-3.1-8b"], 1, "vocabulary"),
     (["--alpha", "0.9", "--draft-on", "corsair:2", "--link", "carrier-pigeon"], 1, "unknown link"),
 ])

@@ -141,6 +141,17 @@ def test_validate_orders_a_small_file_by_error_too_and_says_what_a_row_lacks(run
     assert "largest errors first" in " ".join(out.split())
     (reason,) = [s["reason"] for s in data["skipped"] if s["id"] == "TR080"]
     assert reason.startswith("l40s: scale_up.bandwidth is not published for this device") and "--set" not in reason
+    # a grade outside A-D, or a length the publication left out, is said as such
+    import csv
+    odd = tmp_path / "odd.csv"
+    first = next(csv.DictReader([lines[0], next(line for line in keep if line.startswith("GF0"))]))
+    with odd.open("w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=list(first))
+        out.writeheader()
+        out.writerows([{**first, "id": "X1", "grade": "Z"}, {**first, "id": "X2", "osl": ""}, {**first, "id": "X3"}])
+    skipped = {s["id"]: s["reason"] for s in json.loads(run_cli("validate", "--data", str(odd), "--json")[1])["skipped"]}
+    assert skipped["X1"].startswith("column grade = 'Z' is not one of A, B, C, D")
+    assert skipped["X2"] == "column osl is empty: the publication gives no osl for this row"
 
 
 def test_validating_again_answers_from_memory_but_never_for_other_parameters():

@@ -44,6 +44,9 @@ COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
            "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w")
+#: How sure a row's setup is (roofline/validation/README.md): A first-party with its setup, B one or two details
+#: inferred, C partly assumed (predicted, not fitted), D second-hand.
+GRADES = ("A", "B", "C", "D")
 #: Tensor-parallel degrees a layout is chosen from.
 TP_CHOICES = (1, 2, 4, 8, 16, 32)
 #: Metrics of energy (reported apart from time: a different model with different errors).
@@ -115,6 +118,8 @@ def _int(row: Row, key: str, default: int | None = None) -> int:
     text = row.get(key)
     if not text and default is not None:
         return default
+    if not text.strip():
+        raise RooflineError(f"column {key} is empty: the publication gives no {key} for this row")
     try:
         v = float(text)
     except ValueError:
@@ -421,6 +426,9 @@ def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
                 raise RooflineError(f"column value = {row.get('value')!r} is not a number") from None
             if not math.isfinite(measured) or measured <= 0:
                 raise RooflineError(f"measured value {row.get('value')!r} is not a positive number")
+            if (row.get("grade") or "") not in ("", *GRADES):
+                raise RooflineError(f"column grade = {row.get('grade')!r} is not one of {', '.join(GRADES)} "
+                                    "(roofline/validation/README.md)")
             predicted = predict_row(row, row_params(prof, row))
         except UnknownSpecError as e:   # the stage commands' --set advice is not validate's to take
             out.append({"id": row.id, "reason": f"{e.device}: {e.field} is not published for this device (a spec "

@@ -312,7 +312,10 @@ def acceptance(args: argparse.Namespace, *, required: bool = True, several: bool
         if int(gamma) in pairs:
             raise UsageError(f"gamma {int(gamma)} is given twice")
         pairs[int(gamma)] = number(v, "value")
-    return Acceptance.measured(pairs) if args.acceptance_length else Acceptance.alpha_by_gamma(pairs)
+    try:   # an impossible value is a malformed option value like any other (exit 2)
+        return Acceptance.measured(pairs) if args.acceptance_length else Acceptance.alpha_by_gamma(pairs)
+    except WorkloadError as e:
+        raise UsageError(f"{'--acceptance-length' if args.acceptance_length else '--alpha-by-gamma'}: {e}") from None
 
 
 Command = Callable[[argparse.Namespace, Any], int]

@@ -670,9 +670,10 @@ VALIDATE_ROWS_SHOWN = 25
 def validation_table(v: Validation, path: str, shown: int | None = VALIDATE_ROWS_SHOWN) -> Table:
     """The rows with the ``shown`` largest errors, largest first (every row in the file's order for None)."""
     o = v.summary["overall"]
+    n = o.get("n", 0)
     cap = (f"Median |error| {o.get('median_abs_error', math.nan):.1%}, mean {o.get('mean_abs_error', math.nan):.1%} over "
-           f"{o.get('n', 0)} rows; by group in the next table" + (f", {len(v.skipped)} rows not predicted after it"
-                                                                   if v.skipped else "") + ". " + GRADES_CAPTION)
+           f"{n} row{'s' * (n != 1)}; by group in the next table"
+           + (f", {len(v.skipped)} rows not predicted after it" if v.skipped else "") + ". " + GRADES_CAPTION)
     rows = v.rows if shown is None else sorted(v.rows, key=lambda r: -abs(r["error"]))[:shown]
     title = f"validation against {path}" + ("" if shown is None else (
         f": the {shown} of {len(v.rows)} rows with the largest errors (--rows all lists every one)"
