@@ -9,6 +9,7 @@ naming the argument the user passed (``context``, not an internal name).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -163,13 +164,16 @@ def record_of(*types: type, optional: bool = False) -> Any:
     return check
 
 
-def check_grid(*arrays: Any) -> tuple[int, ...]:
-    """The broadcast shape of workload arrays; refuses incompatible shapes and grids beyond :data:`MAX_POINTS`."""
+def check_grid(*arrays: Any, names: Sequence[str] = ()) -> tuple[int, ...]:
+    """The broadcast shape of workload arrays (``names``: what each is, for the error); refuses incompatible
+    shapes and grids beyond :data:`MAX_POINTS`."""
     try:
         shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
     except ValueError:
-        raise WorkloadError(f"workload arguments of shapes {', '.join(str(np.shape(a)) for a in arrays)} "
-                            "do not broadcast together") from None
+        shapes = [f"{n} {np.shape(a)}" for n, a in zip(names, arrays)] if len(names) == len(arrays) else \
+            [str(np.shape(a)) for a in arrays]
+        raise WorkloadError(f"workload arguments of shapes {', '.join(shapes)} do not broadcast together; give each "
+                            "swept argument its own axis (batch=B[:, None], gamma=G[None, :])") from None
     points = int(np.prod(shape, dtype=float))
     if points > MAX_POINTS:
         raise WorkloadError(f"a grid of {points:,} points is beyond the {MAX_POINTS:,} one call evaluates; "

@@ -450,7 +450,7 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
         acc = None   # nothing is drafted: an acceptance, or an array of alphas, has no point to change
     B = check_count("batch", batch, minimum=1)
     alphas = np.zeros(acc.shape if acc is not None else ())   # an array of alphas adds its axes to the grid
-    check_grid(B, G, alphas)
+    check_grid(B, G, alphas, names=("batch", "gamma", "alphas"))
     B, G, _ = np.broadcast_arrays(B, G, alphas)
     return B, G, acc
 

@@ -131,7 +131,7 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
                      sampling=sampling, shared=dg == tg)
     acc = _acceptance(acceptance)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
-    check_grid(G, B, L, np.zeros(acc.shape))
+    check_grid(G, B, L, np.zeros(acc.shape), names=("gamma", "batch", "context", "alphas"))
     G = G + np.zeros(acc.shape)   # an array of alphas adds its axes to the grid
     rnd = run_round(plan, batch=B, gamma=G, context=L, params=p)
     base = evaluate_pass(tgt, tg, plan.target_formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
