@@ -16,12 +16,12 @@ def check_plot_path(path: str) -> None:
     """Refuse a plot before any computing: the plot extra must be installed and the path name a writable .png,
     .svg or .pdf file."""
     import importlib.util
-    if importlib.util.find_spec("matplotlib") is None:
-        raise RooflineError("--plot needs matplotlib: pip install 'roofline[plot]'")
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise RooflineError(f"{path}: a plot is written as {', '.join(FORMATS)}; name the file with one of them")
     check_writable(path)
+    if importlib.util.find_spec("matplotlib") is None:
+        raise RooflineError("--plot needs matplotlib: pip install 'roofline[plot]'")
 
 
 def _pyplot() -> Any:
