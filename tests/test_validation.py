@@ -485,30 +485,6 @@ def test_validation_is_the_same_shared_among_processes(run_cli):
     assert code == 2 and "--jobs must be a whole number >= 1, got 0" in err
 
 
-def test_validate_command_shares_its_rows_among_the_cores(run_cli, monkeypatch, tmp_path):
-    """`roofline validate` shares the rows among the usable cores (at most one process per 200 rows; a small
-    file stays in one) and among --jobs N when given; the library's validate() stays in one process unless told."""
-    import inspect
-    import os
-
-    from roofline.ui.commands import evidence
-    assert inspect.signature(validate).parameters["jobs"].default == 1
-
-    def fake(rows, prof, jobs):
-        raise rl.RooflineError(f"jobs={jobs}")
-    monkeypatch.setattr(evidence, "validate", fake)
-
-    def jobs(*args):
-        code, _, err = run_cli("validate", *args)
-        assert code != 0
-        return int(err.split("jobs=")[1].split()[0])
-    cores = len(os.sched_getaffinity(0))
-    assert jobs() == max(1, min(cores, len(ROWS) // 200))
-    small = tmp_path / "small.csv"
-    small.write_text("\n".join(shipped_data().read_text().splitlines()[:31]) + "\n")
-    assert jobs("--data", str(small)) == 1 and jobs("--jobs", "3") == 3
-
-
 def test_platform_builds_merge_or_tie_up_their_family_chain():
     """ROCm builds are per ISA: one with rows for every parameter twice over fits its own set and its own kernel
     gap; one with fewer fits only its kernels' efficiencies and gap, the rest from the nearest family fitted in
@@ -636,25 +612,29 @@ def test_held_out_folds_of_publications_or_of_random_rows(run_cli):
     assert code == 2 and "--jobs must be a whole number >= 1, got 0" in err
 
 
-def test_calibrate_uses_every_core_unless_told(run_cli, monkeypatch, tmp_path):
-    """`roofline calibrate` shares its fits' rows among the cores it may run on by default (the same numbers,
-    test_fit_residuals_are_the_same_shared_among_processes), never more processes than cores nor fewer than
-    ROWS_PER_JOB rows each (a small file stays in one process), and among --jobs N when given."""
+@pytest.mark.parametrize("command", ["calibrate", "validate"])
+def test_commands_use_every_core_unless_told(run_cli, monkeypatch, tmp_path, command):
+    """`roofline calibrate` and `roofline validate` share their rows among the cores they may run on by default
+    (the same numbers: test_fit_residuals_are_the_same_shared_among_processes,
+    test_validation_is_the_same_shared_among_processes), never more processes than cores nor fewer than
+    ROWS_PER_JOB rows each (a small file stays in one process), and among --jobs N when given; the library's
+    calibrate() and validate() stay in one process unless told."""
+    import inspect
     import os
 
     from roofline.ui.commands import evidence
+    assert inspect.signature(getattr(evidence, command)).parameters["jobs"].default == 1
 
-    def fake(rows, **kw):
+    def fake(*args, **kw):
         raise rl.RooflineError(f"jobs={kw['jobs']}")
-    monkeypatch.setattr(evidence, "calibrate", fake)
+    monkeypatch.setattr(evidence, command, fake)
 
     def jobs(*args):
-        code, _, err = run_cli("calibrate", *args)
+        code, _, err = run_cli(command, *args)
         assert code != 0
         return int(err.split("jobs=")[1].split()[0])
     cores = len(os.sched_getaffinity(0))
-    shipped = jobs()
-    assert 1 <= shipped <= cores and (shipped >= 2 or cores == 1)
+    assert jobs() == max(1, min(cores, len(ROWS) // 200)) and (jobs() >= 2 or cores == 1)
     small = tmp_path / "small.csv"
     small.write_text("\n".join(shipped_data().read_text().splitlines()[:31]) + "\n")
     assert jobs("--data", str(small)) == 1 and jobs("--jobs", "3") == 3
