@@ -370,7 +370,7 @@ def test_calibrate_command_writes_a_profile(run_cli, tmp_path, monkeypatch):
     # shipped fit is checked by the recorded-fit tests)
     import scipy.optimize
     real = scipy.optimize.least_squares
-    monkeypatch.setattr(scipy.optimize, "least_squares", lambda *a, **k: real(*a, **{**k, "max_nfev": 4}))
+    monkeypatch.setattr(scipy.optimize, "least_squares", lambda *a, **k: real(*a, **{**k, "max_nfev": 2}))
     src = shipped_data().read_text().splitlines()
     subset = tmp_path / "two_stacks.csv"
     keep = [line for line in src[1:] if line.startswith(("GF", "NM")) or (
