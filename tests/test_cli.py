@@ -867,7 +867,7 @@ def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
     argv = ("placements", "--target", "llama-3.1-8b", "--devices", "corsair,h100-sxm", "--batch", "1")
     code, out, err = run_cli(*argv)
     text = " ".join(out.split())
-    assert code == 0 and "The formats differ by placement" in text and "cannot run" not in text
+    assert code == 0 and "Formats (fmt; unless given" in text and "cannot run" not in text
     rows = {p["name"]: p for p in json.loads(run_cli(*argv, "--json")[1])["placements"]}
     def formats(name):
         m = rows[name]["metrics"]
@@ -876,7 +876,11 @@ def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
     assert formats("decode corsair, prefill on the decode group") == (every("mxint8"), None)
     assert formats("decode h100-sxm, prefill h100-sxm") == (every("bf16"), None)
     assert formats("decode h100-sxm, prefill corsair") == (every("bf16"), {**every("mxint8"), "kv": "bf16"})
-    assert "decode bf16 throughout; prefill mxint8 (KV bf16): decode h100-sxm, prefill corsair" in text
+    # each placement's row carries a key to the set of formats it ran, each set said once under the table
+    (key,) = [line.split()[-8] for line in out.splitlines() if line.startswith("decode h100-sxm, prefill corsair ")]
+    assert f"{key}: decode bf16 throughout; prefill mxint8 (KV bf16)" in text
+    legend = [line for line in out.splitlines() if line.startswith("  ") and line[3:5] == ": "]
+    assert len(legend) == len({line[4:] for line in legend}) >= 3
     assert all(p["metrics"]["draft_formats"] is None for p in rows.values())
     code, out, _ = run_cli("compare", "llama-3.1-8b", "h100-sxm", "corsair:4", "--batch", "1")
     text = " ".join(out.split())

@@ -544,17 +544,26 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
     """Feasible placements as a table, then one line per infeasible one with its reason (a footnote, not a
     one-word-wide cell). rows: (name, description, point or None, reason)."""
     t = _table(title=title, caption=caption)
-    for c in ("placement", "devices", "TTFT\nms", "TPOT\nms", "E2E\ns", "tok/s\n/user", "tok/s\n/kW", "J/\ntoken"):
-        t.add_column(c, justify="left" if c == "placement" else "right")
+    # several sets of formats: a key per row and each set said once under the table
+    keys = {text: chr(ord("a") + i) for i, text in enumerate(dict.fromkeys(
+        formats_text(p) for _n, _d, p, _r in rows if p and p["fits"]))}
+    for c in ("placement", *(("fmt",) if len(keys) > 1 else ()), "devices", "TTFT\nms", "TPOT\nms", "E2E\ns",
+              "tok/s\n/user", "tok/s\n/kW", "J/\ntoken"):
+        t.add_column(c, justify="left" if c in ("placement", "fmt") else "right")
     failed: dict[str, list[str]] = {}
     for name, _desc, p, reason in rows:
         if p is None or not p["fits"]:
             failed.setdefault(reason or "does not fit", []).append(name)
             continue
-        t.add_row(name, f"{p['devices']:.3g}", _ms(p["ttft_s"]), _ms(p["tpot_s"]), _s(p["e2e_s"]),
-                  _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]))
+        t.add_row(name, *((keys[formats_text(p)],) if len(keys) > 1 else ()), f"{p['devices']:.3g}", _ms(p["ttft_s"]),
+                  _ms(p["tpot_s"]), _s(p["e2e_s"]), _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]),
+                  _s(p["energy_per_token_j"]))
     out: list[Any] = [t] if t.row_count else [f"{title}: no placement is feasible."]
-    out += formats_lines({name: formats_text(p) for name, _d, p, _r in rows if p and p["fits"]}, "placement")
+    if len(keys) > 1:
+        out += ["Formats (fmt; unless given: bf16, or the native format every device of a group computes):"] + [
+            f"  {key}: {text}" for text, key in keys.items()]
+    else:
+        out += [f"Formats: {text}." for text in keys if text]
     for reason, names in failed.items():
         shown = "; ".join(names[:3]) + (f"; and {len(names) - 3} more" if len(names) > 3 else "")
         out.append(f"not feasible ({shown}): {reason}")
