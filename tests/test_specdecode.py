@@ -251,6 +251,9 @@ def test_an_array_of_alphas_sweeps_the_acceptance_as_any_workload_axis():
     sized = rl.size("gpt-oss-120b", ["b200"], target, draft="gpt-oss-draft-1.6b", acceptance=np.float64(0.8))
     assert sized == rl.size("gpt-oss-120b", ["b200"], target, draft="gpt-oss-draft-1.6b",
                             acceptance=Acceptance.geometric(0.8)) and any(o.feasible for o in sized)
+    # a speculative option says the formats its draft ran in (the draft on b200: bf16), the others none
+    assert {o.placement: dict(o.draft_formats).get("weights") for o in sized if o.feasible} == {
+        "speculative": "bf16", "aggregated": None, "disaggregated": None}
 
 
 def test_spec_command_sweeps_several_alphas(run_cli):

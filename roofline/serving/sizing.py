@@ -81,6 +81,8 @@ class Option:
     usd_per_million_output_tokens: float = math.nan
     placement_record: Placement | None = attrs.field(default=None, eq=False, repr=False)
     formats: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    #: the formats a speculative option's draft ran in (:meth:`Formats.as_dict`; empty without a draft)
+    draft_formats: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
     reason: str = ""
 
     @property
@@ -203,7 +205,7 @@ def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, dra
                   batch_per_replica=batch, gamma=int(at["gamma"]),
                   group=g.shape, tokens_per_s_per_user=at["tokens_per_s_per_user"], ttft_s=at["ttft_s"],
                   tokens_per_s_per_kw=per_kw, usd_per_million_output_tokens=usd, placement_record=p,
-                  formats=dict(formats))
+                  formats=dict(formats), draft_formats=r.draft_formats.as_dict() if r.draft_formats else {})
 
 
 def _deployed_rates(at: Mapping[str, float], replicas: int, devices: int, device: Device,

@@ -1045,7 +1045,8 @@ def _usd(v: float) -> str:
 
 def size_option_dict(o: Any) -> dict[str, Any]:
     d = {k: getattr(o, k) for k in SIZE_FIELDS if k != "feasible"}
-    return {"feasible": o.feasible, **d, "formats": dict(o.formats) or None, "reason": o.reason or None}
+    return {"feasible": o.feasible, **d, "formats": dict(o.formats) or None,
+            "draft_formats": dict(o.draft_formats) or None, "reason": o.reason or None}
 
 
 def _formats_used(options: Sequence[Any]) -> str:
@@ -1055,6 +1056,9 @@ def _formats_used(options: Sequence[Any]) -> str:
     for o in options:
         if o.formats and o.device not in seen:
             seen[o.device] = brief(o.formats)
+    for o in options:   # a speculative option's draft, once per device kind
+        if o.draft_formats and f"{o.device} draft" not in seen:
+            seen[f"{o.device} draft"] = brief(o.draft_formats)
     return "; ".join(f"{dev}: {text}" for dev, text in seen.items())
 
 
