@@ -424,6 +424,11 @@ def spec_dict(r: SpecResult, best_gamma: Any) -> dict[str, Any]:
             "rows": rows}
 
 
+def _sig3(v: float) -> str:
+    """Three significant digits, trailing zeros kept (1.10 beside 2.34, not 1.1)."""
+    return f"{v:#.3g}".rstrip(".")
+
+
 def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), note: str = "") -> Table:
     d = spec_dict(r, best_gamma)
     batches = sorted({int(row["batch"]) for row in d["rows"]})
@@ -469,9 +474,9 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
         t.add_row(*({"alpha": f"{row['alpha']:g}", "batch": f"{row['batch']:.0f}"}[c] for c in lead),
                   f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]),
                   _ms(row["verify_s"]), _ms(row["transfer_s"] * 1e3) if ok else "—",
-                  f"{row['expected_tokens']:.3g}" if ok else "—",
+                  _sig3(row["expected_tokens"]) if ok else "—",
                   _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
-                  f"{row['energy_per_token_j']:.3g}" if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
+                  _sig3(row["energy_per_token_j"]) if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
                   f"{short_bound(row['draft_bound'])}/{short_bound(row['verify_bound'])}",
                   style="bold" if mark else None)
     return t
