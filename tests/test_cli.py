@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -879,8 +880,9 @@ def test_commands_run_a_chip_without_bf16_in_its_native_format(run_cli):
     # each placement's row carries a key to the set of formats it ran, each set said once under the table
     (key,) = [line.split()[-8] for line in out.splitlines() if line.startswith("decode h100-sxm, prefill corsair ")]
     assert f"{key}: decode bf16 throughout; prefill mxint8 (KV bf16)" in text
-    legend = [line for line in out.splitlines() if line.startswith("  ") and line[3:5] == ": "]
-    assert len(legend) == len({line[4:] for line in legend}) >= 3
+    legend = [line.split(": ", 1) for line in out.splitlines() if re.match(r"  \d+: ", line)]
+    assert [k.strip() for k, _ in legend] == [str(i) for i in range(1, len(legend) + 1)]
+    assert len(legend) == len({text for _, text in legend}) >= 3
     assert all(p["metrics"]["draft_formats"] is None for p in rows.values())
     code, out, _ = run_cli("compare", "llama-3.1-8b", "h100-sxm", "corsair:4", "--batch", "1")
     text = " ".join(out.split())

@@ -424,6 +424,11 @@ def spec_dict(r: SpecResult, best_gamma: Any) -> dict[str, Any]:
             "rows": rows}
 
 
+def _at(points: Sequence[str]) -> str:
+    """" at alpha 0.1, batch 8; ..." for the points a caption remark holds at ("" for a scan of one point)."""
+    return f" at {'; '.join(points)}" if any(points) else ""
+
+
 def _sig3(v: float) -> str:
     """Three significant digits, trailing zeros kept (1.10 beside 2.34, not 1.1)."""
     return f"{v:#.3g}".rstrip(".")
@@ -454,10 +459,9 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
            + formats + f"Baseline: plain decode on {r.target_group} at {base}"
            + (". * = most tok/s/user" + (" at that " + " and ".join(
                ["alpha"] * sweep + ["batch"] * several) if several or sweep else "") + ".")
-           + ((" No γ here is faster than plain decode (speed-up < 1" + (f" at {'; '.join(slower)}"
-                                                                         if slower != [""] else "")
-               + "): speculation does not pay.") if slower else "")
-           + (f" Nothing speculative fits{' at ' + '; '.join(unfit) if unfit != [''] else ''} (—)." if unfit else "")
+           + (f" No γ here is faster than plain decode (speed-up < 1{_at(slower)}): speculation does not pay."
+              if slower else "")
+           + (f" Nothing speculative fits{_at(unfit)} (—)." if unfit else "")
            + (" γ 0 is plain decode with the draft's devices idle but powered (their idle power in J/token)."
               if r.draft_group != r.target_group and any(row["gamma"] == 0 for row in d["rows"]) else "")
            + (f" What-if: {', '.join(overrides)}." if overrides else "")
@@ -550,8 +554,8 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
     one-word-wide cell). rows: (name, description, point or None, reason)."""
     t = _table(title=title, caption=caption)
     # several sets of formats: a key per row and each set said once under the table
-    keys = {text: chr(ord("a") + i) for i, text in enumerate(dict.fromkeys(
-        formats_text(p) for _n, _d, p, _r in rows if p and p["fits"]))}
+    keys = {text: str(i) for i, text in enumerate(dict.fromkeys(
+        formats_text(p) for _n, _d, p, _r in rows if p and p["fits"]), start=1)}
     for c in ("placement", *(("fmt",) if len(keys) > 1 else ()), "devices", "TTFT\nms", "TPOT\nms", "E2E\ns",
               "tok/s\n/user", "tok/s\n/kW", "J/\ntoken"):
         t.add_column(c, justify="left" if c in ("placement", "fmt") else "right")
