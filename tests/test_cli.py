@@ -71,6 +71,17 @@ def test_bad_spec_file_one_line_no_traceback(tmp_path):
     assert str(bad) in p.stderr
 
 
+def test_reader_going_away_is_quiet():
+    """`roofline models | head -1`: the pipe closes under the writer. No traceback and no message; the
+    status is the shell's SIGPIPE one (141), not 1, which means bad input."""
+    p = subprocess.Popen([sys.executable, "-m", "roofline", "models"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    p.stdout.close()   # before the child writes its first line
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 141, err
+    assert err == ""
+
+
 def test_help_does_not_import_heavy_modules():
     code = ("import sys, roofline.ui.cli as c\n"
             "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"

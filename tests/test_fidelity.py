@@ -148,13 +148,29 @@ def test_energy_rows_are_validated_apart(tmp_path):
 
 
 def test_gpu_busy_floor_is_the_energy_fit():
-    """hardware_specs/execution/gpu.toml's busy floor is what `roofline calibrate --energy` fits on the shipped
-    power rows (a hand edit, or new rows without a refit, fails here), and it beats no floor."""
-    from roofline.evidence.calibrate import fit_power_floor
-    fit = fit_power_floor(read_rows(shipped_data()), shipped_profile(), jobs=2)   # the same numbers as one process
-    assert fit.floor_fraction == pytest.approx(resolve_profile(rl.load_device("h100-sxm")).busy_floor_fraction)
-    assert np.median(np.abs(list(fit.fitted_rows.values()))) < fit.median_abs_error_before
-    assert len(fit.checked_rows) >= 30
+    """hardware_specs/execution/gpu.toml's busy floor is where `roofline calibrate --energy`'s grid has its least
+    squared log error on the shipped power rows (a hand edit, or new rows without a refit, moves it off that
+    minimum and fails here), and it beats no floor. The whole 96-point grid takes ten seconds, so the shipped
+    point is checked against its grid neighbours; the grid search itself is run on a few rows."""
+    from roofline.evidence.calibrate import FLOOR_GRID, _energy_errors, _floor_costs, fit_power_floor, row_family
+    gpu = [r for r in read_rows(shipped_data()) if row_family(r) == "gpu"]
+    power = [r for r in gpu if r.get("metric") == "power_w"]
+    energy = [r for r in gpu if r.get("metric") == "energy_per_token_j"]
+    assert len(power) >= 30 and len(energy) >= 30
+    shipped = resolve_profile(rl.load_device("h100-sxm")).busy_floor_fraction
+    i = int(np.argmin(np.abs(FLOOR_GRID - shipped)))
+    assert FLOOR_GRID[i] == pytest.approx(shipped) and 0 < i < len(FLOOR_GRID) - 1
+    below, at, above, none = _floor_costs([FLOOR_GRID[i - 1], shipped, FLOOR_GRID[i + 1], 0.0], power, shipped_profile())
+    assert at <= min(below, above) and at < none
+    few = power[::8]
+    fit = fit_power_floor(few, shipped_profile(), jobs=2)   # the same numbers as one process
+    j = int(np.argmin(np.abs(FLOOR_GRID - fit.floor_fraction)))
+    costs = _floor_costs([float(f) for f in FLOOR_GRID[max(j - 1, 0):j + 2]], few, shipped_profile())
+    assert FLOOR_GRID[j] == fit.floor_fraction and min(costs) == costs[min(j, 1)]
+    assert len(fit.fitted_rows) == len(few)
+    # the J-per-token rows, not fitted, are the check: issue 13's goal of a median within 20%
+    checked = _energy_errors(energy, shipped_profile(), shipped)
+    assert len(checked) >= 30 and np.median(np.abs(list(checked.values()))) <= 0.2
 
 
 def test_request_overhead_only_where_a_server_answers(tmp_path):

@@ -190,10 +190,10 @@ def test_validating_again_answers_from_memory_but_never_for_other_parameters():
 
 def test_uncalibrated_roofline_is_optimistic():
     # docs/design.md: pure rooflines land 30-50% off, fast. The engineering defaults with peak-efficiency 1 show it
-    # (on every third row: 459 rows give the median of all 1,377 within a point, +85% against +84%).
+    # (on every ninth row: its 152 predicted rows give the median of all 1,377 within a point, +85% against +84%).
     pure = attrs.evolve(rl.EngineParams(), memory_bandwidth_fraction=1.0, compute_fraction=1.0, step_overhead_s=0.0,
                         layer_overhead_s=0.0)
-    v = validate(ROWS[::3], pure, jobs=default_jobs(len(ROWS) // 3))
+    v = validate(ROWS[::9], pure)
     assert v.summary["overall"]["median_error"] > 0.3
 
 

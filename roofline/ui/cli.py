@@ -25,6 +25,26 @@ a device group is ID, ID:N (N devices in tensor parallel) or ID:TPxPP; every com
 `roofline COMMAND --help` for its options"""
 
 
+class _Console(Console):
+    """A console that, when its reader goes away (``roofline validate | head``), stops writing and lets
+    `main` end quietly with the shell's SIGPIPE status, instead of rich's default exit status 1 (which
+    the exit statuses reserve for bad input)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's flush at exit cannot fail again (the recipe in
+    https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):   # stdout without a descriptor (a test's StringIO): nothing to flush
+        pass
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
@@ -55,12 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
          err_console: Console | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 bad input, 2 usage error, 3 a bug of ours)."""
+    """Entry point; returns the exit status (0 ok, 1 bad input, 2 usage error, 3 a bug of ours, 130
+    interrupted, 141 the reader of the output went away)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv   # anywhere on the line, before or after the command
     argv = [a for a in argv if a != "--debug"]
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
-    out = console or Console(no_color=bool(os.environ.get("NO_COLOR")) or None, width=width)
+    out = console or _Console(no_color=bool(os.environ.get("NO_COLOR")) or None, width=width)
     err = err_console or Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         parser = build_parser()
@@ -82,8 +103,12 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
             raise
         err.print(f"roofline: error: {e}", markup=False, soft_wrap=True)
         return 1
-    except (KeyboardInterrupt, BrokenPipeError):
+    except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:   # the reader stopped reading: not an error of the input, no message
+        if out.file is sys.stdout:
+            _silence_stdout()
+        return 141   # 128 + SIGPIPE, what a shell reports for a writer the pipe closed on (git, yes)
     except Exception as e:  # a bug of ours: still one line, unless --debug
         if debug:
             raise
