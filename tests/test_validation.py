@@ -120,6 +120,7 @@ def test_validate_lists_the_worst_rows_unless_told(run_cli):
                 if line.split() and line.split()[0] in ids]
     assert listed() == [r["id"] for r in worst[:25]] and listed("--rows", "3") == [r["id"] for r in worst[:3]]
     assert listed("--rows", "all") == [r["id"] for r in data["rows"]] and len(data["rows"]) > 1000
+    assert listed("--rows", "0") == [] and "no row listed" in " ".join(run_cli("validate", "--rows", "0")[1].split())
     code, _, err = run_cli("validate", "--rows", "-1")
     assert code == 2 and "--rows: a whole number >= 0 or 'all', not '-1'" in err
 

@@ -694,6 +694,7 @@ def validation_table(v: Validation, path: str, shown: int | None = VALIDATE_ROWS
            + (f", {len(v.skipped)} rows not predicted after it" if v.skipped else "") + ". " + GRADES_CAPTION)
     rows = v.rows if shown is None else sorted(v.rows, key=lambda r: -abs(r["error"]))[:shown]
     title = f"validation against {path}" + ("" if shown is None else (
+        f": no row listed (--rows N lists the N of {len(v.rows)} with the largest errors)" if shown == 0 else
         f": the {shown} of {len(v.rows)} rows with the largest errors (--rows all lists every one)"
         if shown < len(v.rows) else ": largest errors first (--rows all: the file's order)"))
     t = _table(title=title, caption=cap)
