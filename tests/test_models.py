@@ -173,3 +173,66 @@ def test_an_fp8_checkpoint_runs_in_fp8_unless_told_otherwise(tmp_path, run_cli):
     shown = {m: json.loads(run_cli("show", m, "--json")[1])["checkpoint_formats"] for m in ("deepseek-r1", "gpt-oss-120b")}
     assert shown == {"deepseek-r1": {"weights": "fp8", "experts": "fp8"},
                      "gpt-oss-120b": {"weights": "bf16", "experts": "mxfp4"}}
+
+
+@pytest.mark.parametrize("quant, weights", [
+    ({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}, "fp8"),
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+        "input_activations": None}}}, "int4-g128"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "int"}}}}, "w8a8-int8"),
+    ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+        "input_activations": {"num_bits": 4, "type": "float", "group_size": 16}}}}, "nvfp4"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}, "int4-g128"),
+    ({"quant_method": "awq", "w_bit": 4, "q_group_size": 64}, "int4-g64"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": False}, "int4-g32"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": -1}, "int4-g4096"),   # per channel: a row of hidden_size
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "int4-g32"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True}, "int4-g128"),
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8"),
+    ({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}, "fp8"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4"),
+])
+def test_a_quantized_checkpoint_runs_in_the_format_its_config_says(tmp_path, quant, weights):
+    """AWQ, GPTQ, bitsandbytes and llm-compressor checkpoints (roofline.specs.quantization) run in the format
+    their quantization_config stores, with the bytes that format has; they used to load as 16-bit weights."""
+    from roofline.specs.formats import get_format
+    cfg = json.loads((Path(rl.__file__).parent / "presets" / "llama-3.1-8b.json").read_text())
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({**cfg, "quantization_config": quant}))
+    step = rl.decode_step(str(path), "h100-sxm", batch=1, context=1024)
+    plain = rl.decode_step("llama-3.1-8b", "h100-sxm", batch=1, context=1024)
+    assert step.formats.weights == weights
+    ratio = float(step.weights_per_device_bytes) / float(plain.weights_per_device_bytes)
+    per_weight = get_format(weights).bits_per_element / 16
+    assert per_weight * 0.8 < ratio < per_weight * 1.05   # the embedding table and head stay 16-bit
+
+
+@pytest.mark.parametrize("quant", [{"quant_method": "quark"}, {"quant_method": "gptq", "bits": 3, "group_size": 128},
+                                   {"quant_method": "mxfp4"}, {"bits": 4}, "fp8",
+                                   {"quant_method": "compressed-tensors", "config_groups": {
+                                       "a": {"weights": {"num_bits": 8, "type": "float"}},
+                                       "b": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}}}}])
+def test_a_quantization_it_does_not_read_asks_for_the_weights_format(tmp_path, run_cli, quant):
+    """A quantization_config roofline does not read (AMD Quark, 3-bit GPTQ, MXFP4 on a dense model, groups that
+    disagree) is not taken for 16-bit weights: the model loads and shows what it could not read, and a command
+    asks for the weights' format, then runs with the one given."""
+    cfg = json.loads((Path(rl.__file__).parent / "presets" / "llama-3.1-8b.json").read_text())
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({**cfg, "quantization_config": quant}))
+    m = rl.load_model(str(path))
+    assert m.unread_quantization and m.checkpoint_weight_format is None
+    with pytest.raises(rl.SpecError, match="quantization_config .* is not one roofline reads.*--weights"):
+        rl.decode_step(m, "h100-sxm", batch=1, context=1024)
+    code, _, err = run_cli("stage", str(path), "h100-sxm", "--batch", "1")
+    assert code == 1 and "--weights" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli("stage", str(path), "h100-sxm", "--batch", "1", "--weights", "int4-g128", "--json")
+    assert code == 0 and json.loads(out)["stages"][0]["formats"]["weights"] == "int4-g128"
+    shown = json.loads(run_cli("show", str(path), "--json")[1])
+    assert shown["checkpoint_formats"] == {} and shown["unread_quantization"] == m.unread_quantization

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import NotFoundError, UnknownSpecError, WorkloadError, did_you_mean
+from ..errors import NotFoundError, SpecError, UnknownSpecError, WorkloadError, did_you_mean
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -205,7 +205,12 @@ class Formats:
         Marlin kernel, https://docs.vllm.ai/en/latest/features/quantization/fp8.html), else, like KV and activations
         (None), bf16, or on ``devices`` without bf16 units the format they all compute natively
         (:func:`native_default`: fp16 on Groq's LPU, fp8 on Groq 3, mxint8 on Corsair); and gpt-oss's experts MXFP4
-        beside 16-bit weights unless told otherwise. A format given is kept as given."""
+        beside 16-bit weights unless told otherwise. A format given is kept as given; a checkpoint whose
+        quantization the config loader did not read (``ModelSpec.unread_quantization``) needs its weights given."""
+        if weights is None and model.unread_quantization:
+            raise SpecError(f"{model.id}: its quantization_config ({model.unread_quantization}) is not one roofline "
+                            "reads, so the format its weights are stored in is unknown; give it (--weights, or "
+                            "formats={'weights': ...}), e.g. int4-g128 for 4-bit weights with a scale per 128")
         devices = tuple(devices)
         auto = native_default(devices) if devices else "bf16"
         stored = model.checkpoint_weight_format

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import NotFoundError, SpecError, did_you_mean
 from .files import read_text
 from .models import ModelSpec
+from .quantization import checkpoint_formats
 
 Config = dict[str, Any]
 #: Larger sizes or counts are not a model (they would overflow the counts, or need exabytes).
@@ -216,11 +217,10 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
     fields = _BUILDERS[model_type](k)
     if cfg.get("max_position_embeddings") is not None:
         fields["max_context_tokens"] = k.integer("max_position_embeddings")
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4" and fields.get("num_experts"):
-        fields["checkpoint_expert_format"] = "mxfp4"  # gpt-oss: only the experts are MXFP4
-    if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
-        fields["checkpoint_weight_format"] = "fp8"  # every linear layer FP8 (block scales), experts included
+    stored = checkpoint_formats(cfg.get("quantization_config"), has_experts=bool(fields.get("num_experts")),
+                                hidden_size=int(fields.get("hidden_size") or 0))
+    fields.update(checkpoint_weight_format=stored.weights, checkpoint_expert_format=stored.experts,
+                  unread_quantization=stored.unread)
     try:
         return ModelSpec(id=id or str(cfg.get("_name_or_path") or model_type), source=str(cfg.get("_source", origin)),
                          **fields)

@@ -68,8 +68,11 @@ class ModelSpec:
     num_mtp_layers: int = attrs.field(default=0, validator=_nonneg)
     checkpoint_expert_format: str | None = None
     #: the format the checkpoint stores its linear layers in where a config's ``quantization_config`` says so
-    #: (``fp8``: DeepSeek-V3/R1's and Qwen's block-scaled FP8 checkpoints); None: 16-bit
+    #: (``fp8``: DeepSeek-V3/R1's and Qwen's block-scaled FP8 checkpoints; ``int4-g128``: AWQ/GPTQ;
+    #: :mod:`roofline.specs.quantization`); None: 16-bit
     checkpoint_weight_format: str | None = None
+    #: a ``quantization_config`` roofline does not read, described (its weights' format must then be given)
+    unread_quantization: str | None = None
     source: str = ""
     #: the longest sequence the model was built for (config ``max_position_embeddings``); None where not given.
     #: Longer contexts still compute (the counts do not depend on it) but are flagged by the commands

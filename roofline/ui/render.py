@@ -241,12 +241,15 @@ def model_dict(m: ModelSpec) -> dict[str, Any]:
         "num_sliding_layers": m.num_sliding_layers, "sliding_window": m.sliding_window, "mla": m.is_mla,
         "kv_cache_bytes_per_token_bf16": m.kv_cache_bytes_per_token("bf16"),
         "param_breakdown": m.param_breakdown(), "source": m.source,
-        "checkpoint_formats": _checkpoint_formats(m),
+        "checkpoint_formats": _checkpoint_formats(m), "unread_quantization": m.unread_quantization,
     }
 
 
 def _checkpoint_formats(m: ModelSpec) -> dict[str, str]:
-    """The formats the commands run a model in by default: as its checkpoint stores them."""
+    """The formats the commands run a model in by default: as its checkpoint stores them (none where its
+    quantization_config was not read: the commands then need the weights' format)."""
+    if m.unread_quantization:
+        return {}
     f = Formats.for_model(m)
     return {"weights": f.weights, "experts": f.experts or f.weights} if m.num_experts else {"weights": f.weights}
 
@@ -287,7 +290,9 @@ def model_table(m: ModelSpec) -> Table:
         t.add_row(f"MTP modules ({m.num_mtp_layers}, not in total)", _b(m.mtp_params))
     t.add_row("KV cache per token (bf16)", format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
     stored = ", ".join(f"{k} {v}" for k, v in _checkpoint_formats(m).items())
-    t.caption = f"Checkpoint formats (the default unless --weights/--experts say otherwise): {stored}. Config: {m.source}"
+    t.caption = (f"Checkpoint formats (the default unless --weights/--experts say otherwise): {stored}. "
+                 if stored else f"Checkpoint formats not read from its quantization_config ({m.unread_quantization}):"
+                 " the commands need --weights. ") + f"Config: {m.source}"
     return t
 
 
