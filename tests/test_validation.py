@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 from pathlib import Path
 
 import attrs
@@ -639,6 +640,14 @@ def test_commands_use_every_core_unless_told(run_cli, monkeypatch, tmp_path, com
     small = tmp_path / "small.csv"
     small.write_text("\n".join(shipped_data().read_text().splitlines()[:31]) + "\n")
     assert jobs("--data", str(small)) == 1 and jobs("--jobs", "3") == 3
+
+
+def test_calibrate_says_why_a_small_file_is_refused(run_cli):
+    """A file of one's own runs with no more rows than the fit has parameters is refused with the count and
+    where the shipped rows are to add them to (docs/planning.md's recalibration step)."""
+    code, _, err = run_cli("calibrate", "--data", str(shipped_data().parent / "h200_measured.csv"))
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert re.search(r"fits \d+ parameters .* needs more than \d+ usable rows", err) and str(shipped_data()) in err
 
 
 def test_calibrate_rejects_a_bad_process_count(run_cli):

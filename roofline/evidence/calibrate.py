@@ -53,7 +53,7 @@ from ..specs.params import (
     write_profile,
 )
 from ..specs.resolve import resolve_device, resolve_model
-from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_family
+from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_family, shipped_data
 from .workers import Workers, check_jobs
 from .workers import workers as workers_for
 
@@ -425,8 +425,10 @@ def calibrate(rows: list[Row], base: EngineParams | None = None, *, holdout: str
     fitted = [r for r in ok if fitted_row(r)]
     layout = _stack_layout(fitted, shrink)
     if len(fitted) <= len(layout.keys):
-        raise RooflineError(f"calibration needs more than {len(layout.keys)} usable rows of grade "
-                            f"{' or '.join(FITTED_GRADES)}, got {len(fitted)}")
+        raise RooflineError(f"calibration fits {len(layout.keys)} parameters (the shared ones and each stack "
+                            f"family's), so it needs more than {len(layout.keys)} usable rows of grade "
+                            f"{' or '.join(FITTED_GRADES)}; got {len(fitted)}. To fit runs of your own, add them to "
+                            f"a copy of the shipped rows ({shipped_data()}) and calibrate on that")
     folds = _folds(ok, holdout, fold_by)
     total = 2 + len(folds)
     tick = progress or (lambda done, total, what: None)
