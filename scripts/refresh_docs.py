@@ -44,8 +44,12 @@ UNSEEN_FILE = ROOT / "docs" / "heldout_unseen_builds.json"
 PERF_TABLES = ("TL", "TR", "TQ", "TV")
 
 
-def sh(*cmd: str) -> str:
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, env=ENV, cwd=ROOT).stdout.rstrip()
+def sh(*cmd: str, env: dict[str, str] = ENV) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout.rstrip()
+
+
+#: The examples print as they do into a pipe (their own width, wide enough for whole cells), not at 80 columns.
+EXAMPLE_ENV = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 
 
 def block_after(text: str, marker: str, body: str) -> str:
@@ -164,7 +168,8 @@ def refresh_examples() -> None:
     start = next(i for i, line in enumerate(stage) if "decode:" in line)
     doc = block_after(doc, " ".join(["roofline", *STAGE]), "\n".join(stage[start:]))
     for name, marker in EXAMPLES:
-        doc = block_at(doc, f"`python examples/{name}.py`", tail_from(sh(sys.executable, f"examples/{name}.py"), marker))
+        printed = sh(sys.executable, f"examples/{name}.py", env=EXAMPLE_ENV)
+        doc = block_at(doc, f"`python examples/{name}.py`", tail_from(printed, marker))
     (ROOT / "docs" / "examples.md").write_text(doc)
 
 

@@ -52,9 +52,14 @@ def get_link(spec: str | GroupLink) -> GroupLink:
     if "," in text:
         bw, _, lat = text.partition(",")
         try:
-            return GroupLink(name=text, bandwidth_bytes_per_s=parse_quantity(bw, "bytes_per_s", what="link bandwidth"),
-                             latency_s=parse_quantity(lat, "s", what="link latency"))
+            bytes_per_s = parse_quantity(bw, "bytes_per_s", what="link bandwidth")
+            latency_s = parse_quantity(lat, "s", what="link latency")
         except (ValueError, UnitError, WorkloadError) as e:
             raise UnitError(f"link {text!r}: {e}") from None
+        if not bytes_per_s > 0 or bytes_per_s == float("inf"):
+            raise WorkloadError(f"link {text!r}: the bandwidth must be a finite rate > 0, got {bw.strip()}")
+        if not latency_s >= 0 or latency_s == float("inf"):
+            raise WorkloadError(f"link {text!r}: the latency must be a finite time >= 0, got {lat.strip()}")
+        return GroupLink(name=text, bandwidth_bytes_per_s=bytes_per_s, latency_s=latency_s)
     raise NotFoundError(f"unknown link {text!r}{did_you_mean(text, LINKS)}; known: {', '.join(LINKS)}, "
                         "or 'BANDWIDTH,LATENCY' such as '50GB/s,3us'")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -13,6 +12,7 @@ from rich.console import Console
 from ..errors import RooflineError
 from ..version import __version__
 from .options import Command, UsageError, add_output, add_profile
+from .output import silence_stdout, stdout_console
 
 EPILOG = """examples:
   roofline stage gpt-oss-120b h200-sxm --batch 1,64,256 --context 8192
@@ -23,26 +23,6 @@ EPILOG = """examples:
   roofline validate
 a device group is ID, ID:N (N devices in tensor parallel) or ID:TPxPP; every command takes --json and --csv;
 `roofline COMMAND --help` for its options"""
-
-
-class _Console(Console):
-    """A console that, when its reader goes away (``roofline validate | head``), stops writing and lets
-    `main` end quietly with the shell's SIGPIPE status, instead of rich's default exit status 1 (which
-    the exit statuses reserve for bad input)."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's flush at exit cannot fail again (the recipe in
-    https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):   # stdout without a descriptor (a test's StringIO): nothing to flush
-        pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,8 +60,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv   # anywhere on the line, before or after the command
     argv = [a for a in argv if a != "--debug"]
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
-    out = console or _Console(no_color=bool(os.environ.get("NO_COLOR")) or None, width=width)
+    out = console or stdout_console()
     err = err_console or Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         parser = build_parser()
@@ -107,7 +86,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
         return 130
     except BrokenPipeError:   # the reader stopped reading: not an error of the input, no message
         if out.file is sys.stdout:
-            _silence_stdout()
+            silence_stdout()
         return 141   # 128 + SIGPIPE, what a shell reports for a writer the pipe closed on (git, yes)
     except Exception as e:  # a bug of ours: still one line, unless --debug
         if debug:

@@ -6,6 +6,8 @@ import argparse
 import csv
 import io
 import json
+import os
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -17,6 +19,34 @@ from .render import View
 
 #: numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null): the records' own conversion.
 jsonable = plain
+
+
+class _Console(Console):
+    """A console that, when its reader goes away (``roofline validate | head``), stops writing and raises
+    BrokenPipeError for `roofline.ui.cli.main` to end quietly with the shell's SIGPIPE status, instead of rich's
+    default exit status 1 (which the exit statuses reserve for bad input)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def stdout_console(piped_width: int = 120) -> Console:
+    """The console the command and the examples print to: the terminal's width, or ``piped_width`` columns when
+    the output goes to a pipe or a file (rich's 80 would cut model and device names to 'llam…'), unless COLUMNS
+    says; no colour under NO_COLOR."""
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else piped_width
+    return _Console(no_color=bool(os.environ.get("NO_COLOR")) or None, width=width)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's flush at exit cannot fail again (the recipe in
+    https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):   # stdout without a descriptor (a test's StringIO): nothing to flush
+        pass
 
 
 def csv_text(rows: list[dict[str, Any]]) -> str:
@@ -103,4 +133,4 @@ def run_example(doc: str, run: Any, show: Any, *, quick: bool = False) -> None:
     if args.json:
         print(json.dumps(jsonable(out), indent=1))
     else:
-        show(out, Console())
+        show(out, stdout_console(piped_width=160))   # the examples' tables are up to ~150 columns wide

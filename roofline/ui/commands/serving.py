@@ -96,14 +96,22 @@ def _groups_devices(p: Placement) -> list[Any]:
     return [g.device for g in (p.decode, p.prefill, p.draft) if g is not None]
 
 
+def _refuse_speculation_without_draft(args: argparse.Namespace) -> None:
+    """An acceptance or a draft length describes a draft: without --draft it would be silently unused."""
+    if not args.draft and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
+        raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
+    if not args.draft and args.gamma is not None:
+        raise UsageError("--gamma (a draft length) needs a draft model (--draft)")
+
+
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not names:
         raise UsageError("--devices: give at least one device id")
     refuse_repeats(names, "--devices")
-    if not args.draft and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
-        raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
+    _refuse_speculation_without_draft(args)
+    gamma = 5 if args.gamma is None else args.gamma
     grouped = [n for n in names if ":" in n and not n.endswith(".toml")]
     if grouped:
         raise UsageError(f"--devices {grouped[0]}: placements sizes each stage's group itself (the smallest layout of "
@@ -127,7 +135,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
         if c.placement is not None:
             try:
                 r = evaluate_serving(args.target, c.placement, request, batch=args.batch,
-                                     gamma=args.gamma if c.placement.speculative else 0, acceptance=acc,
+                                     gamma=gamma if c.placement.speculative else 0, acceptance=acc,
                                      mode=args.mode, target_formats=formats(args), params=params, **knobs)
                 point = render.serving_point(r, 0)
                 reason = r.energy_note or r.why_infeasible(0)
@@ -136,7 +144,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
         items.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
                       "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point})
     title = (f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}"
-             + (f", gamma {args.gamma} (speculative)" if args.draft else "") + f", {args.mode}" + scheduler_note(args))
+             + (f", gamma {gamma} (speculative)" if args.draft else "") + f", {args.mode}" + scheduler_note(args))
     caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
                "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
                "by the share of time they are busy." + (f" What-if: {', '.join(wi.describe())}." if wi else "")
@@ -145,7 +153,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                    for (dev, reason), stages in cannot.items()]
     emit(console, render.serving_rows_view(title, caption, items, {
         "target": args.target, "request": _request_dict(args), "batch": args.batch,
-        "gamma": args.gamma if args.draft else None,
+        "gamma": gamma if args.draft else None,
         "overrides": wi.describe(), "infeasible_devices": unplaceable}), args)
     return 0
 
@@ -202,8 +210,11 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     if acc is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
         raise UsageError("an acceptance (--alpha ...) applies to a speculative placement (draft=GROUP or draft=target "
                          "with --draft, or draft-kind=mtp); none of these placements drafts")
+    if acc is None and args.gamma is not None:
+        raise UsageError("--gamma (a draft length) applies to a speculative placement (draft=GROUP or draft=target "
+                         "with --draft, or draft-kind=mtp); none of these placements drafts")
     batches = np.array(parse_ints(args.batch, "--batch"))[:, None]
-    gammas = np.array(parse_ints(args.gamma, "--gamma"))[None, :]
+    gammas = np.array(parse_ints(args.gamma or "1..16", "--gamma"))[None, :]
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
     prices, knobs = price_list(args, [d for p in placements for d in _groups_devices(p)]), serving_knobs(args)
     if args.axis == "usd":
@@ -259,7 +270,8 @@ def register(add: Adder) -> None:
     _common(sp)
     sp.add_argument("--devices", required=True, help="candidate device ids, comma-separated (b200,h100-sxm,corsair)")
     sp.add_argument("--batch", type=positive, default=16, help="concurrent sequences per decode group (default 16)")
-    sp.add_argument("--gamma", type=nonnegative, default=5, help="draft length for speculative placements (default 5)")
+    sp.add_argument("--gamma", type=nonnegative, default=None,
+                    help="draft length for speculative placements (default 5; needs --draft)")
 
     sp = add("pareto", cmd_pareto, "tokens/s per kW against tokens/s per user: frontiers and their comparison",
              profile=True)
@@ -267,7 +279,8 @@ def register(add: Adder) -> None:
     sp.add_argument("--placement", action="append", default=[], metavar=PLACEMENT_SYNTAX,
                     help="a configuration (repeatable); the first is the baseline")
     sp.add_argument("--batch", default="1,2,4,8,16,32,64,128,256,512", help="batches to sweep (default 1..512, powers of 2)")
-    sp.add_argument("--gamma", default="1..16", help="draft lengths to sweep for speculative placements (default 1..16)")
+    sp.add_argument("--gamma", default=None,
+                    help="draft lengths to sweep for speculative placements (default 1..16; needs --draft)")
     sp.add_argument("--axis", choices=["kw", "usd"], default="kw",
                     help="what the frontier trades interactivity against: tokens/s per kW (default) or tokens per USD")
     add_prices(sp)

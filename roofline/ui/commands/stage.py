@@ -184,6 +184,9 @@ def _variants(args: argparse.Namespace) -> tuple[list[tuple[str, DeviceGroup]], 
     wi = what_if(args)
     for item in args.devices:
         name, eq, expr = item.partition("=")
+        if eq and "=" not in expr:   # ID.FIELD=VALUE without a name: the field would be taken for the name
+            raise UsageError(f"compare {item!r}: a what-if variant needs a name, NAME=ID[:N].FIELD=VALUE "
+                             f"(e.g. fast={item})")
         if eq:
             shaped = _VARIANT_GROUP.match(expr)   # NAME=ID:N.FIELD=VALUE: the variant on that group
             if shaped:
