@@ -343,6 +343,10 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
     assert r.why_infeasible(1) == "does not fit at this batch" and r.memory_reason == ""   # batch 16 holds it
     assert rl.evaluate_serving("llama-3.1-8b", rl.Placement.build("one", decode="h100-sxm"),
                                rl.Request(input_tokens=8192, output_tokens=1024), batch=16).why_infeasible() == ""
+    # without an index, a sweep says why its first infeasible point is (it used to ask point 0 only: "")
+    r = rl.evaluate_serving("gpt-oss-120b", rl.Placement.build("x", decode="h200-sxm"),
+                            rl.Request(input_tokens=8192, output_tokens=1024), batch=np.array([1, 400]))
+    assert list(r.fits) == [True, False] and r.why_infeasible() == r.why_infeasible(1) != "" == r.why_infeasible(0)
     code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch", "512",
                            "--token-budget", "64")
     assert code == 1 and "llama-3.1-8b does not fit on h100-sxm" in err and "token budget" not in err

@@ -206,12 +206,20 @@ class ServingResult(ArrayRecord):
         """Points that fit in memory but whose step token budget cannot keep up with the arriving prompts."""
         return np.asarray(self.fits_memory & ~self.budget_keeps_up)
 
-    def why_infeasible(self, index: int = 0) -> str:
+    def why_infeasible(self, index: int | None = None) -> str:
         """Why the point at flat ``index`` is infeasible ("" where it is feasible): memory first, then a token
-        budget that cannot keep up with the prompts arriving at that load."""
+        budget that cannot keep up with the prompts arriving at that load. Without an index: the first point
+        that is infeasible ("" where every point is feasible)."""
+        fits = np.broadcast_to(self.fits, self.batch.shape)
+        if index is None:
+            bad = np.flatnonzero(~fits)
+            if not bad.size:
+                return ""
+            index = int(bad[0])
+
         def at(a: Any) -> Any:
             return np.broadcast_to(a, self.batch.shape).flat[index]
-        if bool(at(self.fits)):
+        if bool(at(fits)):
             return ""
         if not bool(at(self.fits_memory)) or bool(at(self.budget_keeps_up)):
             return self.memory_reason or "does not fit at this batch"
