@@ -960,6 +960,30 @@ def test_third_review_answers(run_cli):
     assert code == 0 and "h100-sxm $2/h (given)" in " ".join(out.split())
 
 
+def test_fourth_review_answers(run_cli):
+    """A compare what-if without its name, --gamma without a draft (placements, pareto), a link of no bandwidth or
+    a negative latency, and a formula name outside the list each get one line naming the mistake, not a wrong
+    fragment or silence; the help's spec example is one command without a gap, in the README's layout."""
+    from roofline.ui.cli import EPILOG
+    code, _, err = run_cli("compare", "llama-3.1-70b", "h200-sxm:2.hbm.bandwidth=9.6TB/s")
+    assert code == 2 and "needs a name, NAME=ID[:N].FIELD=VALUE" in err and "--set" not in err
+    code, _, err = run_cli("placements", "--target", "gpt-oss-120b", "--devices", "b200", "--gamma", "3")
+    assert code == 2 and "--gamma (a draft length) needs a draft model (--draft)" in err
+    code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100-sxm", "--gamma", "3")
+    assert code == 2 and "none of these placements drafts" in err
+    spec = ("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--verify-on", "h100-sxm:4",
+            "--draft-on", "h100-sxm", "--alpha", "0.8", "--link")
+    for link, said in (("0GB/s,1us", "the bandwidth must be a finite rate > 0, got 0GB/s"),
+                       ("10GB/s,-1us", "the latency must be a finite time >= 0, got -1us")):
+        code, _, err = run_cli(*spec, link)
+        assert code == 1 and said in err and "GroupLink" not in err
+    code, _, err = run_cli("formula", "speedupp")
+    assert code == 2 and "did you mean 'speedup'" in err
+    spec_example = next(line for line in EPILOG.replace("\\\n", " ").splitlines() if "roofline spec" in line)
+    assert "b200:8 \\\n" in EPILOG   # continued with a backslash shown, as a shell takes it (no silent gap)
+    assert "--draft-on corsair:2 --verify-on b200:8 --alpha 0.926" in " ".join(spec_example.split())
+
+
 def test_format_help_names_the_chips_defaults(capsys):
     from roofline.ui.cli import main
     with pytest.raises(SystemExit):

@@ -16,7 +16,7 @@ from .output import silence_stdout, stdout_console
 
 EPILOG = """examples:
   roofline stage gpt-oss-120b h200-sxm --batch 1,64,256 --context 8192
-  roofline spec --target gpt-oss-120b --draft gpt-oss-draft-1.6b --draft-on corsair:1x2 --verify-on b200:8 \
+  roofline spec --target gpt-oss-120b --draft gpt-oss-draft-1.6b --draft-on corsair:2 --verify-on b200:8 \\
       --alpha 0.926 --gamma 1..40
   roofline compare llama-3.1-8b h100-sxm:2 h200-sxm b200 'fast=h200-sxm.hbm.bandwidth=9.6TB/s'
   roofline size gpt-oss-120b --devices b200,h200-sxm --users 500 --min-tokens-per-s-per-user 50

@@ -59,6 +59,9 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_formula(args: argparse.Namespace, console: Console) -> int:
     from ... import symbolic
+    if args.name not in symbolic.FORMULAS:   # a name outside the listed choices: the command line's mistake
+        raise UsageError(f"formula: unknown name {args.name!r}{did_you_mean(args.name, symbolic.FORMULAS)}; "
+                         f"known: {', '.join(symbolic.FORMULAS)}")
     expr = symbolic.formula(args.name)
     if args.latex and not (args.json or args.csv):
         console.file.write(symbolic.latex(expr) + "\n")
