@@ -49,5 +49,5 @@ def test_formula_cli(run_cli):
     assert code == 0 and "gamma + 1" in out
     code, out, _ = run_cli("formula", "speedup", "--latex")
     assert code == 0 and "\\frac" in out
-    code, _, err = run_cli("formula", "nope")
-    assert code == 1 and "unknown formula" in err
+    code, _, err = run_cli("formula", "nope")   # a name outside the listed choices: a usage error
+    assert code == 2 and "unknown name 'nope'" in err and "expected-tokens" in err
