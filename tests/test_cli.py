@@ -963,7 +963,8 @@ def test_third_review_answers(run_cli):
 def test_fourth_review_answers(run_cli):
     """A compare what-if without its name, --gamma without a draft (placements, pareto), a link of no bandwidth or
     a negative latency, and a formula name outside the list each get one line naming the mistake, not a wrong
-    fragment or silence; the help's spec example is one command without a gap, in the README's layout."""
+    fragment or silence; pareto says a prefill pool's TTFT has no queue; the help's spec example is one command
+    without a gap, in the README's layout."""
     from roofline.ui.cli import EPILOG
     code, _, err = run_cli("compare", "llama-3.1-70b", "h200-sxm:2.hbm.bandwidth=9.6TB/s")
     assert code == 2 and "needs a name, NAME=ID[:N].FIELD=VALUE" in err and "--set" not in err
@@ -979,9 +980,30 @@ def test_fourth_review_answers(run_cli):
         assert code == 1 and said in err and "GroupLink" not in err
     code, _, err = run_cli("formula", "speedupp")
     assert code == 2 and "did you mean 'speedup'" in err
+    # a prefill pool counted by its busy share has no queue: its TTFT is said to be a lower bound
+    pooled = ("pareto", "--target", "llama-3.1-70b", "--batch", "1,8", "--placement")
+    said = " ".join(run_cli(*pooled, "d: prefill=h100-sxm:4, decode=h100-sxm:4")[1].split())
+    assert "d: the prefill group is counted by the share of time it is busy" in said and "lower bound" in said
+    assert "prefill group is counted" not in " ".join(run_cli(*pooled, "a: decode=h100-sxm:4")[1].split())
     spec_example = next(line for line in EPILOG.replace("\\\n", " ").splitlines() if "roofline spec" in line)
     assert "b200:8 \\\n" in EPILOG   # continued with a backslash shown, as a shell takes it (no silent gap)
     assert "--draft-on corsair:2 --verify-on b200:8 --alpha 0.926" in " ".join(spec_example.split())
+
+
+def test_energy_captions_say_when_idle_power_is_assumed(run_cli):
+    """Most spec files publish no idle power; the energy a table shows then charges the assumed share of TDP,
+    and its caption says so and for which devices (only the H100 SXM's idle power is measured)."""
+    from roofline.physics.energy import DEFAULT_POWER
+    share = f"{DEFAULT_POWER.idle_fraction_of_tdp:.0%} of TDP assumed"
+    spec = ("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--alpha", "0.8", "--gamma", "1..2")
+    said = " ".join(run_cli(*spec, "--verify-on", "b200:4", "--draft-on", "h100-sxm")[1].split())
+    assert f"Idle power not published for b200: {share}" in said
+    assert "Idle power" not in " ".join(run_cli(*spec, "--verify-on", "h100-sxm:4")[1].split())
+    said = " ".join(run_cli("size", "llama-3.1-8b", "--devices", "h200-sxm,h100-sxm", "--users", "10",
+                            "--min-tokens-per-s-per-user", "30")[1].split())
+    assert f"Idle power not published for h200-sxm: {share}" in said
+    said = " ".join(run_cli("placements", "--target", "llama-3.1-8b", "--devices", "mi300x")[1].split())
+    assert "Idle power not published for mi300x" in said
 
 
 def test_format_help_names_the_chips_defaults(capsys):

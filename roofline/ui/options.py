@@ -186,6 +186,18 @@ def add_request(sp: argparse.ArgumentParser) -> None:
                          "--scheduler-recv-interval; default 1); continuous mode, prompts on the decode group")
 
 
+def idle_note(devices: Iterable[Any]) -> str:
+    """A caption's remark where energy charges an idle power the spec does not publish (most devices: only
+    the H100 SXM's is measured): the share of TDP :class:`~roofline.physics.energy.PowerModel` assumes, and for
+    which devices. Devices without a TDP are left out: their energy is not computed at all."""
+    from ..physics.energy import DEFAULT_POWER
+    missing = sorted({d.id for d in devices if d.idle_w is None and d.tdp_w is not None})
+    if not missing:
+        return ""
+    return (f" Idle power not published for {', '.join(missing)}: {DEFAULT_POWER.idle_fraction_of_tdp:.0%} of TDP "
+            "assumed (the H100 SXM's measured share).")
+
+
 def context_note(model: Any, tokens: float) -> str:
     """A caption's warning when ``tokens`` of context exceed the model's trained maximum (its config's
     ``max_position_embeddings``): the counts still hold, the model may not."""

@@ -1114,9 +1114,9 @@ def _launch_dict(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, launches: Sequence[dict[str, Any]],
-              overrides: Sequence[str] = ()) -> View:
+              overrides: Sequence[str] = (), note: str = "") -> View:
     """Sizing: the fewest devices per device kind and placement, infeasible kinds with their reason, prices
-    used, and any emitted launch commands."""
+    used, and any emitted launch commands; ``note``: a caveat for the caption."""
     req = target.request
     ttft = f", TTFT <= {target.max_ttft_s * 1e3:g} ms" if math.isfinite(target.max_ttft_s) else ""
     title = (f"{model_id}: {target.users:,} users at >= {target.min_tokens_per_s_per_user:g} tok/s each{ttft}, "
@@ -1132,7 +1132,7 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
                                           for d in priced) + "." if priced else "No device here has a price: "
                   "give --usd-per-device-hour ID=USD.")
                + (f" Electricity ${prices.usd_per_kwh:g}/kWh." if prices.usd_per_kwh else "")
-               + (f" What-if: {', '.join(overrides)}." if overrides else ""))
+               + (f" What-if: {', '.join(overrides)}." if overrides else "") + note)
     tables: list[Any] = size_table(title, options, caption)
     for item in launches:
         cmd = item.get("launch")

@@ -29,6 +29,7 @@ from ..options import (
     context_note,
     engine_params,
     formats,
+    idle_note,
     nonnegative,
     parse_ints,
     positive,
@@ -147,8 +148,9 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
              + (f", gamma {gamma} (speculative)" if args.draft else "") + f", {args.mode}" + scheduler_note(args))
     caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
                "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
-               "by the share of time they are busy." + (f" What-if: {', '.join(wi.describe())}." if wi else "")
-               + context_note(load_model(args.target), args.isl + args.osl))
+               "by the share of time they are busy, so their TTFT is one prompt's prefill with no wait for prompts "
+               "ahead of it (a lower bound under load)." + (f" What-if: {', '.join(wi.describe())}." if wi else "")
+               + context_note(load_model(args.target), args.isl + args.osl) + idle_note(devices))
     unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
                    for (dev, reason), stages in cannot.items()]
     emit(console, render.serving_rows_view(title, caption, items, {
@@ -251,8 +253,18 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
     emit(console, render.pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
         "target": args.target, "request": _request_dict(args), "axis": args.axis,
-        "overrides": wi.describe()}, note=context_note(load_model(args.target), args.isl + args.osl).strip()), args)
+        "overrides": wi.describe()}, note=(context_note(load_model(args.target), args.isl + args.osl)
+                                           + _pool_note(placements)
+                                           + idle_note(d for p in placements for d in _groups_devices(p))).strip()),
+         args)
     return 0
+
+
+def _pool_note(placements: list[Placement]) -> str:
+    """Where a configuration prefills on its own group: that pool is counted by its busy share, with no queue."""
+    pooled = [p.name for p in placements if p.prefill is not None]
+    return (f" {', '.join(pooled)}: the prefill group is counted by the share of time it is busy, so TTFT is one "
+            "prompt's prefill with no wait for prompts ahead of it (a lower bound under load)." if pooled else "")
 
 
 def _common(sp: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ from ..options import (
     add_what_if,
     engine_params,
     formats,
+    idle_note,
     number,
     positive,
     price_list,
@@ -74,7 +75,8 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
                    formats=formats(args), params=engine_params(args, [getattr(d, 'device', d) for d in devices]), prices=prices)
     commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []
-    emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe()), args)
+    note = idle_note(getattr(d, "device", d) for d in devices)
+    emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe(), note), args)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 

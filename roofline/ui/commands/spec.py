@@ -22,6 +22,7 @@ from ..options import (
     context_note,
     engine_params,
     formats,
+    idle_note,
     nonnegative,
     parse_ints,
     positive,
@@ -60,7 +61,8 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
                                          "activations": args.draft_activations},
                           params=engine_params(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
-    note = context_note(target, args.context + int(gammas.max()))
+    note = (context_note(target, args.context + int(gammas.max()))
+            + idle_note([verify_on.device, *([draft_on.device] if draft_on else [])]))
     emit(console, render.spec_view(r, optimal_gamma(r), wi.describe(), note), args)
     return 0
 
