@@ -410,6 +410,24 @@ def test_size_command_json_and_table(run_cli):
     assert code == 0 and "lower bound" in out and "vllm serve openai/gpt-oss-120b" in out
 
 
+def test_size_reports_the_formats_its_options_ran_as_every_command_does(run_cli):
+    """size's JSON formats are the dict every other command gives (weights, experts, kv, activations and the
+    stack's LM head), the same as stage's for the same model, device and stack; the sizing input it was given
+    stays on Option.formats."""
+    from roofline.specs.formats import FORMAT_KEYS
+    args = ("llama-3.1-8b", "--weights", "fp8", "--stack", "vllm", "--json")
+    code, out, err = run_cli("size", *args[:1], "--devices", "h100-sxm", "--users", "10",
+                             "--min-tokens-per-s-per-user", "30", *args[1:])
+    assert code == 0, err
+    sized = json.loads(out)["options"][0]["formats"]
+    staged = json.loads(run_cli("stage", args[0], "h100-sxm", "--batch", "1", *args[1:])[1])["stages"][0]["formats"]
+    assert tuple(sized) == FORMAT_KEYS and sized == staged
+    o = rl.size("llama-3.1-8b", ["h100-sxm"], rl.Target(users=10, min_tokens_per_s_per_user=30,
+                                                         request=rl.Request(input_tokens=1000, output_tokens=200)),
+                formats={"weights": "fp8"})[0]
+    assert "head" not in o.formats and o.target_formats["weights"] == "fp8" and "head" in o.target_formats
+
+
 def test_size_lists_an_option_once_when_two_device_names_find_it(run_cli):
     """``h100-sxm`` (searched over shapes) and ``h100-sxm:1`` (that shape) beside it find the same one-GPU
     option: it is listed once."""

@@ -80,7 +80,11 @@ class Option:
     tokens_per_s_per_kw: float = math.nan
     usd_per_million_output_tokens: float = math.nan
     placement_record: Placement | None = attrs.field(default=None, eq=False, repr=False)
+    #: the formats the option was sized with (weights, experts, kv, activations: the sizing input)
     formats: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    #: the formats its target's passes ran in (:meth:`Formats.as_dict`, with the stack's LM head: what every
+    #: other command reports; empty for an option that does not fit)
+    target_formats: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
     #: the formats a speculative option's draft ran in (:meth:`Formats.as_dict`; empty without a draft)
     draft_formats: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
     reason: str = ""
@@ -205,7 +209,8 @@ def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, dra
                   batch_per_replica=batch, gamma=int(at["gamma"]),
                   group=g.shape, tokens_per_s_per_user=at["tokens_per_s_per_user"], ttft_s=at["ttft_s"],
                   tokens_per_s_per_kw=per_kw, usd_per_million_output_tokens=usd, placement_record=p,
-                  formats=dict(formats), draft_formats=r.draft_formats.as_dict() if r.draft_formats else {})
+                  formats=dict(formats), target_formats=r.target_formats.as_dict() if r.target_formats else {},
+                  draft_formats=r.draft_formats.as_dict() if r.draft_formats else {})
 
 
 def _deployed_rates(at: Mapping[str, float], replicas: int, devices: int, device: Device,

@@ -1060,7 +1060,7 @@ def _usd(v: float) -> str:
 
 def size_option_dict(o: Any) -> dict[str, Any]:
     d = {k: getattr(o, k) for k in SIZE_FIELDS if k != "feasible"}
-    return {"feasible": o.feasible, **d, "formats": dict(o.formats) or None,
+    return {"feasible": o.feasible, **d, "formats": dict(o.target_formats or o.formats) or None,
             "draft_formats": dict(o.draft_formats) or None, "reason": o.reason or None}
 
 
@@ -1069,8 +1069,8 @@ def _formats_used(options: Sequence[Any]) -> str:
     defaults differ by device (bf16 where native), so the caption says which applied."""
     seen: dict[str, str] = {}
     for o in options:
-        if o.formats and o.device not in seen:
-            seen[o.device] = brief(o.formats)
+        if (o.target_formats or o.formats) and o.device not in seen:
+            seen[o.device] = brief(o.target_formats or o.formats)
     for o in options:   # a speculative option's draft, once per device kind
         if o.draft_formats and f"{o.device} draft" not in seen:
             seen[f"{o.device} draft"] = brief(o.draft_formats)
