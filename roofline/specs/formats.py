@@ -205,8 +205,12 @@ class Formats:
         Marlin kernel, https://docs.vllm.ai/en/latest/features/quantization/fp8.html), else, like KV and activations
         (None), bf16, or on ``devices`` without bf16 units the format they all compute natively
         (:func:`native_default`: fp16 on Groq's LPU, fp8 on Groq 3, mxint8 on Corsair); and gpt-oss's experts MXFP4
-        beside 16-bit weights unless told otherwise. A format given is kept as given; a checkpoint whose
-        quantization the config loader did not read (``ModelSpec.unread_quantization``) needs its weights given."""
+        beside 16-bit weights unless told otherwise. A checkpoint's quantized weights come with its 16-bit
+        embedding table and LM head (``head`` bf16 where the devices compute bf16): the quantizers leave them out
+        (DeepSeek-V3's FP8 checkpoint, transformers' AWQ/GPTQ ``modules_to_not_convert = ["lm_head"]``,
+        llm-compressor's ``ignore: ["lm_head"]``; https://huggingface.co/docs/transformers/main/en/quantization/awq).
+        A format given is kept as given; a checkpoint whose quantization the config loader did not read
+        (``ModelSpec.unread_quantization``) needs its weights given."""
         if weights is None and model.unread_quantization:
             raise SpecError(f"{model.id}: its quantization_config ({model.unread_quantization}) is not one roofline "
                             "reads, so the format its weights are stored in is unknown; give it (--weights, or "
@@ -216,6 +220,8 @@ class Formats:
         stored = model.checkpoint_weight_format
         if stored and not all(d.supports(get_format(stored).compute) or d.family == "gpu" for d in devices):
             stored = None   # a dataflow chip without those units runs its own format, not a conversion of them
+        if weights is None and stored and head is None and all(d.supports("bf16") for d in devices):
+            head = "bf16"   # a quantized checkpoint keeps its embedding table and LM head in 16 bits
         weights = weights or stored or auto
         if experts is None and model.checkpoint_expert_format and weights in ("bf16", "fp16"):
             experts = model.checkpoint_expert_format
