@@ -435,3 +435,20 @@ def test_fewer_sequences_than_data_parallel_ranks_leave_one_rank_the_whole_atten
     four = {dp: rl.prefill("llama-3.1-70b", rl.resolve_group("h100-sxm:4", dp=dp), prompt=8192, batch=4)
             for dp in (1, 4)}
     assert four[4].flop_per_device == pytest.approx(four[1].flop_per_device)
+
+
+def test_writing_into_a_result_cannot_change_later_answers():
+    """The pass counts of a small workload are remembered and shared by later calls with the same arguments; a
+    result's footprint.work is that shared record, so it is read-only: writing into it raises instead of
+    silently changing every later decode time (a review found `w.weight_bytes["mlp"] *= 0` halved them)."""
+    import numpy as np
+    first = rl.decode_step("llama-3.1-8b", "h100-sxm", batch=np.array([1, 8]), context=4096)
+    w = first.footprint.work
+    with pytest.raises(TypeError):
+        w.weight_bytes["mlp"] *= 0
+    with pytest.raises(TypeError):
+        w.flop["attention"] = 0.0
+    with pytest.raises(ValueError):
+        w.kv_read_bytes[...] = 0
+    again = rl.decode_step("llama-3.1-8b", "h100-sxm", batch=np.array([1, 8]), context=4096)
+    assert again.footprint.work is w and np.array_equal(again.time_s, first.time_s)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -382,7 +383,29 @@ def pass_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any
     if np.any(np.asarray(chunks) > 0):
         work = with_prompt_chunks(model, formats, work, chunks=chunks, chunk_tokens=chunk_tokens,
                                   chunk_prefix=chunk_prefix)
-    return _PASS_WORK.put((model,), key, work) if key is not None else work
+    return _PASS_WORK.put((model,), key, _sealed(work)) if key is not None else work
+
+
+def _read_only(a: Any) -> Any:
+    """An array as a read-only view (the array itself, and whoever else holds it, unchanged); other values as
+    they are."""
+    if isinstance(a, np.ndarray):
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+def _sealed(work: Work) -> Work:
+    """``work`` with read-only arrays and tables: a remembered Work is handed to every later call with the same
+    arguments, so a caller writing into a result's ``footprint.work`` (``w.weight_bytes["mlp"] *= 0``) would
+    change every later answer; sealed, the write raises instead."""
+    def table(d: Any) -> Any:
+        return MappingProxyType({k: _read_only(v) for k, v in d.items()})
+    return attrs.evolve(work, flop=table(work.flop), weight_bytes=table(work.weight_bytes),
+                        kv_read_bytes=_read_only(work.kv_read_bytes), kv_write_bytes=_read_only(work.kv_write_bytes),
+                        activation_bytes=_read_only(work.activation_bytes), tokens=_read_only(work.tokens),
+                        experts_touched_per_layer=_read_only(work.experts_touched_per_layer),
+                        activation_ends_bytes=table(work.activation_ends_bytes), logit_rows=_read_only(work.logit_rows))
 
 
 def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: bool) -> Any:
