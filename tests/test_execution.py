@@ -86,6 +86,16 @@ def test_tile_rows_pad_small_batches_on_systolic_arrays():
     assert float(c8) == pytest.approx(8 * float(c1), rel=0.02)
 
 
+@pytest.mark.parametrize("device", ["tpu-v6e", "gaudi3", "trainium2"])
+def test_a_longer_prompt_never_computes_faster_on_tiled_units(device):
+    """The LM head of a prefill multiplies one logit row per sequence, padded to a whole tile however long the
+    prompt: charged the pass's own padding instead, a 256-token prompt computed faster than a 1-token one
+    (TPU v6e 6.52 against 6.98 ms)."""
+    import numpy as np
+    compute_s = rl.prefill("llama-3.1-8b", device, prompt=np.array([1, 2, 16, 64, 255, 256, 257, 1024])).compute_s
+    assert np.all(np.diff(compute_s) >= -1e-12 * compute_s[:-1])
+
+
 def test_scheduled_collectives_do_not_grow_with_ranks():
     groq = rl.load_device("groq-lpu")
     small = rl.decode_step("llama-3.1-8b", rl.DeviceGroup(device=groq, tp=2, pp=20), batch=1, context=0,

@@ -394,6 +394,20 @@ def _expert_slowdown(work: Work, params: EngineParams) -> Any:
     return np.where(work.experts_touched_per_layer > 0, np.nan_to_num(ratio, nan=1.0, posinf=1.0), 1.0)
 
 
+def _head_tile_slowdown(work: Work, params: EngineParams) -> Any:
+    """How much slower the LM head runs than the pass's own tile padding charges it, on a unit with tiles of
+    ``m_tile`` rows: the head multiplies only the logit positions (one row per sequence in prefill), padded to
+    a whole tile however long the prompt, so a longer prompt cannot make it cheaper. 1 without tiles."""
+    if params.m_tile <= 1:
+        return 1.0
+    m = params.m_tile
+
+    def padded(rows: Any) -> Any:
+        rows = np.maximum(rows, 1.0)
+        return rows / (np.ceil(rows / m) * m)
+    return padded(work.tokens) / padded(work.logit_rows)
+
+
 def _tokens_per_expert(work: Work) -> Any:
     """Mean tokens each routed expert a pass touches multiplies (at least 1)."""
     touched = np.maximum(work.experts_touched_per_layer, 1e-12)
@@ -444,8 +458,9 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
         if comp != "attention_core" and _positive(flop):
-            by_class.setdefault(classes[comp], []).append(flop * _expert_slowdown(work, params) if comp == "experts"
-                                                          else flop)
+            slowdown = (_expert_slowdown(work, params) if comp == "experts" else
+                        _head_tile_slowdown(work, params) if comp == "lm_head" else 1.0)
+            by_class.setdefault(classes[comp], []).append(flop * slowdown)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product
 
     def seconds(cls: str, flops: list[Any], inv: Any = inv_mfu) -> Any:
