@@ -96,6 +96,18 @@ def test_a_longer_prompt_never_computes_faster_on_tiled_units(device):
     assert np.all(np.diff(compute_s) >= -1e-12 * compute_s[:-1])
 
 
+def test_h100_pcie_bridges_pairs_only():
+    """The H100 PCIe's NVLink bridge joins two cards: a TP2 group all-reduces over it, a wider group crosses
+    PCIe between pairs (its scale-out link), so TP4 communicates more than TP2 and more than it would if the
+    bridge reached all four (it was charged the bridge's 300 GB/s at TP8, faster than PCIe can carry)."""
+    dev = rl.load_device("h100-pcie")
+    assert rl.resolve_profile(dev).max_tp == 2
+    comm = {g: float(rl.prefill("llama-3.1-70b", g, prompt=8192).communication_s) for g in ("h100-pcie:2", "h100-pcie:4")}
+    bridged = rl.override(dev, "scale_out.bandwidth", 300e9)
+    wide = float(rl.prefill("llama-3.1-70b", rl.DeviceGroup(device=bridged, tp=4), prompt=8192).communication_s)
+    assert comm["h100-pcie:4"] > comm["h100-pcie:2"] and comm["h100-pcie:4"] > 1.5 * wide
+
+
 def test_scheduled_collectives_do_not_grow_with_ranks():
     groq = rl.load_device("groq-lpu")
     small = rl.decode_step("llama-3.1-8b", rl.DeviceGroup(device=groq, tp=2, pp=20), batch=1, context=0,

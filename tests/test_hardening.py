@@ -452,3 +452,11 @@ def test_writing_into_a_result_cannot_change_later_answers():
         w.kv_read_bytes[...] = 0
     again = rl.decode_step("llama-3.1-8b", "h100-sxm", batch=np.array([1, 8]), context=4096)
     assert again.footprint.work is w and np.array_equal(again.time_s, first.time_s)
+
+
+def test_an_execution_field_the_spec_file_leaves_to_its_family_says_where_it_is():
+    """Device.get reads the spec file; an execution field it does not set comes from the family's profile, and
+    the error says so (it used to say the field is not published)."""
+    with pytest.raises(rl.UnknownSpecError, match=r"not set in its spec file.*resolve_profile\(device\)\.layer_overhead_s"):
+        rl.load_device("h100-sxm").get("execution.layer_overhead")
+    assert rl.load_device("tpu-v6e").get("execution.m_tile") == 256

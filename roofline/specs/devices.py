@@ -150,6 +150,12 @@ class Device:
         saying how to supply it.
         """
         value = find_field(self, path).read(self)
+        if value is None and path.startswith("execution."):   # not in this file: the family's profile has it
+            attr = PROFILE_FIELDS[path.partition(".")[2]][0]
+            raise UnknownSpecError(
+                f"{self.id}: {path} is not set in its spec file, so its execution family's value applies: "
+                f"roofline.resolve_profile(device).{attr} reads it (--set {self.id}.{path}=VALUE changes it)",
+                device=self.id, field=path)
         if value is None:
             raise UnknownSpecError(
                 f"{self.id}: {path} is not published for this device; supply it with "
