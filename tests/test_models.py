@@ -238,3 +238,18 @@ def test_a_quantization_it_does_not_read_asks_for_the_weights_format(tmp_path, r
     assert code == 0 and json.loads(out)["stages"][0]["formats"]["weights"] == "int4-g128"
     shown = json.loads(run_cli("show", str(path), "--json")[1])
     assert shown["checkpoint_formats"] == {} and shown["unread_quantization"] == m.unread_quantization
+
+
+def test_qwen_slides_only_from_max_window_layers_on():
+    """transformers' Qwen2: with use_sliding_window, layers from max_window_layers on slide and the ones below
+    attend in full (all 28 slid before, halving the KV cache at long context); a config's own layer_types wins."""
+    cfg = {"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
+           "num_hidden_layers": 28, "intermediate_size": 18944, "vocab_size": 152064, "use_sliding_window": True,
+           "sliding_window": 4096, "max_window_layers": 14}
+    m = rl.model_from_hf_config(cfg)
+    assert m.layer_types == ("full",) * 14 + ("sliding",) * 14 and m.sliding_window == 4096
+    assert rl.model_from_hf_config({**cfg, "use_sliding_window": False}).layer_types == ("full",) * 28
+    listed = ["sliding_attention", "full_attention"] * 14
+    assert rl.model_from_hf_config({**cfg, "layer_types": listed}).layer_types == ("sliding", "full") * 14
+    with pytest.raises(SpecError, match="layer_types"):
+        rl.model_from_hf_config({**cfg, "layer_types": ["full_attention"] * 3})

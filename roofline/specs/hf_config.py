@@ -81,17 +81,37 @@ def _all(n: int, value: Any) -> tuple[Any, ...]:
     return (value,) * n
 
 
+def _layer_types(k: _Keys, n: int, default: list[str]) -> tuple[str, ...]:
+    """Each layer's attention, "sliding" or "full": the config's ``layer_types`` where it lists them
+    (sliding_attention/full_attention, as transformers writes them), else ``default`` in those words."""
+    types = k.cfg.get("layer_types", default)
+    names = {"sliding_attention": "sliding", "full_attention": "full"}
+    if not isinstance(types, list) or len(types) != n or any(t not in names for t in types):
+        raise k.fail("layer_types", f"must list sliding_attention/full_attention for each of {n} layers")
+    return tuple(names[t] for t in types)
+
+
+#: transformers' Qwen2Config/Qwen3Config default for ``max_window_layers``: the layers below it attend in full
+QWEN_MAX_WINDOW_LAYERS = 28
+
+
 def _llama_like(k: _Keys, family: str) -> dict[str, Any]:
+    """Llama, Mistral and Qwen. Sliding windows: every layer of a Mistral with a ``sliding_window``; a Qwen with
+    ``use_sliding_window`` slides from layer ``max_window_layers`` on, the ones below attend in full
+    (transformers' Qwen2 attention: ``use_sliding_window and layer_idx >= max_window_layers``,
+    https://github.com/huggingface/transformers/blob/main/src/transformers/models/qwen2/configuration_qwen2.py)."""
     c = _common(k, tie_default=False)
     n = c["num_layers"]
-    window = k.cfg.get("sliding_window")
     uses_window = family == "mistral" or k.flag("use_sliding_window", False)
-    sliding = uses_window and window is not None
+    sliding = uses_window and k.cfg.get("sliding_window") is not None
+    first = k.integer("max_window_layers", QWEN_MAX_WINDOW_LAYERS) if sliding and family.startswith("qwen") else 0
+    default = ["sliding_attention" if sliding and i >= first else "full_attention" for i in range(n)]
+    types = _layer_types(k, n, default)
     bias = k.flag("attention_bias", family == "qwen2")
     c.update(family=family, intermediate_size=k.integer("intermediate_size"), mlp_bias=k.flag("mlp_bias", False),
              qkv_bias=bias, o_bias=bias and family == "llama", qk_norm=family in ("qwen3", "qwen3_moe"),
-             layer_types=_all(n, "sliding" if sliding else "full"),
-             sliding_window=k.integer("sliding_window") if sliding else None, moe_layers=_all(n, False))
+             layer_types=types, sliding_window=k.integer("sliding_window") if "sliding" in types else None,
+             moe_layers=_all(n, False))
     return c
 
 
@@ -140,18 +160,14 @@ def _deepseek_v3(k: _Keys) -> dict[str, Any]:
 def _gpt_oss(k: _Keys) -> dict[str, Any]:
     c = _common(k, tie_default=False)
     n = c["num_layers"]
-    types = k.cfg.get("layer_types")
-    if types is None:  # gpt-oss default: even layers sliding, odd layers full
-        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
-    names = {"sliding_attention": "sliding", "full_attention": "full"}
-    if not isinstance(types, list) or len(types) != n or any(t not in names for t in types):
-        raise k.fail("layer_types", f"must list sliding_attention/full_attention for each of {n} layers")
+    # gpt-oss's default: even layers sliding, odd layers full
+    types = _layer_types(k, n, ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)])
     c.update(family="gpt_oss", intermediate_size=k.integer("intermediate_size"),
              num_experts=k.integer("num_local_experts", alt=("num_experts",)),
              experts_per_token=k.integer("num_experts_per_tok", alt=("experts_per_token",)),
              expert_intermediate_size=k.integer("intermediate_size"), expert_bias=True, router_bias=True,
              qkv_bias=k.flag("attention_bias", True), o_bias=k.flag("attention_bias", True), attention_sinks=True,
-             layer_types=tuple(names[t] for t in types), sliding_window=k.integer("sliding_window"),
+             layer_types=types, sliding_window=k.integer("sliding_window"),
              moe_layers=_all(n, True))
     return c
 
