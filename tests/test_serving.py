@@ -340,13 +340,19 @@ def test_scheduler_options_reach_the_serving_model(run_cli):
     assert list(r.fits_memory) == [True, False] and not r.budget_keeps_up.any() and not r.fits.any()
     assert list(r.budget_starved) == [True, False] and r.token_budget == 64
     assert "token budget (64) cannot keep up" in r.why_infeasible(0) and "at least 144 tokens" in r.why_infeasible(0)
-    assert r.why_infeasible(1) == "does not fit at this batch" and r.memory_reason == ""   # batch 16 holds it
+    assert r.why_infeasible(1).startswith("does not fit at this batch: needs ") and r.memory_reason == ""   # batch 16 holds it
     assert rl.evaluate_serving("llama-3.1-8b", rl.Placement.build("one", decode="h100-sxm"),
                                rl.Request(input_tokens=8192, output_tokens=1024), batch=16).why_infeasible() == ""
     # without an index, a sweep says why its first infeasible point is (it used to ask point 0 only: "")
     r = rl.evaluate_serving("gpt-oss-120b", rl.Placement.build("x", decode="h200-sxm"),
                             rl.Request(input_tokens=8192, output_tokens=1024), batch=np.array([1, 400]))
     assert list(r.fits) == [True, False] and r.why_infeasible() == r.why_infeasible(1) != "" == r.why_infeasible(0)
+    assert "GB per device" in r.why_infeasible(1)
+    # a speculative scan says why its first infeasible point is, though others fit
+    s = rl.speculative_round("llama-3.1-70b", verify_on="h100-sxm:2", draft="llama-3.1-8b", acceptance=0.8,
+                             gamma=np.arange(1, 5)[None, :], batch=np.array([1, 64])[:, None], context=8192)
+    assert s.fits[0].all() and not s.fits[1].any()
+    assert s.why_infeasible() == s.infeasible_reason and "does not fit on 2x h100-sxm (TP2) for verify" in s.infeasible_reason
     code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "x: decode=h100-sxm", "--batch", "512",
                            "--token-budget", "64")
     assert code == 1 and "llama-3.1-8b does not fit on h100-sxm" in err and "token budget" not in err

@@ -131,13 +131,13 @@ class Round:
         return np.where(self.fits, self.draft_s + self.verify.time_s + self.transfer_s, np.nan)
 
     def why_infeasible(self) -> str:
-        """What does not fit when no point of the round does ("" when one does): the verify pass (at the context
-        memory is checked at), else the draft, else the two together on shared devices; in the words of
-        :func:`~roofline.physics.timing.require_feasible` (bytes needed against bytes usable)."""
-        if np.any(self.fits):
+        """What does not fit at the first point of the round that does not ("" when every point fits): the verify
+        pass (at the context memory is checked at), else the draft, else the two together on shared devices; in
+        the words of :func:`~roofline.physics.timing.require_feasible` (bytes needed against bytes usable)."""
+        if np.all(self.fits):
             return ""
         for part in (self.verify_end, self.draft):
-            if part is not None and not np.any(part.fits):
+            if part is not None and not np.all(part.fits):
                 try:
                     require_feasible(part)
                 except InfeasibleError as e:

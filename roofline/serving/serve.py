@@ -53,6 +53,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
+from ..units import format_quantity
 from ..workload import check_count, check_gamma, check_grid, check_whole, record_of
 from .round import DRAFT_KINDS, Drafter, Round, RoundPlan, run_round
 
@@ -222,7 +223,10 @@ class ServingResult(ArrayRecord):
         if bool(at(fits)):
             return ""
         if not bool(at(self.fits_memory)) or bool(at(self.budget_keeps_up)):
-            return self.memory_reason or "does not fit at this batch"
+            need = float(at(self.memory_per_device_bytes))
+            return self.memory_reason or ("does not fit at this batch: needs "
+                                          f"{format_quantity(need, 'bytes')} per device" if math.isfinite(need)
+                                          else "does not fit at this batch")
         return (f"a step's token budget ({self.token_budget}) cannot keep up with the prompts arriving at this batch: "
                 f"it needs at least {float(at(self.token_budget_needed)):.0f} tokens per step (--token-budget)")
 

@@ -72,11 +72,17 @@ class SpecResult(ArrayRecord):
     draft_bound: NDArray[np.str_]
     verify_bound: NDArray[np.str_]
     energy_note: str = ""
-    #: why no point of the scan fits ("" where some does): the first stage that does not, as `stage` says it
+    #: why the scan's first point that does not fit does not ("" where every point fits): the first stage that
+    #: does not, as `stage` says it
     infeasible_reason: str = ""
     #: the formats the target (verify and the baseline) and the draft ran in
     target_formats: Formats | None = None
     draft_formats: Formats | None = None
+
+    def why_infeasible(self) -> str:
+        """Why the scan's first infeasible point does not fit ("" where every point fits), as
+        :meth:`ServingResult.why_infeasible <roofline.serving.serve.ServingResult.why_infeasible>` says it."""
+        return self.infeasible_reason
 
     @property
     def draft_step_s(self) -> Array:
