@@ -460,3 +460,29 @@ def test_an_execution_field_the_spec_file_leaves_to_its_family_says_where_it_is(
     with pytest.raises(rl.UnknownSpecError, match=r"not set in its spec file.*resolve_profile\(device\)\.layer_overhead_s"):
         rl.load_device("h100-sxm").get("execution.layer_overhead")
     assert rl.load_device("tpu-v6e").get("execution.m_tile") == 256
+
+
+def test_inputs_that_would_change_nothing_or_mislead_are_refused(tmp_path):
+    """Expert parallelism on a dense model, a DeepSeek config whose dense prefix covers every layer, memory tiers
+    listed slower first, a quantization group size that is not a number: each refused or read as written,
+    never silently turned into another model (a review found each accepted)."""
+    import json
+    from pathlib import Path
+    with pytest.raises(rl.WorkloadError, match="ep=4 spreads routed experts.*llama-3.1-8b has none"):
+        rl.decode_step("llama-3.1-8b", "h100-sxm:4", ep=4, batch=1, context=128)
+    cfg = json.loads((Path(rl.__file__).parent / "presets" / "deepseek-r1.json").read_text())
+    with pytest.raises(rl.SpecError, match="first_k_dense_replace.*leaves no MoE layer"):
+        rl.model_from_hf_config({**cfg, "first_k_dense_replace": 100})
+    spec = (Path(rl.__file__).parents[1] / "hardware_specs" / "corsair.toml").read_text()
+    tiers = spec.split("[[memory]]")
+    swapped = tmp_path / "corsair.toml"
+    swapped.write_text(tiers[0] + "[[memory]]" + tiers[2].rstrip() + "\n\n[[memory]]" + tiers[1])
+    with pytest.raises(rl.SpecError, match="listed fastest first"):
+        rl.load_device(str(swapped))
+    llama = json.loads((Path(rl.__file__).parent / "presets" / "llama-3.1-8b.json").read_text())
+    for group, fmt in (("128", "int4-g128"), (None, "int4-g128")):
+        quant = {"quant_method": "awq", "bits": 4, **({"group_size": group} if group else {})}
+        assert rl.model_from_hf_config({**llama, "quantization_config": quant}).checkpoint_weight_format == fmt
+    odd = rl.model_from_hf_config({**llama, "quantization_config": {"quant_method": "gptq", "bits": 4,
+                                                                    "group_size": "a lot"}})
+    assert odd.checkpoint_weight_format is None and odd.unread_quantization

@@ -234,6 +234,8 @@ class Acceptance:
 
     @classmethod
     def alpha_by_gamma(cls, table: Mapping[int, float]) -> Acceptance:
+        if not isinstance(table, Mapping):
+            raise WorkloadError(f"alpha_by_gamma takes a mapping {{gamma: alpha}}, got {type(table).__name__}")
         if not table:
             raise WorkloadError("alpha_by_gamma needs at least one {gamma: alpha} entry")
         pairs = [(int(scalar(check_gamma(g), "gamma")), scalar(check_probability(a), "alpha")) for g, a in table.items()]
@@ -241,6 +243,8 @@ class Acceptance:
 
     @classmethod
     def measured(cls, table: Mapping[int, float]) -> Acceptance:
+        if not isinstance(table, Mapping):
+            raise WorkloadError(f"measured takes a mapping {{gamma: acceptance length}}, got {type(table).__name__}")
         if not table:
             raise WorkloadError("measured needs at least one {gamma: acceptance length} entry")
         checked = {}

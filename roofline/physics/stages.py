@@ -48,6 +48,8 @@ def setup(model: ModelLike, device: GroupLike, *, tp: int | None, ep: int | None
     """Resolve names to records and pick the formats (the checkpoint's weight and expert formats by default)."""
     m = resolve_model(model)
     g = resolve_group(device, tp=tp, ep=ep)
+    if g.ep > 1 and not m.is_moe:   # it would change nothing, and look as if it had been modelled
+        raise WorkloadError(f"ep={g.ep} spreads routed experts over devices, and {m.id} has none")
     if params is not None and not isinstance(params, EngineParams):
         raise WorkloadError(f"params must be an EngineParams, got {type(params).__name__}")
     return Setup(model=m, group=g, formats=Formats.for_model(m, weights=weights, experts=experts, kv=kv,

@@ -184,6 +184,8 @@ def optimal_gamma(result: SpecResult) -> Any:
     A scan over gamma alone gives one int. On a grid whose other inputs vary too (``batch=[[1], [64]]`` against
     ``gamma=range(1, 11)``), each of their points has its own best gamma: an array over the grid without the
     gamma axis, NaN where no gamma of that point fits. Gamma must vary along one axis only."""
+    if not isinstance(result, SpecResult):
+        raise WorkloadError(f"optimal_gamma takes the SpecResult of speculative_round(...), got {type(result).__name__}")
     if not np.any(result.fits):
         raise InfeasibleError("no gamma in the scan fits in memory" + (f": {result.infeasible_reason}"
                                                                           if result.infeasible_reason else ""))

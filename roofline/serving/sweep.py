@@ -196,6 +196,9 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: 
     ``executor``: any ``concurrent.futures.Executor`` (chunks are pickled to it); None runs here.
     ``progress(done, total)`` is called after each chunk (e.g. to advance a ``rich.progress`` bar).
     """
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise WorkloadError(f"executor must be a concurrent.futures.Executor (a ProcessPoolExecutor, a Dask client's "
+                            f"get_executor()) or None, got {executor!r}")
     obj = tuple(objective)
     unknown = [k for k in obj if k not in OBJECTIVES]
     if not obj or unknown or len(set(obj)) != len(obj):

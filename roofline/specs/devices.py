@@ -527,6 +527,10 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
             name=name,
             capacity_bytes=r.quantity(t, "capacity", f"{name}.capacity", "bytes"),
             bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s")))
+        if i and None not in (tiers[-1].bandwidth_bytes_per_s, tiers[-2].bandwidth_bytes_per_s) \
+                and tiers[-1].bandwidth_bytes_per_s > tiers[-2].bandwidth_bytes_per_s:   # weights fill tiers in order
+            r.fail(f"memory[{i}].bandwidth", t["bandwidth"].get("value"), f"is faster than the tier before it "
+                   f"({tiers[-2].name}): [[memory]] tiers are listed fastest first")
 
     compute = r.table(data, "compute", "compute", keys=frozenset({"native", "peak"}))
     native = compute.get("native")

@@ -100,8 +100,10 @@ _INT4 = re.compile(r"^int4-g(\d+)$")
 
 
 @functools.lru_cache(maxsize=256)
-def get_format(name: str) -> Format:
-    """Look up a format by name; ``int4-g<group>`` is built for any group >= 1."""
+def get_format(name: str | Format) -> Format:
+    """Look up a format by name (a :class:`Format` is itself); ``int4-g<group>`` is built for any group >= 1."""
+    if isinstance(name, Format):
+        return name
     if not isinstance(name, str):
         raise NotFoundError(f"a format is named by a string such as 'bf16', got {name!r}")
     key = name.strip().lower()
@@ -119,6 +121,11 @@ def get_format(name: str) -> Format:
 def list_formats() -> list[str]:
     """Names of the registered formats (``int4-g<g>`` stands for any group size)."""
     return [*_FORMATS, "int4-g32", "int4-g128"]
+
+
+def _format_name(value: Any) -> Any:
+    """A :class:`Format` given where a name is expected, as its name (anything else as it is, for the validator)."""
+    return value.name if isinstance(value, Format) else value
 
 
 def _check_format(_inst: object, attribute: attrs.Attribute, value: str | None) -> None:
@@ -140,11 +147,11 @@ class Formats:
     embedding table with the LM head (``head``; None = as the non-expert weights, or as the serving stack's
     toolchain keeps them: :meth:`with_toolchain_head`)."""
 
-    weights: str = attrs.field(default="bf16", validator=_check_format)
-    experts: str | None = attrs.field(default=None, validator=_check_format)
-    kv: str = attrs.field(default="bf16", validator=_check_format)
-    activations: str = attrs.field(default="bf16", validator=[_check_format, _not_weight_only])
-    head: str | None = attrs.field(default=None, validator=_check_format)
+    weights: str = attrs.field(default="bf16", converter=_format_name, validator=_check_format)
+    experts: str | None = attrs.field(default=None, converter=_format_name, validator=_check_format)
+    kv: str = attrs.field(default="bf16", converter=_format_name, validator=_check_format)
+    activations: str = attrs.field(default="bf16", converter=_format_name, validator=[_check_format, _not_weight_only])
+    head: str | None = attrs.field(default=None, converter=_format_name, validator=_check_format)
 
     @property
     def weight(self) -> Format:
@@ -238,6 +245,8 @@ def check_format_keys(given: Mapping[str, Any] | None, what: str = "formats") ->
     "fp8"}`` would otherwise reach a function's keywords as a TypeError)."""
     if given is None:
         return {}
+    if isinstance(given, Formats):   # a result's formats passed back: the ones it named
+        return {k: v for k, v in attrs.asdict(given).items() if v is not None}
     if not isinstance(given, Mapping):
         raise WorkloadError(f"{what} must be a mapping of {', '.join(FORMAT_KEYS)} to format names, "
                             f"got {type(given).__name__}")

@@ -140,6 +140,8 @@ def _deepseek_v3(k: _Keys) -> dict[str, Any]:
     c = _common(k, tie_default=False)
     n = c["num_layers"]
     first_dense = k.integer("first_k_dense_replace", 0, minimum=0)
+    if first_dense >= n:
+        raise k.fail("first_k_dense_replace", f"leaves no MoE layer of {n} (num_hidden_layers)")
     freq = k.integer("moe_layer_freq", 1)
     moe = tuple(i >= first_dense and i % freq == 0 for i in range(n))
     shared = k.integer("n_shared_experts", 0, minimum=0)
@@ -269,6 +271,8 @@ def list_models() -> list[str]:
 
 def load_model(id_or_path: str | os.PathLike[str]) -> ModelSpec:
     """Load a preset by id, or build a model from a path to a ``config.json``."""
+    if not isinstance(id_or_path, (str, os.PathLike)):
+        raise NotFoundError(f"a model is a preset id or the path of a config.json, got {id_or_path!r}")
     text = os.fspath(id_or_path)
     if len(text) > 4096:
         raise NotFoundError(f"{text[:40]}...: a name of {len(text):,} characters is neither a model id nor a path")

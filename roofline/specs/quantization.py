@@ -50,7 +50,14 @@ class CheckpointFormats:
     unread: str | None = None
 
 
+#: transformers' AWQConfig and GPTQConfig default ``group_size``, where a config leaves it out
+DEFAULT_GROUP = 128
+
+
 def _num(value: Any) -> int | None:
+    """A whole number, also written as a string ("128"); anything else None (the config is then not read)."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -59,9 +66,8 @@ def _int_bits(bits: int | None, group: int | None, hidden_size: int) -> str | No
     row is about ``hidden_size`` weights), int8 per channel; other widths are not read."""
     if bits == 8:
         return "int8"
-    if bits == 4:
-        g = group if group and group > 0 else hidden_size
-        return f"int4-g{g}"
+    if bits == 4 and group is not None and (group > 0 or group == -1):
+        return f"int4-g{group if group > 0 else hidden_size}"
     return None
 
 
@@ -122,9 +128,10 @@ def checkpoint_formats(quant: Any, *, has_experts: bool, hidden_size: int) -> Ch
     fmt = {
         "fp8": lambda: "fp8", "fbgemm-fp8": lambda: "fp8", "eetq": lambda: "int8",
         "awq": lambda: _int_bits(_num(quant.get("bits", quant.get("w_bit"))),
-                                 _num(quant.get("group_size", quant.get("q_group_size"))), hidden_size),
-        "gptq": lambda: _int_bits(_num(quant.get("bits")), _num(quant.get("group_size")), hidden_size),
-        "auto-round": lambda: _int_bits(_num(quant.get("bits")), _num(quant.get("group_size")), hidden_size),
+                                 _num(quant.get("group_size", quant.get("q_group_size", DEFAULT_GROUP))), hidden_size),
+        "gptq": lambda: _int_bits(_num(quant.get("bits")), _num(quant.get("group_size", DEFAULT_GROUP)), hidden_size),
+        "auto-round": lambda: _int_bits(_num(quant.get("bits")), _num(quant.get("group_size", DEFAULT_GROUP)),
+                                        hidden_size),
         "bitsandbytes": lambda: _bitsandbytes(quant),
         "compressed-tensors": lambda: _compressed_tensors(quant, hidden_size),
         "modelopt": lambda: _modelopt(quant),
