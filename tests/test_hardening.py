@@ -486,3 +486,25 @@ def test_inputs_that_would_change_nothing_or_mislead_are_refused(tmp_path):
     odd = rl.model_from_hf_config({**llama, "quantization_config": {"quant_method": "gptq", "bits": 4,
                                                                     "group_size": "a lot"}})
     assert odd.checkpoint_weight_format is None and odd.unread_quantization
+
+
+def test_format_records_are_taken_wherever_formats_are():
+    """A result's Formats passed back into a call (target_formats=r.target_formats, size(formats=...)), and a
+    Format where a name is expected, run as their names do (they were refused as 'not a mapping' / 'not a
+    string')."""
+    import numpy as np
+    req = rl.Request(input_tokens=100, output_tokens=10)
+    place = rl.Placement.build("x", decode="h100-sxm")
+    r = rl.evaluate_serving("llama-3.1-8b", place, req, batch=4, target_formats={"weights": "fp8"})
+    again = rl.evaluate_serving("llama-3.1-8b", place, req, batch=4, target_formats=r.target_formats)
+    assert again.target_formats == r.target_formats and np.array_equal(again.tpot_s, r.tpot_s)
+    step = rl.decode_step("llama-3.1-8b", "h100-sxm", batch=1, context=128, weights=rl.get_format("fp8"))
+    assert step.formats.weights == "fp8" and step.formats == rl.decode_step(
+        "llama-3.1-8b", "h100-sxm", batch=1, context=128, weights="fp8").formats
+    m = rl.load_model("llama-3.1-8b")
+    assert m.kv_cache_bytes_per_token(rl.get_format("bf16")) == m.kv_cache_bytes_per_token("bf16")
+    target = rl.Target(users=10, min_tokens_per_s_per_user=30, request=req)
+    option = rl.size(m, ["h100-sxm"], target, formats=rl.Formats(weights="fp8"))[0]
+    assert option.formats["weights"] == "fp8"
+    import json   # a size Option gives to_dict() as the other result records do
+    assert json.loads(json.dumps(option.to_dict()))["target_formats"]["weights"] == "fp8"

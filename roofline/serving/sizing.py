@@ -24,6 +24,7 @@ from ..physics.energy import DEFAULT_POWER, idle_w
 from ..physics.memory import stored_weight_bytes
 from ..physics.speculative import Acceptance
 from ..physics.stages import decode_step, max_batch, setup
+from ..records import plain
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats, check_format_keys, native_default
@@ -92,6 +93,12 @@ class Option:
     @property
     def feasible(self) -> bool:
         return self.replicas > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values, as the other result records give (the placement as its description)."""
+        out = {f.name: plain(getattr(self, f.name)) for f in attrs.fields(Option) if f.name != "placement_record"}
+        placement = self.placement_record.describe() if self.placement_record is not None else None
+        return {"feasible": self.feasible, **out, "placement_description": placement}
 
 
 def device_formats(device: Device, given: Mapping[str, Any] | None, model: ModelSpec | None = None) -> dict[str, Any]:
