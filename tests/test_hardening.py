@@ -492,6 +492,8 @@ def test_format_records_are_taken_wherever_formats_are():
     """A result's Formats passed back into a call (target_formats=r.target_formats, size(formats=...)), and a
     Format where a name is expected, run as their names do (they were refused as 'not a mapping' / 'not a
     string')."""
+    import json
+
     import numpy as np
     req = rl.Request(input_tokens=100, output_tokens=10)
     place = rl.Placement.build("x", decode="h100-sxm")
@@ -505,6 +507,5 @@ def test_format_records_are_taken_wherever_formats_are():
     assert m.kv_cache_bytes_per_token(rl.get_format("bf16")) == m.kv_cache_bytes_per_token("bf16")
     target = rl.Target(users=10, min_tokens_per_s_per_user=30, request=req)
     option = rl.size(m, ["h100-sxm"], target, formats=rl.Formats(weights="fp8"))[0]
-    assert option.formats["weights"] == "fp8"
-    import json   # a size Option gives to_dict() as the other result records do
+    assert option.formats["weights"] == "fp8"   # and it gives to_dict() as the other result records do
     assert json.loads(json.dumps(option.to_dict()))["target_formats"]["weights"] == "fp8"

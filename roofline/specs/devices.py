@@ -489,6 +489,31 @@ SPEC_KEYS = frozenset({"schema", "id", "name", "vendor", "status", "aliases", "i
                        "power", "links", "execution"})
 
 
+def _memory_tiers(r: _Reader, data: dict[str, Any]) -> list[MemoryTier]:
+    """The ``[[memory]]`` tiers, fastest first (weights fill them in that order: a slower tier listed first would
+    put the weights in it)."""
+    tiers_raw = data.get("memory")
+    if not isinstance(tiers_raw, list) or not tiers_raw:
+        r.fail("memory", tiers_raw, "must be a non-empty list of [[memory]] tiers, fastest first")
+    tiers = []
+    for i, t in enumerate(tiers_raw):
+        if not isinstance(t, dict):
+            r.fail(f"memory[{i}]", t, "must be a table")
+        r.known(t, frozenset({"name", "capacity", "bandwidth"}), f"memory[{i}]")
+        name = r.string(t, "name", f"memory[{i}].name")
+        if name in ("compute", "power", "scale_up", "host", "scale_out", "execution"):
+            r.fail(f"memory[{i}].name", name, "is a reserved word")
+        tiers.append(MemoryTier(
+            name=name,
+            capacity_bytes=r.quantity(t, "capacity", f"{name}.capacity", "bytes"),
+            bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s")))
+        if i and None not in (tiers[-1].bandwidth_bytes_per_s, tiers[-2].bandwidth_bytes_per_s) \
+                and tiers[-1].bandwidth_bytes_per_s > tiers[-2].bandwidth_bytes_per_s:   # weights fill tiers in order
+            r.fail(f"memory[{i}].bandwidth", t["bandwidth"].get("value"), f"is faster than the tier before it "
+                   f"({tiers[-2].name}): [[memory]] tiers are listed fastest first")
+    return tiers
+
+
 def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str | None = None) -> Device:
     """Build a :class:`Device` from a parsed spec, raising :class:`SpecError` on any problem."""
     if not isinstance(data, dict):
@@ -512,25 +537,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         r.fail("aliases", aliases, "must be a list of strings")
 
-    tiers_raw = data.get("memory")
-    if not isinstance(tiers_raw, list) or not tiers_raw:
-        r.fail("memory", tiers_raw, "must be a non-empty list of [[memory]] tiers, fastest first")
-    tiers = []
-    for i, t in enumerate(tiers_raw):
-        if not isinstance(t, dict):
-            r.fail(f"memory[{i}]", t, "must be a table")
-        r.known(t, frozenset({"name", "capacity", "bandwidth"}), f"memory[{i}]")
-        name = r.string(t, "name", f"memory[{i}].name")
-        if name in ("compute", "power", "scale_up", "host", "scale_out", "execution"):
-            r.fail(f"memory[{i}].name", name, "is a reserved word")
-        tiers.append(MemoryTier(
-            name=name,
-            capacity_bytes=r.quantity(t, "capacity", f"{name}.capacity", "bytes"),
-            bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s")))
-        if i and None not in (tiers[-1].bandwidth_bytes_per_s, tiers[-2].bandwidth_bytes_per_s) \
-                and tiers[-1].bandwidth_bytes_per_s > tiers[-2].bandwidth_bytes_per_s:   # weights fill tiers in order
-            r.fail(f"memory[{i}].bandwidth", t["bandwidth"].get("value"), f"is faster than the tier before it "
-                   f"({tiers[-2].name}): [[memory]] tiers are listed fastest first")
+    tiers = _memory_tiers(r, data)
 
     compute = r.table(data, "compute", "compute", keys=frozenset({"native", "peak"}))
     native = compute.get("native")
