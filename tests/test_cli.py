@@ -82,6 +82,21 @@ def test_reader_going_away_is_quiet():
     assert err == ""
 
 
+@pytest.mark.parametrize("form", ["--json", "--csv"])
+def test_reader_going_away_part_way_through_json_or_csv_is_not_success(form):
+    """`roofline stage ... --json | head -c 10`: a reader that leaves after the first bytes of megabytes of JSON
+    or CSV. The rest cannot be written, so the status is SIGPIPE's 141, not 0 (one large write used to lose the
+    tail quietly), and nothing is said on stderr."""
+    batches = ",".join(map(str, range(1, 3001)))
+    p = subprocess.Popen([sys.executable, "-m", "roofline", "stage", "llama-3.1-8b", "h100-sxm", "--batch", batches,
+                          form], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert len(p.stdout.read(10)) == 10
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141, err
+    assert err == ""
+
+
 def test_help_does_not_import_heavy_modules():
     code = ("import sys, roofline.ui.cli as c\n"
             "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"

@@ -153,12 +153,14 @@ def add_prices(sp: argparse.ArgumentParser) -> None:
 def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> None:
     native = ("bf16, or where a device has no bf16 units its native format: fp16 on groq-lpu, fp8 on groq-3-lpu, "
               "mxint8 on corsair")
-    sp.add_argument("--weights", default=None, help="non-expert weight format (default: the checkpoint's, fp8 for an "
-                                                    f"FP8 checkpoint, else {native}; `roofline formats`)")
+    sp.add_argument("--weights", default=None, help="non-expert weight format (default: the checkpoint's, as its "
+                                                    "config's quantization_config says: fp8, int4-g128 for AWQ/GPTQ, "
+                                                    f"...; else {native}; `roofline formats`)")
     sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's, else --weights)")
     sp.add_argument("--kv", default=None, help=f"KV-cache format (default: {native})")
-    sp.add_argument("--lm-head", default=None, help="embedding and LM head format (default: as --weights, or as "
-                                                    "--stack's checkpoints keep them: bf16 for tensorrt-llm, vllm, sglang)")
+    sp.add_argument("--lm-head", default=None, help="embedding and LM head format (default: as --weights; bf16 beside "
+                                                    "a quantized checkpoint's weights, or as --stack's checkpoints keep "
+                                                    "them: bf16 for tensorrt-llm, vllm, sglang)")
     if activations:
         sp.add_argument("--activations", default=None, help=f"activation format (default: {native})")
 

@@ -69,16 +69,30 @@ def _cell(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (dict, list)) else v
 
 
+#: How much of a JSON or CSV text goes out before each flush: a pipe's buffer
+_CHUNK = 1 << 16
+
+
+def _write(console: Console, text: str) -> None:
+    """``text`` to the console's file a pipe buffer at a time, flushed: a reader that goes away part-way (``| head``)
+    then raises BrokenPipeError here, which `roofline.ui.cli.main` turns into the shell's SIGPIPE status; one large
+    write lost the tail quietly and exited 0."""
+    f = console.file
+    for i in range(0, len(text), _CHUNK):
+        f.write(text[i:i + _CHUNK])
+        f.flush()
+
+
 def emit(console: Console, view: View, args: argparse.Namespace) -> None:
     """Print ``view`` the way the command line asked: --json, --csv, or tables; with --stack, which fitted
     parameter set the GPUs ran with (JSON ``stack``, a ``stack`` column in CSV, a line under the tables)."""
     note = getattr(args, "stack_note", None)
     if getattr(args, "json", False):
         data = {**view.data, "stack": note} if note and isinstance(view.data, dict) else view.data
-        console.file.write(json.dumps(jsonable(data), indent=2) + "\n")
+        _write(console, json.dumps(jsonable(data), indent=2) + "\n")
     elif getattr(args, "csv", False):
         rows = [{**r, "stack": note["parameters"]} for r in view.rows] if note else view.rows
-        console.file.write(csv_text(rows))
+        _write(console, csv_text(rows))
     else:
         for t in view.tables:   # Text (command lines) is printed unwrapped, for copying
             console.print(t, soft_wrap=isinstance(t, Text))

@@ -746,8 +746,10 @@ def calibration_record(fit: Mapping[str, Any], same_data: bool = True) -> str:
     if not fit.get("rows") or not fit_errors(fit):
         return ""
     other = "" if same_data else ", not on the file validated here"
-    return (f" The calibration was fitted on {fit['rows']} GPU time rows of {fit.get('data', '?')}{other}: "
-            f"{fit_errors(fit)}.")
+    checked = int(fit.get("checked_rows") or 0)
+    rows = (f"{fit['rows'] - checked} of the {fit['rows']} GPU time rows (the other {checked}, of a grade it does "
+            "not fit, predicted)" if checked else f"{fit['rows']} GPU time rows")
+    return f" The calibration was fitted on {rows} of {fit.get('data', '?')}{other}: {fit_errors(fit)}."
 
 
 def repeat_record(repeats: Mapping[str, Any] | None) -> str:
