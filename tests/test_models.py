@@ -188,6 +188,9 @@ def test_an_fp8_checkpoint_runs_in_fp8_unless_told_otherwise(tmp_path, run_cli):
     ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {"group_0": {
         "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
         "input_activations": {"num_bits": 4, "type": "float", "group_size": 16}}}}, "nvfp4"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int", "strategy": "channel"}, "input_activations": None}}},
+     "int4-g4096"),   # one scale per output channel: a row of hidden_size
     ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}, "int4-g128"),
     ({"quant_method": "awq", "w_bit": 4, "q_group_size": 64}, "int4-g64"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": False}, "int4-g32"),

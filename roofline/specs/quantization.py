@@ -62,8 +62,9 @@ def _num(value: Any) -> int | None:
 
 
 def _int_bits(bits: int | None, group: int | None, hidden_size: int) -> str | None:
-    """GPTQ/AWQ-style integer weights: int4 with a scale per ``group`` (-1 or None: one per output channel, whose
-    row is about ``hidden_size`` weights), int8 per channel; other widths are not read."""
+    """GPTQ/AWQ-style integer weights: int4 with a scale per ``group`` (-1: one per output channel, whose row is
+    about ``hidden_size`` weights), int8 per channel; other widths, and a group that is not a number, are not
+    read."""
     if bits == 8:
         return "int8"
     if bits == 4 and group is not None and (group > 0 or group == -1):
@@ -85,7 +86,7 @@ def _compressed_scheme(group: Mapping[str, Any], hidden_size: int) -> str | None
     if kind == "int" and bits == 8:
         return "w8a8-int8" if act_int else "int8"
     if kind == "int" and bits == 4 and a is None:
-        return _int_bits(4, size if w.get("strategy") == "group" else None, hidden_size)
+        return _int_bits(4, size if w.get("strategy") == "group" else -1, hidden_size)   # "channel": one per row
     return None
 
 
