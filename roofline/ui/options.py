@@ -174,6 +174,15 @@ def add_acceptance(sp: argparse.ArgumentParser, several: bool = False) -> None:
                     help="per-token alpha at given draft lengths, interpolated between them, e.g. 5:0.926,40:0.962")
 
 
+def refuse_speculation_without_draft(args: argparse.Namespace) -> None:
+    """An acceptance or a draft length (--gamma, where the command has one) describes a draft: without --draft it
+    would go unused, silently."""
+    if not args.draft and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
+        raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
+    if not args.draft and getattr(args, "gamma", None) is not None:
+        raise UsageError("--gamma (a draft length) needs a draft model (--draft)")
+
+
 def add_request(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--isl", type=positive, default=8192, help="input tokens per request (default 8192; 8k = 8000, 8Ki = 8192)")
     sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")

@@ -35,6 +35,7 @@ from ..options import (
     positive,
     price_list,
     refuse_repeats,
+    refuse_speculation_without_draft,
     scheduler_note,
     serving_knobs,
     what_if,
@@ -97,21 +98,13 @@ def _groups_devices(p: Placement) -> list[Any]:
     return [g.device for g in (p.decode, p.prefill, p.draft) if g is not None]
 
 
-def _refuse_speculation_without_draft(args: argparse.Namespace) -> None:
-    """An acceptance or a draft length describes a draft: without --draft it would be silently unused."""
-    if not args.draft and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
-        raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
-    if not args.draft and args.gamma is not None:
-        raise UsageError("--gamma (a draft length) needs a draft model (--draft)")
-
-
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not names:
         raise UsageError("--devices: give at least one device id")
     refuse_repeats(names, "--devices")
-    _refuse_speculation_without_draft(args)
+    refuse_speculation_without_draft(args)
     gamma = 5 if args.gamma is None else args.gamma
     grouped = [n for n in names if ":" in n and not n.endswith(".toml")]
     if grouped:

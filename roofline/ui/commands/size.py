@@ -27,6 +27,7 @@ from ..options import (
     number,
     positive,
     price_list,
+    refuse_speculation_without_draft,
     stack_option,
     what_if,
 )
@@ -59,8 +60,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     wi.check_used([resolve_group(n).device for n in names])
     # ID: searched over its family's group shapes; ID:N or ID:TPxPP: that shape only
     devices = [wi.apply_group(resolve_group(n)) if ":" in n else wi.apply(resolve_device(n)) for n in names]
-    if args.draft is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
-        raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
+    refuse_speculation_without_draft(args)
     if args.emit and args.stack is not None and stack_option(args.stack) != stack_option(args.emit):
         raise UsageError(f"--emit {args.emit} prints {stack_option(args.emit)} launch commands while --stack "
                          f"{args.stack} predicts {stack_option(args.stack)}: give the same engine to both")
