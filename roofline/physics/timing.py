@@ -373,8 +373,13 @@ def _row_efficiency(tokens: Any, params: EngineParams) -> Any:
     if params.compute_half_tokens > 0:
         eff = tokens / (tokens + params.compute_half_tokens)
     if params.m_tile > 1:   # padded rows: a matmul over T tokens costs ceil(T / m) m rows of work
-        eff = eff * tokens / (np.ceil(tokens / params.m_tile) * params.m_tile)
+        eff = eff * _tile_fill(tokens, params.m_tile)
     return eff
+
+
+def _tile_fill(rows: Any, m_tile: float) -> Any:
+    """Share of the work a matmul over ``rows`` rows does on tiles of ``m_tile`` rows: rows / (ceil(rows / m) m)."""
+    return rows / (np.ceil(rows / m_tile) * m_tile)
 
 
 def _class_scale(cls: str, params: EngineParams) -> float:
@@ -400,12 +405,8 @@ def _head_tile_slowdown(work: Work, params: EngineParams) -> Any:
     a whole tile however long the prompt, so a longer prompt cannot make it cheaper. 1 without tiles."""
     if params.m_tile <= 1:
         return 1.0
-    m = params.m_tile
-
-    def padded(rows: Any) -> Any:
-        rows = np.maximum(rows, 1.0)
-        return rows / (np.ceil(rows / m) * m)
-    return padded(work.tokens) / padded(work.logit_rows)
+    return _tile_fill(np.maximum(work.tokens, 1.0), params.m_tile) / _tile_fill(np.maximum(work.logit_rows, 1.0),
+                                                                             params.m_tile)
 
 
 def _tokens_per_expert(work: Work) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RooflineError, WorkloadError
+from ..physics.energy import DEFAULT_POWER
 from ..physics.speculative import Acceptance
 from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.whatif import WhatIf
@@ -201,7 +202,6 @@ def idle_note(devices: Iterable[Any]) -> str:
     """A caption's remark where energy charges an idle power the spec does not publish (most devices: only
     the H100 SXM's is measured): the share of TDP :class:`~roofline.physics.energy.PowerModel` assumes, and for
     which devices. Devices without a TDP are left out: their energy is not computed at all."""
-    from ..physics.energy import DEFAULT_POWER
     missing = sorted({d.id for d in devices if d.idle_w is None and d.tdp_w is not None})
     if not missing:
         return ""
