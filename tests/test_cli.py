@@ -326,8 +326,13 @@ def test_stack_option_runs_the_gpus_with_a_serving_stacks_fit(run_cli):
         assert code == 0, err
         data = json.loads(out)
         return data, next(s for s in data["stages"] if s["stage"] == "decode")["rows"]
-    pooled, rows = decode()
-    assert "stack" not in pooled
+    default, default_rows = decode()
+    assert default["stack"]["name"] == default["stack"]["parameters"] == "vllm"   # the default is a real stack
+    pooled, rows = decode("--stack", "pooled")
+    assert pooled["stack"]["name"] == "pooled" and pooled["stack"]["parameters"] == "default"
+    api = rl.decode_step("llama-3.1-70b", "h100-sxm:2", batch=np.array([1, 16]), context=2048,
+                         params=shipped_profile().default)
+    assert [r["time_s"] for r in rows] == pytest.approx([float(t) for t in api.time_s])
     times = {}
     for stack, typed in (("tensorrt-llm", "TRT-LLM"), ("vllm", "vLLM"), ("sglang", "sglang")):
         data, rows = decode("--stack", typed)
@@ -338,6 +343,14 @@ def test_stack_option_runs_the_gpus_with_a_serving_stacks_fit(run_cli):
         assert [r["time_s"] for r in rows] == pytest.approx([float(t) for t in api.time_s])
         times[stack] = rows[0]["time_s"]
     assert len({round(t, 9) for t in times.values()}) == 3   # the stacks' fits differ
+    assert default_rows[0]["time_s"] == pytest.approx(times["vllm"]) != pytest.approx(rows[0]["time_s"])
+    # without --stack an AMD GPU runs the default stack's ROCm build, in the API as on the command line
+    code, out, _ = run_cli("stage", "llama-3.1-70b", "mi300x", "--batch", "1", "--json")
+    data = json.loads(out)
+    rocm = shipped_profile().for_stack("vllm", "AMD", "gfx942")
+    api = rl.decode_step("llama-3.1-70b", "mi300x", batch=1, context=1024, params=rocm).time_s
+    assert data["stack"]["parameters"] == "vllm-rocm-gfx942"
+    assert float(rl.decode_step("llama-3.1-70b", "mi300x", batch=1, context=1024).time_s) == pytest.approx(float(api))
     # an AMD GPU runs the stack's ROCm build for its ISA; without a fitted one, the nearest set, said to be NVIDIA's
     code, out, _ = run_cli("stage", "llama-3.1-70b", "mi300x", "--batch", "1", "--stack", "vllm", "--json")
     note = json.loads(out)["stack"]

@@ -381,7 +381,7 @@ def test_weight_unpacking_hides_in_the_weight_stream_until_the_rows_outgrow_a_sl
     traffic, while a 4,096-token prompt unpacks every weight once per 64-row slice (64 times), counted by hand."""
     model, group = resolve_model("llama-3.1-8b"), rl.resolve_group("h100-sxm")
     fmt = Formats(weights="int4-g128", kv="bf16", activations="bf16")
-    none = attrs.evolve(resolve_profile(group.device), dequant_ops_per_element=0.0)
+    none = attrs.evolve(resolve_profile(group.device), dequant_ops_per_element=0.0, head_format=None)
     ops = attrs.evolve(none, dequant_ops_per_element=4.0, dequant_tile_rows=64.0)
     rate = group.device.get("compute.fp32") * ops.compute_fraction
     matmuls = model.num_layers * (model.attention_params_per_layer() + model.dense_mlp_params())
@@ -798,22 +798,24 @@ def test_quantised_checkpoints_keep_the_embedding_and_lm_head_at_16_bits():
 
 def test_the_head_format_is_an_option_of_every_command_that_takes_formats(run_cli):
     """``--lm-head`` names the embedding and LM head format outright: the stage table stores and reads it (without
-    ``--stack`` the head is quantised with the weights), and the serving commands carry it into their groups."""
+    ``--stack pooled``, which sets no toolchain, the head is quantised with the weights; the default stack, vLLM,
+    keeps it bf16), and the serving commands carry it into their groups."""
     m = resolve_model("llama-3.1-70b")
     head = m.embedding_params() + m.lm_head_params()
     base = ("stage", "llama-3.1-70b", "h100-sxm:2", "--weights", "fp8", "--kv", "fp8", "--json")
     decode = {}
-    for extra in ((), ("--lm-head", "bf16")):
+    for extra in (("--stack", "pooled"), ("--stack", "pooled", "--lm-head", "bf16"), (), ("--lm-head", "fp8")):
         code, out, err = run_cli(*base, *extra)
         assert code == 0, err
         decode[extra] = json.loads(out)["stages"][1]
-    plain, wide = decode[()], decode[("--lm-head", "bf16")]
+    plain, wide = decode[("--stack", "pooled")], decode[("--stack", "pooled", "--lm-head", "bf16")]
     assert (plain["formats"]["head"], wide["formats"]["head"]) == ("fp8", "bf16")
+    assert (decode[()]["formats"]["head"], decode[("--lm-head", "fp8")]["formats"]["head"]) == ("bf16", "fp8")
     stored = [d["rows"][0]["weights_per_device_bytes"] for d in (plain, wide)]
     assert stored[1] - stored[0] == pytest.approx(head / 2)            # one more byte per head weight, tp 2
     spec = ("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--draft-on", "h100-sxm",
             "--verify-on", "h100-sxm:4", "--alpha", "0.8", "--gamma", "2", "--weights", "fp8", "--json")
-    verify = [json.dumps(json.loads(run_cli(*spec, *extra)[1])) for extra in ((), ("--lm-head", "bf16"))]
+    verify = [json.dumps(json.loads(run_cli(*spec, *extra)[1])) for extra in ((), ("--lm-head", "fp8"))]
     assert verify[0] != verify[1]
     code, _, err = run_cli(*base, "--lm-head", "bf17")
     assert code == 1 and "unknown format 'bf17'" in err and "Traceback" not in err

@@ -298,7 +298,7 @@ def test_shipped_profile_reproduces_its_recorded_fit():
     for params in (shipped.default, *shipped.families.values()):
         for k, (lo, hi, _scale) in BOUNDS.items():
             assert lo - 1e-12 <= getattr(params, k) <= hi + 1e-12, k
-    assert rl.DEFAULT_PARAMS == shipped.default
+    assert rl.DEFAULT_PARAMS == shipped.for_stack("vllm")   # the default stack's fitted set
     ids = {r.id for r in ROWS if rl.load_device(r.get("hardware")).family == "gpu"
            and r.get("metric") not in ENERGY_METRICS}   # the calibration's rows
     fitted = [abs(r["error"]) for r in validate(ROWS, shipped).rows if r["id"] in ids]   # each row on its own

@@ -48,7 +48,7 @@ from ..errors import InfeasibleError, LayoutError, UnknownSpecError, WorkloadErr
 from ..records import ArrayRecord
 from ..specs.devices import COMPUTE_CLASS_BITS, Device
 from ..specs.execution import resolve_profile
-from ..specs.formats import NATIVE_DEFAULTS, Format, Formats
+from ..specs.formats import NATIVE_DEFAULTS, Format, Formats, get_format
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
@@ -306,6 +306,18 @@ class StageResult(ArrayRecord):
 
 
 _MIXED_FLOAT = frozenset({"fp4", "fp6", "fp8"})   # the operand classes a mixed-input MMA takes
+
+
+def _head_the_device_runs(head: str | None, device: Device) -> str | None:
+    """A serving stack's wider LM head format (:attr:`EngineParams.head_format`) where ``device`` publishes a rate for
+    it, else None (the head then stays with the weights: Rubin's spec gives FP8 and FP4 rates, no BF16 one)."""
+    if head is None:
+        return None
+    try:
+        _rate(device, get_format(head).compute)
+    except UnknownSpecError:
+        return None
+    return head
 
 
 def compute_class(fmt: Format, activation: Format, device: Device) -> tuple[str, bool]:
@@ -578,7 +590,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                           f"{group.device.family} serving engine's stage holds whole layers (at most "
                           f"{model.num_layers} stages)")
     params = resolve_profile(group.device, params)
-    formats = formats.with_toolchain_head(params.head_format)
+    formats = formats.with_toolchain_head(_head_the_device_runs(params.head_format, group.device))
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
     shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
     micro = np.minimum(B, pp) if pp > 1 else 1.0

@@ -33,6 +33,7 @@ from .params import (
     STACK_SET,
     EngineParams,
     default_params,
+    default_params_for,
     profile_value,
     with_values,
 )
@@ -84,7 +85,9 @@ def family_profile(family: str) -> FamilyProfile:
     refs, table = data.get("sources", {}), data.get("profile")
     if data.get("family") != family or not isinstance(table, dict) or not isinstance(refs, dict):
         raise SpecError(f"{path}: needs family = {family!r}, a [sources] table and a [profile] table")
-    base = default_params() if family == "gpu" else EngineParams(family=family)
+    # the gpu family: the default stack's fitted efficiencies and costs, without the settings that stack fixes
+    base = (attrs.evolve(default_params(), **{f: getattr(EngineParams(), f) for f in STACK_SET}) if family == "gpu"
+            else EngineParams(family=family))
     values: dict[str, Any] = {}
     provenance: dict[str, str] = {}
     for name, entry in table.items():
@@ -110,8 +113,9 @@ _RESOLVED = IdentityMemo(256)
 
 
 def resolve_profile(device: Device, params: EngineParams | None = None) -> EngineParams:
-    """The profile a device runs with: ``params`` when it describes the device's family (a calibration),
-    with the family file's family-level fields (collective algorithm, tile, pipeline hop, ...: what
+    """The profile a device runs with: ``params`` when it describes the device's family (a calibration; none, or
+    :func:`~roofline.specs.params.default_params`, on a GPU: the default stack's build for its platform), with the
+    family file's family-level fields (collective algorithm, tile, pipeline hop, ...: what
     calibration profiles never carry), else the family's own profile; then the device's ``[execution]``
     overrides (what-ifs of any field)."""
     hit = _RESOLVED.get((device, params))
@@ -119,6 +123,8 @@ def resolve_profile(device: Device, params: EngineParams | None = None) -> Engin
 
 
 def _resolve_profile(device: Device, params: EngineParams | None) -> EngineParams:
+    if device.family == "gpu" and (params is None or params is default_params()):
+        params = default_params_for(device.vendor, device.isa)   # the default stack's build for this GPU
     if params is not None and params.family == device.family:
         fam = family_profile(device.family).profile
         keep = {"family"} | {f for f in STACK_SET if getattr(params, f) is not None}

@@ -4,13 +4,15 @@ Pure rooflines land 30-50% off real serving numbers; the difference is mostly
 these few physical parameters (docs/theory.md §1.2-1.3, §5.1). The class
 defaults are engineering estimates from the sources in :class:`EngineParams`;
 :func:`default_params`, which every function uses unless given ``params=``, is
-the shipped fit of the same parameters to published measurements
+the shipped fit of :data:`DEFAULT_STACK` (vLLM) to published measurements
 (``roofline/profiles/default.toml``, reproduced by ``roofline calibrate``).
 
-A :class:`Profile` holds one parameter set for any stack and, optionally, one
-per serving-stack family (gpt-fast, TensorRT-LLM/NIM); profile files are read
-and written here and nowhere else. A broken shipped profile is an error, never
-a silent fallback.
+A :class:`Profile` holds one pooled parameter set (``[params]``, fitted to every
+stack's rows at once: the ``pooled`` stack) and one per serving-stack family
+(gpt-fast, TensorRT-LLM/NIM, vLLM, SGLang and their ROCm builds). GPUs run
+:data:`DEFAULT_STACK`'s set unless a stack is named. Profile files are read and
+written here and nowhere else. A broken shipped profile is an error, never a
+silent fallback.
 """
 
 from __future__ import annotations
@@ -560,6 +562,8 @@ class Profile:
                                 f"({', '.join(f'{v} {i}'.strip() for v, i in platforms)}); give one platform and "
                                 "ISA at a time")
         vendor, isa = platforms[0]
+        if name == POOLED:
+            return StackChoice(name=POOLED, build=POOLED, fitted="default", params=self.default)
         if name in NVIDIA_ONLY_STACKS and vendor != "NVIDIA":
             raise WorkloadError(f"serving stack {name} runs on NVIDIA GPUs only ({NVIDIA_ONLY_STACKS[name]}), "
                                 f"not on {vendor} {isa}".rstrip())
@@ -584,9 +588,17 @@ class StackChoice:
     platform_from: tuple[str, ...] = ()
 
 
+#: The stack GPUs run when none is named: vLLM, the most deployed open-source engine and the one measured on the
+#: most device kinds here (NVIDIA and AMD rows from InferenceMAX, ML.ENERGY, MLPerf's AMD submissions and the vLLM
+#: blog). The profile's ``[params]`` set, fitted to every stack's rows at once, matches no stack (5.5 us per kernel
+#: where each NVIDIA stack's own fit is about 2.4 us): it stays a named choice, ``pooled``.
+DEFAULT_STACK = "vllm"
+#: The name of the profile's pooled ``[params]`` set as a stack (``--stack pooled``).
+POOLED = "pooled"
+
 #: The names ``--stack`` takes for each serving-stack family (case-insensitive).
 STACK_NAMES = {"tensorrt-llm": ("tensorrt-llm", "trtllm", "trt-llm", "tensorrt", "nim"), "vllm": ("vllm",),
-               "sglang": ("sglang",), "gpt-fast": ("gpt-fast", "gptfast")}
+               "sglang": ("sglang",), "gpt-fast": ("gpt-fast", "gptfast"), POOLED: (POOLED,)}
 #: Stacks built for one vendor's GPUs: TensorRT-LLM is "NVIDIA's open-source library for optimizing LLM inference
 #: on NVIDIA GPUs" (https://github.com/NVIDIA/TensorRT-LLM), built on CUDA and TensorRT.
 NVIDIA_ONLY_STACKS = {"tensorrt-llm": "built on CUDA and TensorRT"}
@@ -637,7 +649,7 @@ def load_profile(path: str | Path, *, base: EngineParams | None = None) -> Profi
         data = tomllib.loads(read_text(p, what="a calibration profile (.toml)", max_bytes=1_000_000))
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{p}: not a profile TOML: {e}") from None
-    start = base if base is not None else default_params()
+    start = base if base is not None else shipped_profile().default
     default = _params_from(data.get("params"), f"{p} [params]", start)
     stacks = data.get("stacks", {})
     if not isinstance(stacks, dict):
@@ -754,6 +766,17 @@ def shipped_profile() -> Profile:
     return load_profile(shipped_profile_path(), base=EngineParams())
 
 
+@functools.cache
 def default_params() -> EngineParams:
-    """What every function uses unless given ``params=``: the shipped fit's ``[params]``."""
-    return shipped_profile().default
+    """What every function uses unless given ``params=``: the shipped fit of :data:`DEFAULT_STACK` (its CUDA build;
+    a GPU of another platform runs that platform's build, :func:`default_params_for`)."""
+    return shipped_profile().for_stack(DEFAULT_STACK)
+
+
+@functools.cache
+def default_params_for(vendor: str, isa: str) -> EngineParams:
+    """The parameters :data:`DEFAULT_STACK` runs a GPU of ``vendor`` and ``isa`` with (:meth:`Profile.for_stack`:
+    its ROCm build's fitted set on AMD GPUs): what :func:`default_params` stands for on that GPU."""
+    if vendor.strip().lower() != "amd":
+        return default_params()
+    return shipped_profile().for_stack(DEFAULT_STACK, vendor, isa)

@@ -16,7 +16,15 @@ from ..physics.speculative import Acceptance
 from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.whatif import WhatIf
 from ..specs.devices import Device
-from ..specs.params import EngineParams, Profile, default_params, load_profile, shipped_profile, stack_name
+from ..specs.params import (
+    DEFAULT_STACK,
+    EngineParams,
+    Profile,
+    default_params,
+    load_profile,
+    shipped_profile,
+    stack_name,
+)
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import resolve_device
 
@@ -136,7 +144,7 @@ def add_profile(sp: argparse.ArgumentParser, *, stack: bool = True) -> None:
         sp.add_argument("--stack", default=None, metavar="NAME",
                         help="run the GPUs with this serving stack's fitted efficiencies, fixed costs and scheduling "
                              "(tensorrt-llm/trtllm/nim, vllm, sglang, gpt-fast; on AMD its ROCm build where one is "
-                             "fitted); default: one parameter set fitted to every stack's rows")
+                             "fitted; pooled: one set fitted to every stack's rows at once); default: vllm")
 
 
 def add_what_if(sp: argparse.ArgumentParser) -> None:
@@ -251,19 +259,31 @@ def profile(args: argparse.Namespace) -> Profile:
 
 
 def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> EngineParams:
-    """The engine parameters a command runs ``devices`` with: --stack's fitted set for their GPUs (what was chosen
-    is kept in ``args.stack_note`` for the output: :func:`roofline.evidence.calibrate.stack_record`), else the
-    profile's default set."""
-    if getattr(args, "stack", None) is not None:
-        from ..evidence.calibrate import stack_record  # lazily: only --stack needs the evidence layer
-        try:
-            prof = profile(args)
-            choice = prof.for_gpus(args.stack, devices)
-        except WorkloadError as e:
-            raise UsageError(f"--stack: {e}") from None
-        args.stack_note = stack_record(choice, prof)
-        return choice.params
-    return profile(args).default if getattr(args, "profile", None) else default_params()
+    """The engine parameters a command runs ``devices`` with: the fitted set of --stack (else of the default stack,
+    :data:`~roofline.specs.params.DEFAULT_STACK`) for their GPUs. What was chosen is kept in ``args.stack_note``
+    for the output (:func:`roofline.evidence.calibrate.stack_record`); with no GPU among ``devices`` each device
+    runs its family's execution profile and the note says so. Without --stack or --profile, GPUs of several
+    platforms (NVIDIA and AMD) each run the default stack's build for their own platform."""
+    from ..evidence.calibrate import stack_record  # lazily: the evidence layer is only needed to describe the set
+    devices = list(devices)
+    prof, named = profile(args), getattr(args, "stack", None)
+    gpus = [d for d in devices if d.family == "gpu"]
+    if named is None and not gpus:
+        args.stack_note = {"name": None, "build": None, "parameters": None,
+                           "families": sorted({d.family for d in devices})}
+        return prof.for_stack(DEFAULT_STACK)
+    platforms = {(d.vendor, d.isa): d for d in gpus}
+    try:
+        if named is None and getattr(args, "profile", None) is None and len(platforms) > 1:
+            order = sorted(platforms, key=lambda p: (p[0] != "NVIDIA", p))
+            notes = [stack_record(prof.for_gpus(DEFAULT_STACK, [platforms[p]]), prof) for p in order]
+            args.stack_note = {**notes[0], "other_builds": notes[1:]}
+            return default_params()   # each GPU resolves the default stack's build for its platform
+        choice = prof.for_gpus(named if named is not None else DEFAULT_STACK, devices)
+    except WorkloadError as e:
+        raise UsageError(f"--stack: {e}") from None
+    args.stack_note = stack_record(choice, prof)
+    return choice.params
 
 
 def stack_option(text: str) -> str:

@@ -113,9 +113,18 @@ _SETTING_WORDS: dict[str, Any] = {
 
 def stack_line(note: dict[str, Any]) -> str:
     """The line under the tables saying which fitted parameter set the GPUs ran with, and what it leaves open."""
+    if note["name"] is None:
+        return (f"No GPU here: each device runs its family's execution profile ({', '.join(note['families'])}); "
+                "a serving stack's fitted set applies to GPUs only.")
     build, used = note["build"], note["parameters"]
-    text = (f"GPUs run {build} with the calibration's {used} parameter set" if used == build else
-            f"GPUs run {build}; the calibration fits no set for it, so its nearest, {used}, answers")
+    if note["name"] == "pooled":
+        text = ("GPUs run the calibration's pooled parameter set (fitted to every stack's rows at once; it matches "
+                "no one stack)")
+    else:
+        text = (f"GPUs run {build} with the calibration's {used} parameter set" if used == build else
+                f"GPUs run {build}; the calibration fits no set for it, so its nearest, {used}, answers")
+    for other in note.get("other_builds", []):
+        text += f"; {other['build']} with its {other['parameters']} set"
     if note["fitted_on_other_platform"]:
         text += " (fitted on NVIDIA GPUs)"
     if note["platform_parameters_from"]:

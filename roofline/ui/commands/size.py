@@ -64,6 +64,8 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     if args.emit and args.stack is not None and stack_option(args.stack) != stack_option(args.emit):
         raise UsageError(f"--emit {args.emit} prints {stack_option(args.emit)} launch commands while --stack "
                          f"{args.stack} predicts {stack_option(args.stack)}: give the same engine to both")
+    if args.emit and args.stack is None:
+        args.stack = stack_option(args.emit)   # size with the engine whose commands are printed
     model = load_model(args.model)
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
                                                                        "--min-tokens-per-s-per-user", positive=True),
@@ -102,5 +104,6 @@ def register(add: Adder) -> None:
                     "device's)")
     add_prices(sp)
     sp.add_argument("--emit", choices=ENGINES, default=None,
-                    help="also print the engine's launch command line for each feasible option")
+                    help="also print the engine's launch command line for each feasible option, sized with that "
+                         "engine's fitted parameters (as --stack ENGINE)")
     add_what_if(sp)
