@@ -14,6 +14,9 @@ The public API (``import roofline as rl``):
 * planning: :func:`size` (fewest devices for N users at a speed and TTFT), :class:`Target`,
   :func:`launch_command` (vLLM / SGLang / TensorRT-LLM command lines), :func:`sweep` (chunked Pareto
   sweeps on any executor), :class:`Prices` and :func:`shipped_prices` (USD per device-hour)
+* how far to trust a figure: :func:`interval` (split-conformal, from errors on publications the fit never
+  saw), :func:`with_intervals` (``<name>_low`` / ``<name>_high`` beside a result's figures); GPUs run
+  :data:`DEFAULT_STACK` (vLLM) unless ``params=`` says otherwise
 
 The package is layered (README "How it is built"): errors/units/workload, then
 specs, physics, serving, evidence, ui; this module re-exports the public names
@@ -47,14 +50,16 @@ from .serving.serve import Placement, Request, ServingResult, evaluate_serving
 from .serving.sizing import Option, Target, size
 from .serving.speculation import SpecResult, optimal_gamma, speculative_round
 from .serving.sweep import SweepResult, pareto_mask, sweep
+from .serving.trust import interval, with_intervals
 from .specs.devices import Device, Link, MemoryTier, list_devices, load_device, override
 from .specs.execution import family_profile, resolve_profile
 from .specs.formats import Format, Formats, get_format, list_formats
 from .specs.groups import DeviceGroup
 from .specs.hf_config import list_models, load_model, model_from_hf_config
+from .specs.intervals import Interval
 from .specs.links import GroupLink, get_link
 from .specs.models import ModelSpec
-from .specs.params import EngineParams, Profile, default_params, load_profile
+from .specs.params import DEFAULT_STACK, EngineParams, Profile, default_params, load_profile
 from .specs.prices import Price, Prices, shipped_prices
 from .specs.resolve import resolve_group
 from .units import parse_quantity
@@ -75,7 +80,7 @@ __all__ = [
     "pareto_frontier", "parse_quantity", "prefill", "resolve_group", "resolve_profile", "family_profile",
     "ExecutionProfile", "speculative_round", "speedup_closed_form",
     "verify", "LaunchCommand", "launch_command", "Option", "Target", "size", "SweepResult", "pareto_mask", "sweep",
-    "Price", "Prices", "shipped_prices",
+    "Price", "Prices", "shipped_prices", "DEFAULT_STACK", "Interval", "interval", "with_intervals",
 ]
 
 

@@ -33,6 +33,9 @@ METRIC_NAMES = {"decode_tokens_per_s_per_user": "decode tokens/s per user", "itl
                 "output_tokens_per_s_total": "output tokens/s of the deployment"}
 ENERGY_NAMES = {"power_w": "power (fits the busy floor)", "energy_per_token_j": "J per output token (not fitted)"}
 FAMILY_NAMES = {"groq": "Groq LPU, batch-1 decode", "cerebras": "Cerebras WSE-3, batch-1 decode"}
+PROFILE_FAMILY_NAMES = {"gaudi": "Intel Gaudi 2 / 3", "trainium": "AWS Trainium / Inferentia",
+                        "tpu": "Google TPU v5e / v6e / 7x"}
+FITS_FILE = ROOT / "docs" / "family_fits.json"
 
 
 #: Held-out rows whose stack build no row outside their fold has (written with docs/heldout_errors.json).
@@ -78,19 +81,26 @@ def tail_from(text: str, marker: str | None) -> str:
 
 
 def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[str, float]],
-                   loo: dict[str, float]) -> str:
+                   loo: dict[str, float], fits: dict[str, dict] | None = None) -> str:
     """Median |error| per metric: in-sample, leave-one-out (``loo``: one Newton step per row from the shipped
-    fit) and held out by publication (``held``: 5 folds of whole publications)."""
-    rows = ["| rows | n | median abs error | leave-one-out | held out of the fit |", "|---|---|---|---|---|"]
+    fit) and held out by publication (``held``: 5 folds of whole publications; ``fits``: the Gaudi, Trainium and
+    TPU profile fits, docs/family_fits.json), and how many rows fall inside their 80% interval (made from the other
+    publications' held-out errors)."""
+    rows = ["| rows | n | median abs error | leave-one-out | held out of the fit | in its 80% interval |",
+            "|---|---|---|---|---|---|"]
     gpu = [r for r in v["rows"] if r["family"] == "gpu"]
 
     def med(xs: list[float]) -> str:
         xs = [x for x in xs if x is not None and np.isfinite(x)]
         return f"{np.median(np.abs(xs)):.0%}" if xs else "—"
 
-    def three(mine: list[dict]) -> str:
+    def cover(mine: list[dict]) -> str:
+        c = [r["covered"] for r in mine if r.get("covered") is not None]
+        return f"{np.mean(c):.0%}" if c else "—"
+
+    def three(mine: list[dict], held: dict[str, float] = held) -> str:
         return (f"{len(mine)} | {med([r['error'] for r in mine])} | {med([loo.get(r['id']) for r in mine])} | "
-                f"{med([held.get(r['id']) for r in mine])} |")
+                f"{med([held.get(r['id']) for r in mine])} | {cover(mine)} |")
     for key, name in METRIC_NAMES.items():
         mine = [r for r in gpu if r["metric"] == key]
         if mine:
@@ -102,15 +112,24 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
     for name, unseen in (("other publications measured", False), ("only its own publication measured", True)):
         mine = [r for r in gpu if r["kind"] == "time" and r["id"] in held and (r["id"] in left_out) == unseen]
         rows.append(f"| GPU time rows whose stack build {name} | {three(mine)}")
+    amd = [r for r in gpu if r["kind"] == "time" and r["hardware"].startswith("mi")]
+    rows.append(f"| GPU time rows on AMD MI300X / MI325X / MI355X | {three(amd)}")
     for key, name in ENERGY_NAMES.items():
         mine = [r for r in gpu if r["metric"] == key]
         if mine:
-            rows.append(f"| GPU energy: {name} | {len(mine)} | {med([r['error'] for r in mine])} | — | — |")
+            rows.append(f"| GPU energy: {name} | {len(mine)} | {med([r['error'] for r in mine])} | — | — | "
+                        f"{cover(mine)} |")
+    for fam, name in PROFILE_FAMILY_NAMES.items():
+        fit = (fits or {}).get(fam)
+        if fit:
+            mine = [r for r in v["rows"] if r["family"] == fam and r["id"] in fit["in_sample_errors"]]
+            blind = med([fit["blind_errors"].get(r["id"]) for r in mine])
+            rows.append(f"| {name} (before any fit: {blind}) | {three(mine, fit['held_out_errors'])}")
     for fam, name in FAMILY_NAMES.items():
         mine = [r for r in v["rows"] if r["family"] == fam]
         h = list(family_held[fam].values())
         rows.append(f"| {name} | {len(mine)} | {med([r['error'] for r in mine])} | — | {med(h)} ({len(h)} held-out "
-                    f"rows) |")
+                    f"rows) | {cover(mine)} |")
     return "\n".join(rows)
 
 
@@ -147,7 +166,7 @@ def refresh_readme(heldout: dict[str, float], loo: dict[str, float]) -> None:
     readme = block_after(readme, "pip install . && roofline spec", sh(*RL, *MAIN_JOB))
     v = json.loads(sh(*RL, "validate", "--json"))
     held = {f: json.loads(sh(*RL, "calibrate", "--family", f, "--json"))["held_out_errors"] for f in FAMILY_NAMES}
-    table = accuracy_table(v, heldout, held, loo)
+    table = accuracy_table(v, heldout, held, loo, json.loads(FITS_FILE.read_text()))
     (ROOT / "README.md").write_text(between_markers(readme, table))
     doc = ROOT / "docs" / "validation.md"
     doc.write_text(between_markers(between_markers(doc.read_text(), stack_device_table(v, heldout), "stack table"),

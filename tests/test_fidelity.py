@@ -660,7 +660,8 @@ def test_gfx942_sglang_pays_its_own_kernel_gap():
     twice as fast as measured."""
     prof = shipped_profile()
     rows = [r for r in read_rows(shipped_data()) if r.get("hardware") in ("mi300x", "mi325x")
-            and r.get("model") == "deepseek-r1" and r.get("batch") == "4" and r.get("metric") == "itl_ms"]
+            and r.get("model") == "deepseek-r1" and r.get("batch") == "4" and r.get("metric") == "itl_ms"
+            and r.get("stack").startswith("SGLang 0.5")]   # early-2025 builds (0.4.2: 46 ms) are another matter
     assert len(rows) >= 4
     own = prof.families["sglang-rocm-gfx942"]
     shared = attrs.evolve(own, kernel_overhead_s=prof.families["sglang"].kernel_overhead_s)

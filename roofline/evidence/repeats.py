@@ -20,8 +20,10 @@ import numpy as np
 from ..errors import RooflineError
 from .validate import Row, row_stack_family
 
-#: Columns that do not describe the configuration measured: who published it, the build, the value, its grade.
-NOT_SETUP = ("id", "source", "stack", "value", "grade", "notes")
+#: Columns that do not describe the configuration measured: who published it, the build (and its version), the
+#: value, its grade, and the engine's memory setting (a property of the build's defaults: TensorRT-LLM v0.14's
+#: trtllm-bench ran 0.90 of free memory where v0.17's page states 0.95, which is part of what a repeat measures).
+NOT_SETUP = ("id", "source", "stack", "stack_version", "kv_memory_fraction", "value", "grade", "notes")
 
 
 @attrs.frozen(kw_only=True)

@@ -27,19 +27,30 @@ from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
 from ..serving.placements import smallest_group
 from ..serving.serve import Placement, Request, evaluate_serving, offline_tokens_per_s
+from ..serving.trust import platform
 from ..specs.devices import Device, override
 from ..specs.execution import resolve_profile
 from ..specs.files import read_text
 from ..specs.formats import get_format
 from ..specs.groups import DeviceGroup
+from ..specs.intervals import DEFAULT_LEVEL, METRIC_KINDS, IntervalTable, shipped_intervals
 from ..specs.models import ModelSpec
-from ..specs.params import STACK_SET, EngineParams, Profile, shipped_profile, stack_family, with_stack_settings
+from ..specs.params import (
+    STACK_SET,
+    EngineParams,
+    Profile,
+    family_chain,
+    shipped_profile,
+    stack_family,
+    with_stack_settings,
+)
 from ..specs.resolve import resolve_device, resolve_model
 from .workers import check_jobs, workers
 
-COLUMNS = ("id", "source", "stack", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model", "weight_dtype", "expert_dtype",
-           "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget", "max_batch", "isl", "osl", "spec_method",
-           "draft_len", "acceptance_length", "metric", "value", "grade", "notes")
+COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model",
+           "weight_dtype", "expert_dtype", "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget",
+           "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
+           "value", "grade", "notes")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
@@ -281,9 +292,44 @@ def _row_engine(params: EngineParams, stack: str, in_process: bool) -> EnginePar
     return _ENGINES.put((params,), (stack, in_process), out)
 
 
-def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None = None) -> float:
+#: Stack families whose KV memory setting is a share of the device's whole memory (vLLM's
+#: ``gpu_memory_utilization``: "the fraction of GPU memory to be used for the model executor",
+#: https://docs.vllm.ai/en/v0.6.3.post1/models/engine_args.html; SGLang's ``mem_fraction_static``: "the fraction of
+#: the memory used for static allocation (model weights and KV cache memory pool)",
+#: https://docs.sglang.ai/backend/server_arguments.html). TensorRT-LLM's ``free_gpu_memory_fraction`` is a share of
+#: the memory left after the weights and activations ("fraction of free GPU memory ... after model load",
+#: https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/useful-runtime-flags.html): a row's
+#: value for it is recorded, not applied (the activations' share is not modelled).
+KV_FRACTION_OF_TOTAL = ("vllm", "sglang", "other")
+#: How much less usable memory the memory-cliff check tries (validate's ``memory_sensitivity``).
+CLIFF_MEMORY_CHANGE = 0.05
+#: A row whose prediction moves more than this for :data:`CLIFF_MEMORY_CHANGE` less usable memory sits on the
+#: memory cliff: its prediction hangs on the engine's memory setting more than on the model.
+CLIFF_THRESHOLD = 0.20
+
+
+def row_memory_fraction(row: Row, params: EngineParams) -> EngineParams:
+    """``params`` with the row's ``kv_memory_fraction`` as the usable share of device memory, where its stack sets
+    that share of the whole memory (:data:`KV_FRACTION_OF_TOTAL`); unchanged otherwise."""
+    text = row.get("kv_memory_fraction").strip()
+    if not text:
+        return params
+    try:
+        value = float(text)
+    except ValueError:
+        raise RooflineError(f"column kv_memory_fraction = {text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise RooflineError(f"column kv_memory_fraction = {text!r} is not in (0, 1]")
+    if stack_family(row.get("stack")) not in KV_FRACTION_OF_TOTAL:
+        return params
+    return attrs.evolve(params, usable_memory_fraction=value)
+
+
+def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None = None,
+                memory_scale: float = 1.0) -> float:
     """The model's value for a row's metric; raises RooflineError when the row cannot be expressed.
-    ``what_if`` overrides fields of the row's device (``{"execution.busy_floor_fraction": 0.3}``)."""
+    ``what_if`` overrides fields of the row's device (``{"execution.busy_floor_fraction": 0.3}``);
+    ``memory_scale`` scales the usable share of device memory (the memory-cliff check)."""
     metric = row.get("metric")
     if metric in UNMODELLED:
         raise RooflineError(f"{metric}: {UNMODELLED[metric]}")
@@ -292,7 +338,9 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     if row.get("batch") == "slo":
         raise RooflineError("the load is the largest that meets the publication's latency limits (MLPerf Server and "
                             "Interactive), which the format does not carry")
-    params = _row_engine(params, row.get("stack"), timed_in_process(row))
+    params = row_memory_fraction(row, _row_engine(params, row.get("stack"), timed_in_process(row)))
+    if memory_scale != 1.0:
+        params = attrs.evolve(params, usable_memory_fraction=params.usable_memory_fraction * memory_scale)
     model = resolve_model(row.get("model"))
     dev = _device_memory(resolve_device(row.get("hardware")))
     for path, value in (what_if or {}).items():
@@ -340,6 +388,10 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineP
     b = _batch(row, model, group, replicas, fmt, params, serve)
     per, rest = _offline_rest(row, b, replicas) if row.get("requests") else (0.0, 0.0)
     r = serve(np.array([float(b), rest]) if rest else float(b))   # the last wave in the same call: one evaluation
+    if not np.ravel(r.fits)[0] and _admits_what_fits(row):
+        b = min(b, _largest_fitting(row, model, group, fmt, params, serve))
+        per, rest = _offline_rest(row, b, replicas) if row.get("requests") else (0.0, 0.0)
+        r = serve(np.array([float(b), rest]) if rest else float(b))
 
     def at(name: str, i: int = 0) -> float:
         return float(np.ravel(getattr(r, name))[i])
@@ -357,6 +409,16 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineP
     return total, float(value)
 
 
+def _admits_what_fits(row: Row) -> bool:
+    """Whether a row's engine, at a concurrency its KV memory cannot hold, runs as many sequences as fit while the
+    rest wait (a continuous-batching server: vLLM's scheduler admits a request only when its blocks can be
+    allocated, https://docs.vllm.ai/en/latest/design/arch_overview.html): its throughput and per-token times are
+    then those of the batch that fits. A TTFT there includes the wait in the queue, which is not modelled, and a
+    static batch runs all of its sequences or none."""
+    return (row.get("serving") == "continuous" and row.get("batch") not in ("max", "slo")
+            and row.get("metric") != "ttft_ms")
+
+
 @attrs.frozen(kw_only=True)
 class Validation:
     """Per-row results, skipped rows with reasons, and a summary by metric and by device."""
@@ -368,13 +430,17 @@ class Validation:
     def summary(self) -> dict[str, Any]:
         def stats(items: list[dict[str, Any]]) -> dict[str, float]:
             errs = np.abs([r["error"] for r in items])
+            covered = [r["covered"] for r in items if r.get("covered") is not None]
             return {"n": int(errs.size), "median_abs_error": float(np.median(errs)),
-                    "mean_abs_error": float(np.mean(errs)), "median_error": float(np.median([r["error"] for r in items]))}
+                    "mean_abs_error": float(np.mean(errs)), "median_error": float(np.median([r["error"] for r in items])),
+                    "interval_coverage": float(np.mean(covered)) if covered else None,
+                    "memory_cliff_rows": sum(bool(r.get("memory_cliff")) for r in items)}
         out: dict[str, Any] = {"overall": stats(self.rows) if self.rows else {"n": 0}}
-        for key in ("kind", "family", "metric", "hardware", "stack_family"):
+        for key in ("kind", "family", "metric", "hardware", "stack_family", "stack_version"):
             groups: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
-                groups.setdefault(r[key], []).append(r)
+                label = f"{r['stack_family']} {r[key] or '(version not stated)'}" if key == "stack_version" else r[key]
+                groups.setdefault(label, []).append(r)
             out[f"by_{key}"] = {k: stats(v) for k, v in sorted(groups.items())}
         return out
 
@@ -412,7 +478,33 @@ def validate(rows: list[Row], profile: Profile | EngineParams | None = None, job
 def _validate(rows: list[Row], prof: Profile, jobs: int) -> Validation:
     with workers(jobs) as pool:
         outcomes = _validate_share(rows, prof) if pool is None else pool.map_rows(_validate_share, rows, prof)
-    return Validation(rows=[o for o in outcomes if "error" in o], skipped=[o for o in outcomes if "reason" in o])
+    done = with_row_intervals([o for o in outcomes if "error" in o], {r.id: r for r in rows})
+    return Validation(rows=done, skipped=[o for o in outcomes if "reason" in o])
+
+
+def with_row_intervals(results: list[dict[str, Any]], rows: dict[str, Row],
+                       level: float = DEFAULT_LEVEL) -> list[dict[str, Any]]:
+    """Each predicted row with ``predicted_low`` and ``predicted_high``: the interval at ``level`` from the
+    shipped held-out errors of every publication but the row's own (so a shipped row's interval never saw it),
+    and ``covered`` (the measurement inside it). Rows of a metric no interval covers get None."""
+    table, tables = shipped_intervals(), {}
+    for r in results:
+        row, (kind, rate) = rows[r["id"]], METRIC_KINDS.get(r["metric"], (None, False))
+        r["predicted_low"] = r["predicted_high"] = r["covered"] = None
+        if kind is None:
+            continue
+        src = row.get("source")
+        if src not in tables:
+            tables[src] = IntervalTable(scores=tuple(s for s in table.scores if s.source != src))
+        dev = resolve_device(row.get("hardware"))
+        stack = family_chain(r["stack_family"])[-1] if dev.family == "gpu" else "*"
+        try:
+            iv = tables[src].interval(platform(dev), stack, kind, level)
+        except RooflineError:
+            continue
+        lo, hi = iv.bounds(r["predicted"], rate=rate)
+        r.update(predicted_low=lo, predicted_high=hi, covered=bool(lo <= r["measured"] <= hi))
+    return results
 
 
 def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
@@ -429,7 +521,9 @@ def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
             if (row.get("grade") or "") not in ("", *GRADES):
                 raise RooflineError(f"column grade = {row.get('grade')!r} is not one of {', '.join(GRADES)} "
                                     "(roofline/validation/README.md)")
-            predicted = predict_row(row, row_params(prof, row))
+            params = row_params(prof, row)
+            predicted = predict_row(row, params)
+            moved = _memory_sensitivity(row, params, predicted)
         except UnknownSpecError as e:   # the stage commands' --set advice is not validate's to take
             out.append({"id": row.id, "reason": f"{e.device}: {e.field} is not published for this device (a spec "
                         "file that gives it would let these rows be predicted)" if e.field else str(e)})
@@ -442,5 +536,40 @@ def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
                     "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
                     "stack_family": row_stack_family(row),
                     "model": row.get("model"), "grade": row.get("grade") or "", "predicted": predicted,
-                    "measured": measured, "error": (predicted - measured) / measured})
+                    "measured": measured, "error": (predicted - measured) / measured,
+                    "stack_version": stack_version(row), "memory_sensitivity": moved,
+                    "memory_cliff": moved is not None and abs(moved) > CLIFF_THRESHOLD})
     return out
+
+
+def _memory_sensitivity(row: Row, params: EngineParams, predicted: float) -> float | None:
+    """How far a ``batch = max`` row's prediction moves for :data:`CLIFF_MEMORY_CHANGE` less usable memory (a
+    relative change); None for a row whose batch memory does not set, or that no longer fits."""
+    if row.get("batch") != "max":
+        return None
+    try:
+        tight = predict_row(row, params, memory_scale=1.0 - CLIFF_MEMORY_CHANGE)
+    except RooflineError:
+        return None
+    return (tight - predicted) / predicted
+
+
+_VERSION = re.compile(r"(?<![\w.])v?(\d+\.\d+(?:\.\d+){0,2}(?:[.-]?(?:post|rc|dev|a|b)\d*)?)", re.IGNORECASE)
+_ENGINE = re.compile(r"(?:vllm|sglang|tensorrt-llm|trt-llm|tensorrt|nim|habana|neuron sdk|jetstream|gaudi software)\s+",
+                     re.IGNORECASE)
+
+
+def stack_version(row: Row) -> str:
+    """The serving stack's version a row was measured with: its ``stack_version`` column, else the first version
+    number its ``stack`` names, an engine's before any other ("vLLM 0.13.0" -> "0.13.0", "TensorRT-LLM v0.17 (...)"
+    -> "0.17", "MLPerf v5.1 AMD vLLM 0.9.0.2" -> "0.9.0.2"); "" when neither gives one."""
+    given = row.get("stack_version").strip()
+    if given:
+        return given
+    stack = row.get("stack")
+    engines = list(_ENGINE.finditer(stack))   # "MLPerf v5.1 AMD vLLM 0.9.0.2": the engine's, not the round's
+    for engine in engines:
+        if m := _VERSION.match(stack, engine.end()):
+            return m.group(1)
+    m = None if engines else _VERSION.search(stack)
+    return m.group(1) if m else ""

@@ -35,6 +35,7 @@ from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import ModelLike, resolve_device, resolve_group, resolve_model
 from ..workload import check_whole, record_of
 from .serve import Placement, Request, ServingResult, evaluate_serving
+from .trust import interval
 
 TPS = (1, 2, 4, 8, 16, 32)
 MAX_BATCH = 4096
@@ -269,11 +270,30 @@ def _device_or_group(item: Any) -> Device | DeviceGroup:
     return resolve_group(text) if ":" in text and not text.endswith(".toml") else resolve_device(text)
 
 
+def pessimistic_target(target: Target, device: Device, confidence: float, stack: str | None = None) -> Target:
+    """``target`` made stricter so a prediction meeting it meets the original at the pessimistic end of its interval:
+    the speed asked of a user's decode raised by the upper ``confidence`` quantile of the per-token time's error on
+    ``device`` (the two-sided interval at level 2 x confidence - 1 has it as its high end), the TTFT limit lowered
+    by the TTFT's."""
+    if not 0.5 <= confidence < 1:
+        raise WorkloadError(f"confidence must be in [0.5, 1), got {confidence!r}")
+    if confidence == 0.5:
+        return target
+    level = 2 * confidence - 1
+    decode, ttft = (interval(device, kind, stack=stack, level=level).high_factor for kind in ("decode", "ttft"))
+    return attrs.evolve(target, min_tokens_per_s_per_user=target.min_tokens_per_s_per_user * max(decode, 1.0),
+                        max_ttft_s=target.max_ttft_s / max(ttft, 1.0))
+
+
 def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, target: Target, *,
          draft: ModelLike | None = None, acceptance: Acceptance | float | None = None,
          formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
-         prices: Prices | None = None) -> list[Option]:
+         prices: Prices | None = None, confidence: float | None = None, stack: str | None = None) -> list[Option]:
     """The fewest devices per device kind and placement kind that meet ``target`` (a lower bound: no queueing).
+
+    With ``confidence`` (say 0.9), each device kind is sized so the target holds at the pessimistic end of its
+    prediction interval (:func:`pessimistic_target`: the upper ``confidence`` quantile of the errors on
+    publications the fit never saw, for ``stack``'s predictions on that device, default the default stack).
 
     A :class:`Device` (or an id) is searched over the group shapes of its family's layout; a :class:`DeviceGroup`
     (or ``ID:N``) is sized on that shape only. ``prices`` default to the shipped ones. Options come back best first
@@ -308,7 +328,8 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
         except RooflineError as e:
             out += [Option(device=dev.id, placement=k, reason=str(e)) for k in kinds]
             continue
-        out += [_kind_option(model, shapes, kind, target, draft=draft, acceptance=acceptance, formats=fmt,
+        goal = pessimistic_target(target, dev, confidence, stack) if confidence is not None else target
+        out += [_kind_option(model, shapes, kind, goal, draft=draft, acceptance=acceptance, formats=fmt,
                              params=params, prices=prices) for kind in kinds]
     unique = list(dict.fromkeys(out))   # an ID searched over shapes may find the same option as ID:N given beside it
     return sorted(unique, key=lambda o: (not o.feasible, o.devices, -np.nan_to_num(o.tokens_per_s_per_user)))

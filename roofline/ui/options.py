@@ -14,8 +14,10 @@ from ..errors import RooflineError, WorkloadError
 from ..physics.energy import DEFAULT_POWER
 from ..physics.speculative import Acceptance
 from ..serving.serve import DEFAULT_TOKEN_BUDGET
+from ..serving.trust import intervals_for
 from ..serving.whatif import WhatIf
 from ..specs.devices import Device
+from ..specs.intervals import DEFAULT_LEVEL, Interval
 from ..specs.params import (
     DEFAULT_STACK,
     EngineParams,
@@ -140,6 +142,9 @@ def add_output(sp: argparse.ArgumentParser) -> None:
 def add_profile(sp: argparse.ArgumentParser, *, stack: bool = True) -> None:
     sp.add_argument("--profile", default=None, metavar="FILE.toml",
                     help="engine parameters from a `roofline calibrate` profile (default: the shipped fit)")
+    sp.add_argument("--level", default=DEFAULT_LEVEL, type=float, metavar="P",
+                    help="level of the prediction intervals every figure carries (default 0.8: 80%% of measurements "
+                         "on publications the fit never saw fall inside)")
     if stack:
         sp.add_argument("--stack", default=None, metavar="NAME",
                         help="run the GPUs with this serving stack's fitted efficiencies, fixed costs and scheduling "
@@ -259,6 +264,13 @@ def profile(args: argparse.Namespace) -> Profile:
 
 
 def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> EngineParams:
+    devices = list(devices)
+    params = _engine_params(args, devices)
+    trust(args, devices)
+    return params
+
+
+def _engine_params(args: argparse.Namespace, devices: list[Device]) -> EngineParams:
     """The engine parameters a command runs ``devices`` with: the fitted set of --stack (else of the default stack,
     :data:`~roofline.specs.params.DEFAULT_STACK`) for their GPUs. What was chosen is kept in ``args.stack_note``
     for the output (:func:`roofline.evidence.calibrate.stack_record`); with no GPU among ``devices`` each device
@@ -269,8 +281,9 @@ def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> E
     prof, named = profile(args), getattr(args, "stack", None)
     gpus = [d for d in devices if d.family == "gpu"]
     if named is None and not gpus:
-        args.stack_note = {"name": None, "build": None, "parameters": None,
-                           "families": sorted({d.family for d in devices})}
+        families = sorted({d.family for d in devices})
+        args.stack_note = {"name": "family profile", "build": " + ".join(families),
+                           "parameters": " + ".join(f"execution/{f}.toml" for f in families), "families": families}
         return prof.for_stack(DEFAULT_STACK)
     platforms = {(d.vendor, d.isa): d for d in gpus}
     try:
@@ -284,6 +297,25 @@ def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> E
         raise UsageError(f"--stack: {e}") from None
     args.stack_note = stack_record(choice, prof)
     return choice.params
+
+
+def trust(args: argparse.Namespace, devices: Iterable[Device]) -> None:
+    """Keep in ``args.trust`` the prediction intervals of the command's main device (its first GPU, else its
+    first device) under the stack its GPUs run, at --level, and how to get another device's (sizing's options)."""
+    devices = list(devices)
+    if not devices:
+        return
+    level = getattr(args, "level", DEFAULT_LEVEL)
+    if not 0 < level < 1:
+        raise UsageError(f"--level: an interval's level is between 0 and 1 (exclusive), got {level}")
+    main = next((d for d in devices if d.family == "gpu"), devices[0])
+    stack = getattr(args, "stack", None)
+    known = {d.id: d for d in devices}
+
+    def by_device(dev_id: str) -> dict[str, Interval] | None:
+        return intervals_for(known[dev_id], stack=stack, level=level) if dev_id in known else None
+    args.trust = {"device": main.id, "level": level, "intervals": intervals_for(main, stack=stack, level=level),
+                  "by_device": by_device}
 
 
 def stack_option(text: str) -> str:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..records import plain
+from ..serving.trust import with_bounds
 from ..specs.params import WEIGHT_ONLY_KERNELS
 from .render import View
 
@@ -86,18 +87,47 @@ def _write(console: Console, text: str) -> None:
 def emit(console: Console, view: View, args: argparse.Namespace) -> None:
     """Print ``view`` the way the command line asked: --json, --csv, or tables; with --stack, which fitted
     parameter set the GPUs ran with (JSON ``stack``, a ``stack`` column in CSV, a line under the tables)."""
-    note = getattr(args, "stack_note", None)
+    note, trust = getattr(args, "stack_note", None), getattr(args, "trust", None)
     if getattr(args, "json", False):
         data = {**view.data, "stack": note} if note and isinstance(view.data, dict) else view.data
+        if trust and isinstance(data, dict):
+            data = {**with_bounds(jsonable(data), trust["intervals"], by_device=trust["by_device"]),
+                    "intervals": interval_record(trust)}
         _write(console, json.dumps(jsonable(data), indent=2) + "\n")
     elif getattr(args, "csv", False):
         rows = [{**r, "stack": note["parameters"]} for r in view.rows] if note else view.rows
+        if trust:
+            rows = with_bounds(jsonable(rows), trust["intervals"], by_device=trust["by_device"])
         _write(console, csv_text(rows))
     else:
         for t in view.tables:   # Text (command lines) is printed unwrapped, for copying
             console.print(t, soft_wrap=isinstance(t, Text))
         if note:
             console.print(stack_line(note))
+        if trust:
+            console.print(interval_line(trust))
+
+
+def interval_record(trust: dict[str, Any]) -> dict[str, Any]:
+    """The JSON ``intervals`` record: the level, the device whose intervals apply, and per kind its factors on a
+    time, the group of held-out errors that gave them and how many."""
+    return {"level": trust["level"], "device": trust["device"],
+            "kinds": {k: {"low_factor": iv.low_factor, "high_factor": iv.high_factor, "group": iv.group, "n": iv.n,
+                          "fitted": iv.fitted} for k, iv in trust["intervals"].items()},
+            "basis": "split-conformal quantiles of errors on publications the fit never saw (roofline.specs.intervals)"}
+
+
+def interval_line(trust: dict[str, Any]) -> str:
+    """The line under the tables giving the range of every figure: how far a measurement may fall from it."""
+    ivs = trust["intervals"]
+
+    def span(kind: str) -> str:
+        return f"x{ivs[kind].low_factor:.2f}..x{ivs[kind].high_factor:.2f}"
+    fitted = all(iv.fitted for iv in ivs.values())
+    text = (f"{trust['level']:.0%} range on {trust['device']} (errors on publications the fit never saw): "
+            f"per-token time {span('decode')}, TTFT {span('ttft')}, throughput time {span('throughput')}, "
+            f"energy {span('energy')}")
+    return text + ("." if fitted else "; NO fitted rows for this platform and stack: a wide range.")
 
 
 #: How the line under the tables words each setting a serving stack fixes (STACK_SETTINGS).
@@ -113,7 +143,7 @@ _SETTING_WORDS: dict[str, Any] = {
 
 def stack_line(note: dict[str, Any]) -> str:
     """The line under the tables saying which fitted parameter set the GPUs ran with, and what it leaves open."""
-    if note["name"] is None:
+    if note["name"] == "family profile":
         return (f"No GPU here: each device runs its family's execution profile ({', '.join(note['families'])}); "
                 "a serving stack's fitted set applies to GPUs only.")
     build, used = note["build"], note["parameters"]

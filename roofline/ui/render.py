@@ -718,7 +718,7 @@ GRADES_CAPTION = ("g = grade: A a first-party table with its setup, B one or two
 
 #: The validation summary's groupings as the terminal shows them.
 SUMMARY_GROUPS = (("by_kind", "kind"), ("by_family", "family"), ("by_metric", "metric"), ("by_hardware", "device"),
-                  ("by_stack_family", "stack"))
+                  ("by_stack_family", "stack"), ("by_stack_version", "stack version"))
 
 
 def fit_errors(fit: Mapping[str, Any]) -> str:
@@ -767,15 +767,20 @@ def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None
     calibration's own record (``fit``: the profile's ``[fit]`` table; ``same_data``: whether it was fitted on the
     rows validated) and how far the data's repeated measurements agree (``repeats``: :func:`repeat_summary`)."""
     t = _table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
-                                                "energy above the measured one, or a TTFT / ITL longer than measured."
+                                                "energy above the measured one, or a TTFT / ITL longer than measured. "
+                                                "in 80% = the rows inside their 80% interval (from the other "
+                                                "publications' held-out errors); cliff = rows whose prediction moves "
+                                                ">20% for 5% less usable memory."
                                                 + calibration_record(fit or {}, same_data) + repeat_record(repeats),
                caption_justify="left")
-    for c in ("group", "value", "n", "median |error|", "median error"):
+    for c in ("group", "value", "n", "median |error|", "median error", "in 80%", "cliff"):
         t.add_column(c, justify="left" if c in ("group", "value") else "right")
     for key, name in SUMMARY_GROUPS:
         for value, x in v.summary.get(key, {}).items():
+            cov = x.get("interval_coverage")
             t.add_row(name, METRIC_SHORT.get(value, value), str(x["n"]), f"{x['median_abs_error']:.0%}",
-                      f"{round(x['median_error'], 2) + 0.0:+.0%}" if "median_error" in x else "")
+                      f"{round(x['median_error'], 2) + 0.0:+.0%}" if "median_error" in x else "",
+                      f"{cov:.0%}" if cov is not None else "—", str(x.get("memory_cliff_rows") or ""))
     return t
 
 
@@ -1030,6 +1035,24 @@ def layer_fit_view(fit: Any, path: str) -> View:
             "moe_layer_overhead_s": fit.moe_layer_overhead_s, "fitted_rows": fit.fitted_rows,
             "held_out_errors": fit.held_out_errors, "data": path}
     return View(tables=[t], data=data, rows=rows)
+
+
+def family_fit_view(fit: Any, path: str) -> View:
+    """A non-GPU family's fitted profile fields and its errors: blind (the estimates), in-sample, held out."""
+    t = _table(title=f"{fit.family}: execution profile fitted on {fit.rows} rows of {fit.sources} publications ({path})",
+               caption=f"Held out: each publication predicted by a fit on the others. scripts/fit_families.py writes "
+                       f"the values into hardware_specs/execution/{fit.family}.toml.")
+    for c in ("field", "estimate", "fitted"):
+        t.add_column(c, justify="left" if c == "field" else "right")
+    for k, v in fit.values.items():
+        t.add_row(k, f"{fit.estimates[k]:.4g}", f"{v:.4g}")
+    blind = np.abs(list(fit.blind_errors.values()))
+    t.add_row("median |error|: estimates / in-sample / held out",
+              f"{np.median(blind):.0%}" if blind.size else "—",
+              f"{fit.median_abs_error:.0%} / {fit.held_out_median_abs_error:.0%}")
+    rows = [{"id": k, "in_sample_error": e, "held_out_error": fit.held_out_errors.get(k),
+             "blind_error": fit.blind_errors.get(k)} for k, e in fit.in_sample_errors.items()]
+    return View(tables=[t], data={**fit.to_dict(), "data": path}, rows=rows)
 
 
 def power_fit_view(fit: Any, path: str) -> View:

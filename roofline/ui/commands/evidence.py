@@ -22,6 +22,7 @@ from ...evidence.calibrate import (
     uncertainty,
 )
 from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
+from ...evidence.family_fit import PROFILE_FIT_FAMILIES, fit_family
 from ...evidence.repeats import repeat_summary, repeated_measurements
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...evidence.workers import default_jobs, usable_cores
@@ -109,6 +110,9 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_calibrate_family(args: argparse.Namespace, console: Console) -> int:
     path = args.data or str(shipped_data())
+    if args.family in PROFILE_FIT_FAMILIES:   # compiled-graph accelerators: five profile fields, held out by publication
+        emit(console, render.family_fit_view(fit_family(read_rows(path), args.family), path), args)
+        return 0
     fit = fit_layer_overhead(read_rows(path), args.family)
     emit(console, render.layer_fit_view(fit, path), args)
     return 0
@@ -240,5 +244,7 @@ def register(add: Adder) -> None:
     sp.add_argument("--energy", action="store_true",
                     help="fit the GPU busy-power floor to the measured power rows (J-per-token rows check it)")
     sp.add_argument("--family", default=None, metavar="FAMILY",
-                    help="fit a dataflow family's per-layer latency on its smallest models' rows (groq, cerebras, ...) "
+                    help="gaudi, trainium, tpu: fit the family's execution profile (bandwidth and compute shares, "
+                         "step, layer and request costs) on its rows, held out by publication (minutes); "
+                         "others (groq, cerebras, ...): fit the per-layer latency on the smallest models' rows "
                          "and show how it predicts the larger ones")

@@ -74,8 +74,9 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
                     request=Request(input_tokens=args.isl, output_tokens=args.osl))
     draft = load_model(args.draft) if args.draft else None
     prices = price_list(args, [getattr(d, 'device', d) for d in devices])
+    params = engine_params(args, [getattr(d, 'device', d) for d in devices])
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
-                   formats=formats(args), params=engine_params(args, [getattr(d, 'device', d) for d in devices]), prices=prices)
+                   formats=formats(args), params=params, prices=prices, confidence=args.confidence, stack=args.stack)
     commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []
     note = idle_note(getattr(d, "device", d) for d in devices)
     emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe(), note), args)
@@ -92,6 +93,9 @@ def register(add: Adder) -> None:
     sp.add_argument("--min-tokens-per-s-per-user", required=True, metavar="X",
                     help="the slowest acceptable decode speed each user sees (tokens/s)")
     sp.add_argument("--ttft-ms", default=None, metavar="T", help="longest acceptable time to first token (ms)")
+    sp.add_argument("--confidence", default=None, type=float, metavar="C",
+                    help="size so the targets hold at the pessimistic end of the prediction interval: the upper C "
+                         "quantile (0.5-0.99) of the errors on publications the fit never saw, per device kind")
     sp.add_argument("--isl", type=positive, default=1024, help="input tokens per request (default 1024)")
     sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
     sp.add_argument("--draft", default=None, help="draft model: also size speculative decoding on the decode devices")

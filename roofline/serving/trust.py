@@ -1,0 +1,145 @@
+"""Intervals on what a result reports: which interval each figure takes, and its low and high ends.
+
+The intervals themselves come from the errors the shipped calibration made on publications it never saw
+(:mod:`roofline.specs.intervals`, split conformal); this module says which of them applies to a figure: the
+platform of the device it ran on (``gpu-nvidia``, ``gpu-amd``, ``gaudi``, ``tpu``, ...), the serving stack whose
+fitted parameters ran a GPU (the default stack, vLLM, unless another is named; other families have one profile),
+and the figure's kind (:data:`FIELDS`): a time per output token, a time to first token, a throughput or an energy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import WorkloadError
+from ..specs.devices import Device
+from ..specs.groups import DeviceGroup
+from ..specs.intervals import DEFAULT_LEVEL, Interval, IntervalTable, shipped_intervals
+from ..specs.params import DEFAULT_STACK, POOLED, family_chain, stack_family, stack_name
+from ..specs.resolve import resolve_group
+
+#: Reported figures and the interval each takes: (kind, is a rate). ``time_s`` takes its stage's
+#: (:data:`STAGE_KINDS`). A whole request's time (``e2e_s``) is mostly its decode steps, so it takes decode's.
+#: Devices needed and dollars per token scale as the inverse of throughput, as a time does.
+FIELDS: dict[str, tuple[str, bool]] = {
+    "tokens_per_s_per_user": ("decode", True), "decode_tokens_per_s_per_user": ("decode", True),
+    "baseline_tokens_per_s_per_user": ("decode", True), "tpot_s": ("decode", False), "itl_s": ("decode", False),
+    "e2e_s": ("decode", False), "ttft_s": ("ttft", False), "energy_per_token_j": ("energy", False),
+    "tokens_per_s_per_device": ("throughput", True), "tokens_per_s_per_kw": ("throughput", True),
+    "output_tokens_per_s": ("throughput", True), "usd_per_million_output_tokens": ("throughput", False),
+    "devices": ("throughput", False)}
+#: The interval kind of a stage's ``time_s``.
+STAGE_KINDS = {"prefill": "ttft", "decode": "decode", "draft": "decode", "verify": "decode"}
+
+
+def platform(device: Device) -> str:
+    """The platform an interval is kept for: a GPU's vendor (``gpu-nvidia``, ``gpu-amd``), else its family."""
+    return f"gpu-{device.vendor.strip().lower() or 'unknown'}" if device.family == "gpu" else device.family
+
+
+def stack_key(device: Device, stack: str | None = None) -> str:
+    """The stack family the scores of a device's predictions are kept under: for a GPU, the family of the named
+    stack (default :data:`DEFAULT_STACK`; ``pooled`` is kept under ``*``, no one stack), else ``*`` (a non-GPU
+    family has one profile whatever the stack)."""
+    if device.family != "gpu":
+        return "*"
+    name = stack_name(stack) if stack is not None else DEFAULT_STACK
+    return "*" if name == POOLED else family_chain(stack_family(name))[-1]
+
+
+def intervals_for(device: Device, *, stack: str | None = None, level: float = DEFAULT_LEVEL,
+                  table: IntervalTable | None = None) -> dict[str, Interval]:
+    """One interval per kind for predictions on ``device`` run by ``stack`` (default: the shipped table)."""
+    table = table if table is not None else shipped_intervals()
+    plat, key = platform(device), stack_key(device, stack)
+    return {kind: table.interval(plat, key, kind, level) for kind in ("decode", "ttft", "throughput", "energy")}
+
+
+def _device(device: Device | DeviceGroup | str) -> Device:
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, DeviceGroup):
+        return device.device
+    if isinstance(device, str):
+        return resolve_group(device).device
+    raise WorkloadError(f"device must be a Device, a DeviceGroup or an id such as 'h100-sxm:2', got "
+                        f"{type(device).__name__}")
+
+
+def interval(device: Device | DeviceGroup | str, kind: str, *, stack: str | None = None,
+             level: float = DEFAULT_LEVEL) -> Interval:
+    """The interval of a prediction of ``kind`` (decode, ttft, throughput, energy) on ``device`` (a record or an
+    id) run by ``stack`` (default: the default stack on a GPU): ``rl.interval("h100-sxm", "decode").bounds(t)``."""
+    dev = _device(device)
+    return shipped_intervals().interval(platform(dev), stack_key(dev, stack), kind, level)
+
+
+def with_intervals(record: Any, device: Device | DeviceGroup | str, *, stack: str | None = None,
+                   level: float = DEFAULT_LEVEL) -> Any:
+    """A result's ``to_dict()`` (or any record of its figures) with ``<name>_low`` / ``<name>_high`` beside its
+    figures (:data:`FIELDS`), from the intervals of ``device`` under ``stack`` at ``level``:
+    ``rl.with_intervals(rl.decode_step(m, "h200-sxm", batch=8, context=4096).to_dict(), "h200-sxm")``."""
+    return with_bounds(record, intervals_for(_device(device), stack=stack, level=level))
+
+
+def _floats(value: Any) -> Any:
+    """A plain (possibly nested) list with None for NaN as a float array; a number as itself."""
+    if isinstance(value, list):
+        return np.array([_floats(v) if v is not None else math.nan for v in value], dtype=float)
+    return float(value)
+
+
+def _plain(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return [_plain(x) for x in a]
+    return float(a) if math.isfinite(a) else None
+
+
+def _ends(value: Any, iv: Interval, rate: bool, whole: bool) -> tuple[Any, Any]:
+    lo, hi = iv.bounds(_floats(value), rate=rate)
+    if whole:
+        lo, hi = np.ceil(lo), np.ceil(hi)
+    return _plain(lo), _plain(hi)
+
+
+def _numeric(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return math.isfinite(value)
+    return isinstance(value, list) and bool(value) and all(
+        v is None or _numeric(v) for v in value)
+
+
+def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | None = None,
+                by_device: Callable[[str], Mapping[str, Interval] | None] | None = None) -> Any:
+    """``record`` (a result's plain JSON form) with ``<name>_low`` and ``<name>_high`` beside every figure of
+    :data:`FIELDS` (and ``time_s`` of a stage), nested records included; None entries stay None. A nested record
+    naming its own ``device`` takes that device's intervals where ``by_device`` gives them (sizing lists options
+    on several device kinds)."""
+    if isinstance(record, list):
+        return [with_bounds(r, intervals, stage, by_device) for r in record]
+    if not isinstance(record, dict):
+        return record
+    if by_device is not None and isinstance(record.get("device"), str):
+        intervals = by_device(record["device"]) or intervals
+    stage = record.get("stage", stage) if isinstance(record.get("stage", stage), str) else stage
+    out: dict[str, Any] = {}
+    for k, v in record.items():
+        nested = isinstance(v, (dict, list)) and not _numeric(v)
+        out[k] = with_bounds(v, intervals, stage, by_device) if nested else v
+        spec = FIELDS.get(k) or (("decode" if stage is None else STAGE_KINDS.get(stage, "decode"), False)
+                                 if k == "time_s" else None)
+        if spec is None or not _numeric(v) or f"{k}_low" in record:
+            continue
+        kind, rate = spec
+        try:
+            whole = k == "devices" and bool(np.all(np.mod(np.nan_to_num(_floats(v)), 1) == 0))   # counts stay whole
+            out[f"{k}_low"], out[f"{k}_high"] = _ends(v, intervals[kind], rate, whole)
+        except (TypeError, ValueError):   # a ragged nesting: leave the figure without bounds
+            continue
+    return out

@@ -1,0 +1,200 @@
+"""How far to trust a prediction: split-conformal intervals from errors on publications the fit never saw.
+
+Each shipped calibration comes with the errors its predictions made on rows whose publication the fit had not
+seen (``roofline/profiles/intervals.json``, written by ``scripts/refresh_intervals.py``): the GPU stacks' rows
+held out by publication in 5 folds, the Gaudi, Trainium and TPU rows held out one publication at a time, the
+dataflow chips' rows not used by their per-layer fit, and, as the evidence for a family with no fitted rows, the
+errors the estimated profiles of Gaudi, Trainium and TPU made before any of their rows were fitted. Each error is
+a score ``s = log(measured / predicted)`` in the orientation of time (a rate's score is negated), kept with its
+row's group: platform (``gpu-nvidia``, ``gpu-amd``, ``gaudi``, ``tpu``, ...), serving-stack family, metric kind
+(:data:`KINDS`) and whether the group's parameters were fitted.
+
+Split conformal prediction (Vovk, Gammerman and Shafer 2005; Lei, G'Sell, Rinaldo, Tibshirani and Wasserman,
+"Distribution-free predictive inference for regression", JASA 2018, https://arxiv.org/abs/1604.04173) turns
+``n`` such scores into an interval that covers a new measurement with probability at least the level when the
+new row is exchangeable with them: with ``alpha = 1 - level``, the ``floor((n + 1) alpha / 2)``-th smallest score
+and the ``ceil((n + 1)(1 - alpha / 2))``-th (an equal-tailed, asymmetric version, so a family the model
+over-predicts gets an interval that leans that way). A group with too few scores for the level has no finite
+quantile; the nearest coarser group answers (:data:`FALLBACK`), and the answer says which group and how many
+rows. Exchangeability across publications is an assumption, checked by :func:`coverage_by_publication`, which
+leaves each publication's rows out of the scores and counts how often its rows fall inside.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..errors import SpecError, WorkloadError
+from .files import read_text
+
+#: Metric kinds an interval is kept for: a decode step's time per output token, a prompt's time to first token,
+#: a deployment's throughput, and energy per token. Each row's metric maps to one (:data:`METRIC_KINDS`).
+KINDS = ("decode", "ttft", "throughput", "energy")
+#: The published metric behind each kind, and whether it is a rate (its score is negated to the time
+#: orientation: a throughput 10% high is a time 9% low).
+METRIC_KINDS: dict[str, tuple[str, bool]] = {
+    "itl_ms": ("decode", False), "decode_tokens_per_s_per_user": ("decode", True), "ttft_ms": ("ttft", False),
+    "output_tokens_per_s_per_device": ("throughput", True), "output_tokens_per_s_total": ("throughput", True),
+    "total_tokens_per_s_per_device": ("throughput", True), "energy_per_token_j": ("energy", False),
+    "power_w": ("energy", False)}
+#: The default level of an interval.
+DEFAULT_LEVEL = 0.8
+#: Group keys from the most specific to the coarsest; a level a group cannot give falls back along this list.
+#: A platform with no fitted rows falls back to every unfitted score (``("fitted",)``) before any fitted one.
+FALLBACK = (("platform", "stack", "kind", "fitted"), ("platform", "kind", "fitted"), ("kind", "fitted"), ("fitted",),
+            ("kind",))
+
+
+def interval_file() -> Path:
+    return Path(str(resources.files("roofline"))) / "profiles" / "intervals.json"
+
+
+@attrs.frozen(kw_only=True)
+class Score:
+    """One held-out error: its row, publication, group and ``log(measured / predicted)`` (time orientation)."""
+
+    id: str
+    source: str
+    platform: str
+    stack: str
+    kind: str
+    fitted: bool
+    score: float
+
+    def key(self, fields: Sequence[str]) -> tuple[Any, ...]:
+        return tuple(getattr(self, f) for f in fields)
+
+
+@attrs.frozen(kw_only=True)
+class Interval:
+    """Multiplicative bounds on a time-oriented prediction at ``level``: measured time within
+    [predicted x ``low_factor``, predicted x ``high_factor``]; a rate's bounds are the reciprocals swapped
+    (:meth:`bounds`). ``group`` names the scores that answered and ``n`` how many; ``fitted`` is False when no
+    row of this platform and stack was fitted (a wide interval, from families predicted before any fit)."""
+
+    level: float
+    low_factor: float
+    high_factor: float
+    group: str
+    n: int
+    fitted: bool
+
+    def bounds(self, value: Any, *, rate: bool = False) -> tuple[Any, Any]:
+        """(low, high) of a predicted ``value`` (a number or an array): a time's, or with ``rate`` a rate's."""
+        if rate:
+            return value / self.high_factor, value / self.low_factor
+        return value * self.low_factor, value * self.high_factor
+
+    def describe(self) -> str:
+        basis = "fitted rows" if self.fitted else "NO fitted rows: families predicted before any fit"
+        return (f"{self.level:.0%} interval from {self.n} held-out errors ({self.group}; {basis}): "
+                f"x{self.low_factor:.2f}..x{self.high_factor:.2f} on times")
+
+
+def conformal_bounds(scores: Sequence[float], level: float) -> tuple[float, float] | None:
+    """The equal-tailed split-conformal quantiles of ``scores`` at ``level`` (module docstring); None when there
+    are too few scores for a finite one at this level."""
+    if not 0 < level < 1:
+        raise WorkloadError(f"an interval's level must be between 0 and 1 (exclusive), got {level!r}")
+    n, alpha = len(scores), 1.0 - level
+    eps = 1e-9   # (n + 1) x 0.9 is 9.000000000000002 in floating point for n = 9: the rank is 9, not 10
+    lo_k, hi_k = math.floor((n + 1) * alpha / 2 + eps), math.ceil((n + 1) * (1 - alpha / 2) - eps)
+    if lo_k < 1 or hi_k > n:
+        return None
+    s = sorted(scores)
+    return s[lo_k - 1], s[hi_k - 1]
+
+
+@attrs.frozen
+class IntervalTable:
+    """The held-out scores shipped beside the calibration, and the intervals they give."""
+
+    scores: tuple[Score, ...]
+    path: str = ""
+
+    @functools.cached_property
+    def _groups(self) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[float]]]:
+        out: dict[tuple[Any, ...], dict[tuple[Any, ...], list[float]]] = {}
+        for fields in FALLBACK:
+            table: dict[tuple[Any, ...], list[float]] = {}
+            for s in self.scores:
+                table.setdefault(s.key(fields), []).append(s.score)
+            out[fields] = table
+        return out
+
+    def is_fitted(self, platform: str, stack: str) -> bool:
+        """Whether any shipped score comes from fitted rows of this platform and stack family."""
+        return any(s.fitted and s.platform == platform and s.stack == stack for s in self.scores)
+
+    def interval(self, platform: str, stack: str, kind: str, level: float = DEFAULT_LEVEL,
+                 fitted: bool | None = None) -> Interval:
+        """The interval of a prediction of ``kind`` on ``platform`` run by serving-stack family ``stack``; ``fitted``
+        (default: whether any shipped score of the platform and stack is) picks fitted or unfitted evidence."""
+        if kind not in KINDS:
+            raise WorkloadError(f"unknown interval kind {kind!r} (one of {', '.join(KINDS)})")
+        if fitted is None:
+            fitted = self.is_fitted(platform, stack) or self.is_fitted(platform, "*")
+        probe = {"platform": platform, "stack": stack, "kind": kind, "fitted": fitted}
+        for fields in FALLBACK:
+            got = self._groups[fields].get(tuple(probe[f] for f in fields), [])
+            q = conformal_bounds(got, level)
+            if q is not None:
+                name = ", ".join(f"{f} {probe[f]}" for f in fields if f != "fitted")
+                return Interval(level=level, low_factor=math.exp(q[0]), high_factor=math.exp(q[1]), group=name,
+                                n=len(got), fitted=fitted)
+        raise WorkloadError(f"too few held-out errors for a {level:.0%} interval of {kind} (level too high)")
+
+
+def coverage_by_publication(scores: Iterable[Score], level: float = DEFAULT_LEVEL) -> dict[str, Any]:
+    """How often a publication's rows fall inside the intervals the other publications' scores give (each
+    publication left out in turn, as a user's new publication would be): the fraction covered, overall, per
+    platform, and for the unfitted evidence (``unfitted``: the estimated profiles' errors, each publication's checked
+    against the other unfitted publications')."""
+    scores = list(scores)
+    hits: dict[str, list[bool]] = {}
+    for src in sorted({s.source for s in scores}):
+        table = IntervalTable(scores=tuple(s for s in scores if s.source != src))
+        for s in (x for x in scores if x.source == src):
+            try:   # an unfitted score (a family's estimated profile) checks the unfitted evidence
+                iv = table.interval(s.platform, s.stack, s.kind, level, fitted=s.fitted)
+            except WorkloadError:
+                continue
+            inside = math.log(iv.low_factor) <= s.score <= math.log(iv.high_factor)
+            hits.setdefault("all", []).append(inside)
+            hits.setdefault(s.platform if s.fitted else "unfitted", []).append(inside)
+    return {k: {"covered": sum(v) / len(v), "rows": len(v)} for k, v in hits.items()}
+
+
+def _score(entry: Any, path: Path) -> Score:
+    try:
+        return Score(id=str(entry["id"]), source=str(entry["source"]), platform=str(entry["platform"]),
+                     stack=str(entry["stack"]), kind=str(entry["kind"]), fitted=bool(entry["fitted"]),
+                     score=float(entry["score"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise SpecError(f"{path}: a score entry is malformed ({e}): {entry!r}"[:300]) from None
+
+
+def load_intervals(path: str | Path | None = None) -> IntervalTable:
+    """The interval table of ``path`` (default: the shipped one); a malformed file raises :class:`SpecError`."""
+    p = Path(path) if path is not None else interval_file()
+    try:
+        data = json.loads(read_text(p, what="an interval table (.json)", max_bytes=20_000_000))
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{p}: not JSON: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("scores"), list) or not data["scores"]:
+        raise SpecError(f"{p}: needs a non-empty list 'scores'")
+    return IntervalTable(scores=tuple(_score(e, p) for e in data["scores"]), path=str(p))
+
+
+@functools.cache
+def shipped_intervals() -> IntervalTable:
+    """The interval table that ships beside the calibration, read on first use."""
+    return load_intervals()

@@ -1,0 +1,73 @@
+"""Write roofline/profiles/intervals.json: the held-out errors the prediction intervals are made from.
+
+    python scripts/refresh_intervals.py
+
+Reads, all from files the project ships (run after a refit, `scripts/refresh_docs.py --heldout` and
+`scripts/fit_families.py`):
+* docs/heldout_errors.json: the GPU time rows, each predicted by a calibration that never saw its publication;
+* docs/family_fits.json: the Gaudi, Trainium and TPU rows held out one publication at a time (fitted), and the
+  same rows under the family files' estimates before any fit (the evidence for a family with no fitted rows);
+* the dataflow families' rows their per-layer latency fit did not use (`roofline calibrate --family F`);
+* the GPU energy-per-token rows (the power model fits the power rows, never these).
+Each becomes a score log(measured / predicted) in the time orientation (roofline.specs.intervals).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from roofline.errors import RooflineError
+from roofline.evidence.calibrate import fit_layer_overhead
+from roofline.evidence.validate import predict_row, read_rows, row_params, shipped_data
+from roofline.serving.trust import platform
+from roofline.specs.intervals import METRIC_KINDS, interval_file
+from roofline.specs.params import family_chain, shipped_profile, stack_family
+from roofline.specs.resolve import resolve_device
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYER_FIT_FAMILIES = ("groq", "cerebras")
+
+
+def score(row, error: float, *, fitted: bool) -> dict | None:
+    """A held-out error (predicted - measured) / measured of ``row`` as a score entry; None for a metric no
+    interval kind covers."""
+    if row.get("metric") not in METRIC_KINDS or not math.isfinite(error) or error <= -1:
+        return None
+    kind, rate = METRIC_KINDS[row.get("metric")]
+    dev = resolve_device(row.get("hardware"))
+    stack = family_chain(stack_family(row.get("stack")))[-1] if dev.family == "gpu" else "*"
+    s = math.log1p(error) if rate else -math.log1p(error)   # log(measured time / predicted time)
+    return {"id": row.id, "source": row.get("source"), "platform": platform(dev), "stack": stack, "kind": kind,
+            "fitted": fitted, "score": round(s, 6)}
+
+
+def main() -> int:
+    rows = {r.id: r for r in read_rows(shipped_data())}
+    entries = []
+    gpu = json.loads((ROOT / "docs" / "heldout_errors.json").read_text())
+    entries += [score(rows[k], e, fitted=True) for k, e in gpu.items() if e is not None and k in rows]
+    fams = json.loads((ROOT / "docs" / "family_fits.json").read_text())
+    for fit in fams.values():
+        entries += [score(rows[k], e, fitted=True) for k, e in fit["held_out_errors"].items()]
+        entries += [score(rows[k], e, fitted=False) for k, e in fit["blind_errors"].items()]
+    for family in LAYER_FIT_FAMILIES:
+        fit = fit_layer_overhead(list(rows.values()), family)
+        entries += [score(rows[k], e, fitted=True) for k, e in fit.held_out_errors.items()]
+    for r in (r for r in rows.values() if r.get("metric") == "energy_per_token_j"):
+        try:   # predicted directly: validate() itself reads the table this writes
+            entries.append(score(r, predict_row(r, row_params(shipped_profile(), r)) / float(r.get("value")) - 1,
+                                 fitted=True))
+        except RooflineError:
+            continue
+    entries = [e for e in entries if e is not None]
+    out = {"written_by": "scripts/refresh_intervals.py", "score": "log(measured / predicted), time orientation",
+           "scores": entries}
+    interval_file().write_text(json.dumps(out, indent=0) + "\n")
+    print(f"{len(entries)} scores -> {interval_file()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
