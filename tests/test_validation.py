@@ -752,7 +752,8 @@ def test_an_unmeasured_build_borrows_its_isas_kernel_costs():
     """A stack build no calibration row measured (SGLang on gfx942, without its publication) keeps its stack's
     host and scheduler costs but takes the kernel efficiencies and gap of the same ISA's other builds (vLLM's
     gfx942 build): the ISA's kernel libraries and launch path, not the stack, set those. With SGLang's CUDA
-    build's kernel costs those rows miss by ~60%; borrowed, they come within ~35% (~20% before the December 2026 refit moved vLLM gfx942's set; docs/validation.md)."""
+    build's kernel costs those rows miss by ~60%; borrowed, they come within ~35% (~20% before the December 2026
+    refit moved vLLM gfx942's set; docs/validation.md)."""
     from roofline.evidence.validate import predict_row
     from roofline.specs.params import PLATFORM_OWN, Profile, platform_donors, platform_of, with_platform_of
     assert (platform_of("sglang-rocm-gfx942"), platform_of("vllm-rocm"), platform_of("sglang")) == (
