@@ -386,9 +386,9 @@ def test_stack_option_runs_the_gpus_with_a_serving_stacks_fit(run_cli):
                          (("stage", "llama-3.1-8b", "h100-sxm", "--stack", "vllm,sglang"), "unknown serving stack"),
                          (("stage", "llama-3.1-8b", "groq-lpu:64", "--stack", "vllm"), "no device here is a GPU"),
                          (("stage", "llama-3.1-8b", "mi300x", "--stack", "trtllm"), "NVIDIA GPUs only"),
-                         (("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm,mi300x", "--stack", "vllm"),
-                          "2 different builds"),
-                         (("compare", "llama-3.1-8b", "mi300x", "mi355x", "--stack", "vllm"), "2 different builds"),
+                         (("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm,mi300x", "--stack",
+                           "sglang"), "2 different builds"),
+                         (("compare", "llama-3.1-8b", "mi300x", "mi355x", "--stack", "sglang"), "2 different builds"),
                          (("size", "llama-3.1-8b", "--devices", "h100-sxm", "--users", "8", "--min-tokens-per-s-per-user",
                            "20", "--emit", "trtllm", "--stack", "vllm"), "give the same engine"),
                          (("validate", "--stack", "vllm"), "unrecognized arguments")):

@@ -240,3 +240,22 @@ def test_the_readme_accuracy_table_is_what_the_script_writes():
     table = mod.accuracy_table({"rows": validate(ROWS).rows}, held, family_held, loo, FITS)
     readme = (ROOT / "README.md").read_text()
     assert mod.between_markers(readme, table) == readme
+
+
+def test_the_default_stack_runs_each_platforms_own_build_even_when_named(run_cli):
+    """vLLM on NVIDIA and AMD GPUs in one command (sizing across both, or --emit vllm) runs each GPU with its own
+    build's fitted set; TensorRT-LLM beside an AMD GPU is refused as NVIDIA-only, not as two builds."""
+    argv = ("size", "llama-3.1-70b", "--devices", "h100-sxm,mi300x", "--users", "64", "--min-tokens-per-s-per-user",
+            "30", "--json")
+    for extra in ((), ("--emit", "vllm"), ("--stack", "vllm")):
+        code, out, err = run_cli(*argv, *extra)
+        assert code == 0, err
+        note = json.loads(out)["stack"]
+        assert (note["build"], note["other_builds"][0]["build"]) == ("vllm", "vllm-rocm-gfx942")
+    code, _, err = run_cli(*argv, "--emit", "trtllm")
+    assert code == 2 and err.startswith("roofline: usage error: --emit:") and "NVIDIA GPUs only" in err
+
+
+def test_the_pooled_set_is_fitted_evidence_on_its_platform():
+    assert rl.interval("h100-sxm", "decode", stack="pooled").fitted
+    assert not rl.interval("corsair", "decode").fitted

@@ -24,14 +24,15 @@ from ..specs.resolve import resolve_group
 
 #: Reported figures and the interval each takes: (kind, is a rate). ``time_s`` takes its stage's
 #: (:data:`STAGE_KINDS`). A whole request's time (``e2e_s``) is mostly its decode steps, so it takes decode's.
-#: Devices needed and dollars per token scale as the inverse of throughput, as a time does.
+#: Dollars per token scale as the inverse of throughput, as a time does. A device count gets no interval: which
+#: target binds it (throughput, per-user speed, TTFT) decides which error moves it; ``size --confidence`` sizes at
+#: the pessimistic end instead.
 FIELDS: dict[str, tuple[str, bool]] = {
     "tokens_per_s_per_user": ("decode", True), "decode_tokens_per_s_per_user": ("decode", True),
     "baseline_tokens_per_s_per_user": ("decode", True), "tpot_s": ("decode", False), "itl_s": ("decode", False),
     "e2e_s": ("decode", False), "ttft_s": ("ttft", False), "energy_per_token_j": ("energy", False),
     "tokens_per_s_per_device": ("throughput", True), "tokens_per_s_per_kw": ("throughput", True),
-    "output_tokens_per_s": ("throughput", True), "usd_per_million_output_tokens": ("throughput", False),
-    "devices": ("throughput", False)}
+    "output_tokens_per_s": ("throughput", True), "usd_per_million_output_tokens": ("throughput", False)}
 #: The interval kind of a stage's ``time_s``.
 STAGE_KINDS = {"prefill": "ttft", "decode": "decode", "draft": "decode", "verify": "decode"}
 
@@ -138,8 +139,7 @@ def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | Non
             continue
         kind, rate = spec
         try:
-            whole = k == "devices" and bool(np.all(np.mod(np.nan_to_num(_floats(v)), 1) == 0))   # counts stay whole
-            out[f"{k}_low"], out[f"{k}_high"] = _ends(v, intervals[kind], rate, whole)
+            out[f"{k}_low"], out[f"{k}_high"] = _ends(v, intervals[kind], rate, False)
         except (TypeError, ValueError):   # a ragged nesting: leave the figure without bounds
             continue
     return out

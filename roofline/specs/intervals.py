@@ -170,8 +170,9 @@ class IntervalTable:
         return out
 
     def is_fitted(self, platform: str, stack: str) -> bool:
-        """Whether any shipped score comes from fitted rows of this platform and stack family."""
-        return any(s.fitted and s.platform == platform and s.stack == stack for s in self.scores)
+        """Whether any shipped score comes from fitted rows of this platform and stack family (``*``: of any
+        stack family on this platform, as the pooled set is fitted on all of them)."""
+        return any(s.fitted and s.platform == platform and stack in ("*", s.stack) for s in self.scores)
 
     def interval(self, platform: str, stack: str, kind: str, level: float = DEFAULT_LEVEL,
                  fitted: bool | None = None) -> Interval:
@@ -180,7 +181,7 @@ class IntervalTable:
         if kind not in KINDS:
             raise WorkloadError(f"unknown interval kind {kind!r} (one of {', '.join(KINDS)})")
         if fitted is None:
-            fitted = self.is_fitted(platform, stack) or self.is_fitted(platform, "*")
+            fitted = self.is_fitted(platform, stack)
         probe = {"platform": platform, "stack": stack, "kind": kind, "fitted": fitted}
         for fields in FALLBACK:
             got = self._groups[fields].get(tuple(probe[f] for f in fields), [])

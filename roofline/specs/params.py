@@ -557,6 +557,10 @@ class Profile:
         platforms = sorted({(d.vendor, d.isa) for d in devices if d.family == "gpu"})
         if not platforms:
             raise WorkloadError(f"serving stack {name} sets GPU parameters, and no device here is a GPU")
+        other = sorted({f"{v} {i}".strip() for v, i in platforms if v != "NVIDIA"})
+        if name in NVIDIA_ONLY_STACKS and other:
+            raise WorkloadError(f"serving stack {name} runs on NVIDIA GPUs only ({NVIDIA_ONLY_STACKS[name]}), "
+                                f"not on {', '.join(other)}")
         if len(platforms) > 1:
             raise WorkloadError(f"serving stack {name}: these GPUs run {len(platforms)} different builds of it "
                                 f"({', '.join(f'{v} {i}'.strip() for v, i in platforms)}); give one platform and "
@@ -564,9 +568,6 @@ class Profile:
         vendor, isa = platforms[0]
         if name == POOLED:
             return StackChoice(name=POOLED, build=POOLED, fitted="default", params=self.default)
-        if name in NVIDIA_ONLY_STACKS and vendor != "NVIDIA":
-            raise WorkloadError(f"serving stack {name} runs on NVIDIA GPUs only ({NVIDIA_ONLY_STACKS[name]}), "
-                                f"not on {vendor} {isa}".rstrip())
         chain, fitted, donors = self._answer(name, vendor, isa)
         return StackChoice(name=name, build=chain[0], fitted=fitted or "default", platform_from=tuple(donors),
                            params=self.for_stack(name, vendor, isa),

@@ -287,14 +287,15 @@ def _engine_params(args: argparse.Namespace, devices: list[Device]) -> EnginePar
         return prof.for_stack(DEFAULT_STACK)
     platforms = {(d.vendor, d.isa): d for d in gpus}
     try:
-        if named is None and getattr(args, "profile", None) is None and len(platforms) > 1:
+        default = named is None or stack_name(named) == DEFAULT_STACK
+        if default and getattr(args, "profile", None) is None and len(platforms) > 1:
             order = sorted(platforms, key=lambda p: (p[0] != "NVIDIA", p))
             notes = [stack_record(prof.for_gpus(DEFAULT_STACK, [platforms[p]]), prof) for p in order]
             args.stack_note = {**notes[0], "other_builds": notes[1:]}
             return default_params()   # each GPU resolves the default stack's build for its platform
         choice = prof.for_gpus(named if named is not None else DEFAULT_STACK, devices)
     except WorkloadError as e:
-        raise UsageError(f"--stack: {e}") from None
+        raise UsageError(f"{getattr(args, 'stack_from', '--stack')}: {e}") from None
     args.stack_note = stack_record(choice, prof)
     return choice.params
 
@@ -315,7 +316,7 @@ def trust(args: argparse.Namespace, devices: Iterable[Device]) -> None:
     def by_device(dev_id: str) -> dict[str, Interval] | None:
         return intervals_for(known[dev_id], stack=stack, level=level) if dev_id in known else None
     args.trust = {"device": main.id, "level": level, "intervals": intervals_for(main, stack=stack, level=level),
-                  "by_device": by_device}
+                  "by_device": by_device, "devices": sorted(known)}
 
 
 def stack_option(text: str) -> str:

@@ -109,12 +109,17 @@ def emit(console: Console, view: View, args: argparse.Namespace) -> None:
 
 
 def interval_record(trust: dict[str, Any]) -> dict[str, Any]:
-    """The JSON ``intervals`` record: the level, the device whose intervals apply, and per kind its factors on a
-    time, the group of held-out errors that gave them and how many."""
-    return {"level": trust["level"], "device": trust["device"],
-            "kinds": {k: {"low_factor": iv.low_factor, "high_factor": iv.high_factor, "group": iv.group, "n": iv.n,
-                          "fitted": iv.fitted} for k, iv in trust["intervals"].items()},
-            "basis": "split-conformal quantiles of errors on publications the fit never saw (roofline.specs.intervals)"}
+    """The JSON ``intervals`` record: the level, the device whose intervals the command's headline figures take
+    (its first GPU, else its first device), per kind its factors on a time, the group of held-out errors that gave
+    them and how many, and the same for every device of the command (``by_device``: a figure of a record naming
+    its own device takes that device's)."""
+    def kinds(ivs: dict[str, Any]) -> dict[str, Any]:
+        return {k: {"low_factor": iv.low_factor, "high_factor": iv.high_factor, "group": iv.group, "n": iv.n,
+                    "fitted": iv.fitted} for k, iv in ivs.items()}
+    return {"level": trust["level"], "device": trust["device"], "kinds": kinds(trust["intervals"]),
+            "by_device": {d: kinds(trust["by_device"](d)) for d in trust.get("devices", [])},
+            "basis": "split-conformal quantiles of errors on publications the fit never saw, every publication "
+                     "weighing alike (roofline.specs.intervals)"}
 
 
 def interval_line(trust: dict[str, Any]) -> str:
@@ -124,7 +129,9 @@ def interval_line(trust: dict[str, Any]) -> str:
     def span(kind: str) -> str:
         return f"x{ivs[kind].low_factor:.2f}..x{ivs[kind].high_factor:.2f}"
     fitted = all(iv.fitted for iv in ivs.values())
-    text = (f"{trust['level']:.0%} range on {trust['device']} (errors on publications the fit never saw): "
+    others = [d for d in trust.get("devices", []) if d != trust["device"]]
+    also = f"; {', '.join(others)}: the JSON's intervals.by_device" if others else ""
+    text = (f"{trust['level']:.0%} range on {trust['device']} (errors on publications the fit never saw{also}): "
             f"per-token time {span('decode')}, TTFT {span('ttft')}, throughput time {span('throughput')}, "
             f"energy {span('energy')}")
     return text + ("." if fitted else "; NO fitted rows for this platform and stack: a wide range.")

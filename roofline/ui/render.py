@@ -768,8 +768,10 @@ def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None
     rows validated) and how far the data's repeated measurements agree (``repeats``: :func:`repeat_summary`)."""
     t = _table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
                                                 "energy above the measured one, or a TTFT / ITL longer than measured. "
-                                                "in 80% = the rows inside their 80% interval (from the other "
-                                                "publications' held-out errors); cliff = rows whose prediction moves "
+                                                "in 80% = the rows whose shipped prediction's 80% interval (made from "
+                                                "the other publications' held-out errors) holds the measurement: "
+                                                "optimistic for fitted rows, which the README's table checks with "
+                                                "their held-out predictions; cliff = rows whose prediction moves "
                                                 ">20% for 5% less usable memory."
                                                 + calibration_record(fit or {}, same_data) + repeat_record(repeats),
                caption_justify="left")

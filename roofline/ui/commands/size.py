@@ -66,6 +66,9 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
                          f"{args.stack} predicts {stack_option(args.stack)}: give the same engine to both")
     if args.emit and args.stack is None:
         args.stack = stack_option(args.emit)   # size with the engine whose commands are printed
+        args.stack_from = "--emit"
+    if args.confidence is not None and not 0.5 <= args.confidence < 1:
+        raise UsageError(f"--confidence: a one-sided confidence between 0.5 and 1 (exclusive), got {args.confidence}")
     model = load_model(args.model)
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
                                                                        "--min-tokens-per-s-per-user", positive=True),
