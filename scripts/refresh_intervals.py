@@ -64,9 +64,10 @@ def main() -> int:
         except RooflineError:
             continue
     entries = [e for e in entries if e is not None]
-    out = {"written_by": "scripts/refresh_intervals.py", "score": "log(measured / predicted), time orientation",
-           "scores": entries}
-    interval_file().write_text(json.dumps(out, indent=0) + "\n")
+    head = json.dumps({"written_by": "scripts/refresh_intervals.py",
+                       "score": "log(measured / predicted), time orientation"})[:-1]
+    body = ",\n".join(json.dumps(e, sort_keys=True) for e in entries)   # one score a line: diffs stay readable
+    interval_file().write_text(f'{head}, "scores": [\n{body}\n]}}\n')
     print(f"{len(entries)} scores -> {interval_file()}")
     return 0
 
