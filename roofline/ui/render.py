@@ -147,8 +147,9 @@ def profile_provenance(dev: Device, values: dict[str, Any]) -> dict[str, str]:
         if name == "family":
             continue
         attr = PROFILE_FIELDS.get(name, (f"tier:{name.removesuffix('_bandwidth_fraction')}",))[0]
-        out[name] = f"this device: {dev.sources.get('execution.' + name, '')}" if attr in dev.execution else \
-            _fitted_how(attr, value, fam.provenance.get(name, ""))
+        where = fam.provenance.get(name, "")
+        out[name] = (f"this device: {dev.sources.get('execution.' + name, '')}" if attr in dev.execution else
+                     _fitted_how(attr, value, where) if dev.family == "gpu" else where)   # the GPU calibration's notes
     return out
 
 
@@ -158,10 +159,10 @@ def _fitted_how(attr: str, value: Any, provenance: str) -> str:
     if not provenance.startswith("fitted:"):
         return provenance
     from ..evidence.calibrate import bound_side  # lazily: the evidence layer is not needed otherwise
-    from ..specs.params import shipped_profile
-    prof = shipped_profile()
-    se, side = prof.standard_error(attr), bound_side(attr, value)
-    if attr in prof.not_identified("default"):
+    from ..specs.params import DEFAULT_STACK, shipped_profile
+    prof = shipped_profile()   # the values shown are the default stack's; the fit records errors for [params] only
+    se, side = None, bound_side(attr, value)
+    if attr in prof.not_identified(DEFAULT_STACK):
         how = "not identified by its rows" + (f", at its {side} bound" if side else "") + ": set in place"
     elif side:
         how = f"at its {side} bound"
