@@ -259,3 +259,7 @@ def test_the_default_stack_runs_each_platforms_own_build_even_when_named(run_cli
 def test_the_pooled_set_is_fitted_evidence_on_its_platform():
     assert rl.interval("h100-sxm", "decode", stack="pooled").fitted
     assert not rl.interval("corsair", "decode").fitted
+    with pytest.raises(rl.WorkloadError, match="NVIDIA GPUs only"):
+        rl.interval("mi300x", "decode", stack="trtllm")
+    with pytest.raises(rl.WorkloadError, match="unknown interval kind"):
+        rl.interval("h100-sxm", "latency")

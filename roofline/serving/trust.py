@@ -19,7 +19,7 @@ from ..errors import WorkloadError
 from ..specs.devices import Device
 from ..specs.groups import DeviceGroup
 from ..specs.intervals import DEFAULT_LEVEL, Interval, IntervalTable, shipped_intervals
-from ..specs.params import DEFAULT_STACK, POOLED, family_chain, stack_family, stack_name
+from ..specs.params import DEFAULT_STACK, NVIDIA_ONLY_STACKS, POOLED, family_chain, stack_family, stack_name
 from ..specs.resolve import resolve_group
 
 #: Reported figures and the interval each takes: (kind, is a rate). ``time_s`` takes its stage's
@@ -49,6 +49,8 @@ def stack_key(device: Device, stack: str | None = None) -> str:
     if device.family != "gpu":
         return "*"
     name = stack_name(stack) if stack is not None else DEFAULT_STACK
+    if name in NVIDIA_ONLY_STACKS and device.vendor != "NVIDIA":
+        raise WorkloadError(f"serving stack {name} runs on NVIDIA GPUs only, not on {device.id}")
     return "*" if name == POOLED else family_chain(stack_family(name))[-1]
 
 
