@@ -34,6 +34,7 @@ from ..errors import RooflineError
 from ..specs.execution import family_profile
 from ..specs.params import EngineParams, with_values
 from ..specs.resolve import resolve_device
+from .calibrate import fitted_row
 from .validate import ENERGY_METRICS, Row, predict_row
 
 #: The families whose profiles this module fits (the dataflow families keep their per-layer latency fit,
@@ -99,14 +100,15 @@ class FamilyFit:
 
 
 def fittable_rows(rows: Iterable[Row], family: str) -> list[Row]:
-    """The family's rows a fit may use: time metrics of grade A or B without speculation."""
+    """The family's rows a fit may use: time metrics of rows the GPU calibration would fit too (grade A or B, no
+    early build: :func:`~roofline.evidence.calibrate.fitted_row`), without speculation."""
     out = []
     for r in rows:
         try:
             fam = resolve_device(r.get("hardware")).family
         except RooflineError:
             continue
-        if (fam == family and r.get("metric") not in ENERGY_METRICS and r.get("grade") in ("A", "B")
+        if (fam == family and r.get("metric") not in ENERGY_METRICS and fitted_row(r)
                 and r.get("spec_method") in ("", "none")):
             out.append(r)
     return out
