@@ -263,3 +263,18 @@ def test_the_pooled_set_is_fitted_evidence_on_its_platform():
         rl.interval("mi300x", "decode", stack="trtllm")
     with pytest.raises(rl.WorkloadError, match="unknown interval kind"):
         rl.interval("h100-sxm", "latency")
+
+
+def test_folds_can_hold_out_whole_device_kinds_and_stack_builds():
+    """`calibrate --folds K --by hardware` (or `stack`) keeps each device kind (stack build) in one fold: the held-out
+    error then measures hardware (a stack) the fit never saw."""
+    from roofline.evidence.calibrate import _folds
+    from roofline.evidence.validate import row_stack_family
+    gpu = [r for r in ROWS if rl.load_device(r.get("hardware")).family == "gpu"]
+    for by, key in (("hardware", lambda r: r.get("hardware")), ("stack", row_stack_family)):
+        folds = _folds(gpu, 4, by)
+        assert len(folds) == 4 and set().union(*folds) == {r.id for r in gpu}
+        owner = {}
+        for i, fold in enumerate(folds):
+            for r in (r for r in gpu if r.id in fold):
+                assert owner.setdefault(key(r), i) == i, (by, key(r))

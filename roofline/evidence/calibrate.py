@@ -566,13 +566,14 @@ def _holdout_name(holdout: str | int | None, fold_by: str = "source") -> str:
     return "" if holdout is None else "leave-one-out" if holdout == "loo" else f"{holdout}-fold by {fold_by}"
 
 
-#: How held-out folds group rows: whole publications, or rows drawn at random.
-FOLD_BY = ("source", "row")
+#: How held-out folds group rows: whole publications, rows drawn at random, whole device kinds or stack builds.
+FOLD_BY = ("source", "row", "hardware", "stack")
 
 
 def _folds(rows: list[Row], holdout: str | int | None, fold_by: str = "source") -> list[set[str]]:
-    """Row ids per held-out fold: one per row; k folds of whole sources, largest sources first, each to the
-    fold with the fewest rows so far; or k folds of rows shuffled with seed 0 (``fold_by="row"``)."""
+    """Row ids per held-out fold: one per row; k folds of whole sources (or of whole device kinds,
+    ``fold_by="hardware"``, or stack builds, ``"stack"``: hardware or a stack the fit never saw), largest first,
+    each to the fold with the fewest rows so far; or k folds of rows shuffled with seed 0 (``fold_by="row"``)."""
     if fold_by not in FOLD_BY:
         raise RooflineError(f"folds group rows by {' or '.join(FOLD_BY)}, got {fold_by!r}")
     if holdout is None:
@@ -586,8 +587,10 @@ def _folds(rows: list[Row], holdout: str | int | None, fold_by: str = "source") 
         random.Random(0).shuffle(ids)
         return [set(ids[i::holdout]) for i in range(min(holdout, len(ids)))]
     sources: dict[str, set[str]] = {}
-    for r in rows:
-        sources.setdefault(r.get("source"), set()).add(r.id)
+    for r in rows:   # whole publications, device kinds or serving-stack builds
+        key = r.get("source") if fold_by == "source" else r.get("hardware") if fold_by == "hardware" else \
+            row_stack_family(r)
+        sources.setdefault(key, set()).add(r.id)
     folds: list[set[str]] = [set() for _ in range(min(holdout, len(sources)))]
     for ids in sorted(sources.values(), key=len, reverse=True):
         min(folds, key=len).update(ids)

@@ -234,7 +234,8 @@ def register(add: Adder) -> None:
     sp.add_argument("--folds", type=int, default=None, metavar="K",
                     help="also compute the held-out error with K folds of whole publications (K fits)")
     sp.add_argument("--by", choices=FOLD_BY, default=FOLD_BY[0],
-                    help="--folds of whole publications (default) or of rows drawn at random (seed 0)")
+                    help="--folds of whole publications (default), of whole device kinds (hardware) or stack builds "
+                         "(stack) the fit never saw, or of rows drawn at random (seed 0)")
     sp.add_argument("--jobs", type=int, default=None, metavar="N",
                     help="share every fit's rows among N processes (the same numbers, ~N times faster on N cores; "
                          "default: one per core, at most one per 200 rows); with --energy, the floor grid")
