@@ -102,10 +102,8 @@ def _plain(a: Any) -> Any:
     return float(a) if math.isfinite(a) else None
 
 
-def _ends(value: Any, iv: Interval, rate: bool, whole: bool) -> tuple[Any, Any]:
+def _ends(value: Any, iv: Interval, rate: bool) -> tuple[Any, Any]:
     lo, hi = iv.bounds(_floats(value), rate=rate)
-    if whole:
-        lo, hi = np.ceil(lo), np.ceil(hi)
     return _plain(lo), _plain(hi)
 
 
@@ -141,7 +139,7 @@ def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | Non
             continue
         kind, rate = spec
         try:
-            out[f"{k}_low"], out[f"{k}_high"] = _ends(v, intervals[kind], rate, False)
+            out[f"{k}_low"], out[f"{k}_high"] = _ends(v, intervals[kind], rate)
         except (TypeError, ValueError):   # a ragged nesting: leave the figure without bounds
             continue
     return out
