@@ -17,7 +17,7 @@ from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.trust import intervals_for
 from ..serving.whatif import WhatIf
 from ..specs.devices import Device
-from ..specs.intervals import DEFAULT_LEVEL, Interval
+from ..specs.intervals import DEFAULT_LEVEL
 from ..specs.params import (
     DEFAULT_STACK,
     EngineParams,
@@ -311,12 +311,9 @@ def trust(args: argparse.Namespace, devices: Iterable[Device]) -> None:
         raise UsageError(f"--level: an interval's level is between 0 and 1 (exclusive), got {level}")
     main = next((d for d in devices if d.family == "gpu"), devices[0])
     stack = getattr(args, "stack", None)
-    known = {d.id: d for d in devices}
-
-    def by_device(dev_id: str) -> dict[str, Interval] | None:
-        return intervals_for(known[dev_id], stack=stack, level=level) if dev_id in known else None
-    args.trust = {"device": main.id, "level": level, "intervals": intervals_for(main, stack=stack, level=level),
-                  "by_device": by_device, "devices": sorted(known)}
+    known = {d.id: intervals_for(d, stack=stack, level=level) for d in devices}   # once per device, not per record
+    args.trust = {"device": main.id, "level": level, "intervals": known[main.id], "by_device": known.get,
+                  "devices": sorted(known)}
 
 
 def stack_option(text: str) -> str:
