@@ -2,7 +2,8 @@
 
 Reproduces the setting of Gimlet Labs' "Low-Latency Inference with Speculative Decoding on d-Matrix Corsair
 and GPU" (https://gimletlabs.ai/blog/low-latency-spec-decode-corsair; docs/gimlet.md): 8K in / 1K out,
-coding-like acceptance (per-token 0.926 at gamma = 5, 0.962 at gamma = 40, interpolated in between),
+coding-like acceptance (per-token 0.926 at gamma = 5, 0.962 at gamma = 40, joined by a fitted positional
+acceptance whose gain per drafted token never rises: Acceptance.alpha_by_gamma, docs/theory.md §4.12),
 prefill on 8 GPUs, decode/verify on 1, 2, 4 or 8 GPUs. The baseline is the best GPU-only placement: the
 Pareto frontier (tokens/s per kW against tokens/s per user) of every GPU-only configuration, with and
 without speculation, at every verify TP. The candidate drafts on a bridged pair of Corsair cards under the

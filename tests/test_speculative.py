@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roofline.errors import WorkloadError
@@ -14,6 +14,8 @@ from roofline.physics.speculative import (
     compute_increase_factor,
     expected_tokens,
     expected_tokens_positional,
+    family_alphas,
+    fit_acceptance,
     optimal_gamma_closed_form,
     speedup_closed_form,
 )
@@ -81,7 +83,8 @@ def test_positional_and_tables():
         m.expected_tokens(3)
     g = Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})
     assert g.expected_tokens(5) == pytest.approx(4.99, abs=0.01) and g.expected_tokens(40) == pytest.approx(20.94, abs=0.01)
-    assert g.alpha_at(1) == 0.926 and g.alpha_at(60) == 0.962 and 0.926 < g.alpha_at(20) < 0.962
+    assert g.alpha_at(5) == pytest.approx(0.926) and g.alpha_at(40) == pytest.approx(0.962)
+    assert 0.926 < g.alpha_at(20) < 0.962 and g.alpha_at(0) == g.params[0]
 
 
 @pytest.mark.parametrize("tau,gamma,alpha", [(3.5, 5, 0.7773), (2.5, 3, 0.6914), (3.0, 4, 0.7413), (6.0, 7, 0.9158),
@@ -128,3 +131,146 @@ def test_optimal_gamma_closed_form_matches_table_and_scan(alpha, c, g_c, g_int):
 def test_bad_input_raises_workload_error(call):
     with pytest.raises(WorkloadError):
         call()
+
+
+# --- the fitted positional family (docs/theory.md §4.12) ---
+
+GIMLET = {5: 0.926, 40: 0.962}   # per-token alpha at two draft lengths (docs/gimlet.md §1.4)
+
+
+def _gains(acc, up_to=200):
+    return np.diff(acc.expected_tokens(np.arange(up_to + 1)))
+
+
+def test_alpha_by_gamma_is_a_fit_whose_gain_never_rises():
+    acc = Acceptance.alpha_by_gamma(GIMLET)
+    assert acc.kind == "fitted" and acc.params[1] > 0   # rising conditional acceptance (beta-geometric)
+    # both points are met: E = 4.99 at gamma 5, 20.94 at gamma 40 (docs/gimlet.md §1.4)
+    assert acc.expected_tokens([5, 40]) == pytest.approx([float(expected_tokens(0.926, 5)),
+                                                          float(expected_tokens(0.962, 40))], rel=1e-9)
+    gains = _gains(acc)
+    assert np.all(np.diff(gains) <= 1e-15) and np.all((gains >= 0) & (gains <= 1))
+    # interpolating alpha in gamma gave gains 0.391 at gamma 23 and 0.531 at gamma 40; the fit falls throughout
+    assert gains[39] < gains[22] < gains[9] < gains[4]
+    # the fit's values between and beyond the points (our fit, not published: a regression guard)
+    assert acc.expected_tokens([10, 23]) == pytest.approx([8.118, 14.471], abs=1e-3)
+
+
+def test_fit_follows_published_positional_rates():
+    # gpt-oss-120b + EAGLE-3: unconditional rates 0.58, 0.31, 0.16, 0.08 (docs/theory.md §4.7) give tau(gamma) =
+    # 1.58, 1.89, 2.05, 2.13; conditional acceptance decays, so the fit takes the decaying branch
+    acc = Acceptance.fitted({1: 1.58, 2: 1.89, 3: 2.05, 4: 2.13})
+    assert acc.params[1] < 0
+    assert acc.expected_tokens([1, 2, 3, 4]) == pytest.approx([1.58, 1.89, 2.05, 2.13], rel=0.005)
+    # DeepSeek-R1 MTP on B200 (TensorRT-LLM blog, validation DS03/DS05): two points met exactly
+    assert Acceptance.fitted({2: 2.58, 4: 2.99}).expected_tokens([2, 4]) == pytest.approx([2.58, 2.99], rel=1e-9)
+
+
+@st.composite
+def positional_points(draw):
+    """Acceptance lengths at 2-4 draft lengths of an arbitrary positional acceptance (every alpha_i in [0, 1])."""
+    gs = sorted(draw(st.sets(st.integers(1, 48), min_size=2, max_size=4)))
+    a = np.array(draw(st.lists(alphas, min_size=gs[-1], max_size=gs[-1])))
+    cum = np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(a))])
+    return {g: float(cum[g]) for g in gs}
+
+
+@settings(max_examples=40, deadline=None)
+@given(positional_points())
+def test_gain_per_drafted_token_never_rises_for_any_fit(points):
+    params = fit_acceptance(points)   # the least-squares fit, however far the family is from these points
+    acc = Acceptance("fitted", table=points, params=params)
+    gains = _gains(acc, 128)
+    assert np.all(np.diff(gains) <= 1e-12) and np.all((gains >= -1e-15) & (gains <= 1 + 1e-15))
+    assert np.all((family_alphas(*params, 128) >= 0) & (family_alphas(*params, 128) <= 1))
+
+
+def test_fit_refuses_points_the_family_cannot_follow():
+    # every draft up to 5 accepted, then one more token in 35: valid, but no (alpha1, h) comes within 5%
+    with pytest.raises(WorkloadError, match="misses E\\[N\\] = 6 at gamma 5"):
+        Acceptance.fitted({5: 6.0, 40: 7.0})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0.05, 0.99), st.floats(-0.9, 0.9), st.sets(st.integers(1, 64), min_size=2, max_size=3))
+def test_fit_recovers_points_of_the_family(alpha1, u, gs):
+    h = u / (1 - u) if u >= 0 else np.log1p(u)
+    gs = sorted(gs)
+    taus = np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(family_alphas(alpha1, h, gs[-1])))])[gs]
+    acc = Acceptance.fitted(dict(zip(gs, taus)))
+    assert acc.expected_tokens(gs) == pytest.approx(taus, rel=1e-7)
+
+
+def test_family_matches_monte_carlo_of_positional_acceptance():
+    acc = Acceptance.alpha_by_gamma(GIMLET)
+    a1, h = acc.params
+    rng = np.random.default_rng(2026)
+    trials, gamma = 200_000, 40
+    # (1) draft i accepted with probability alpha_i given all before it were
+    accept = rng.random((trials, gamma)) < family_alphas(a1, h, gamma)
+    # (2) the mechanism behind h > 0: each round's alpha ~ Beta(a1/h, (1-a1)/h), then i.i.d. Bernoulli acceptance
+    accept_beta = rng.random((trials, gamma)) < rng.beta(a1 / h, (1 - a1) / h, trials)[:, None]
+    for acc_draws in (accept, accept_beta):
+        for g in (5, 23, 40):
+            prefix = np.where(acc_draws[:, :g].all(axis=1), g, np.argmin(acc_draws[:, :g], axis=1))
+            samples = prefix + 1   # accepted drafts plus the correction or bonus token
+            se = samples.std(ddof=1) / np.sqrt(trials)
+            assert abs(samples.mean() - float(acc.expected_tokens(g))) < 4 * se
+
+
+def test_beta_geometric_closed_form_sympy():
+    sp = pytest.importorskip("sympy")
+    a, b, k = sp.symbols("a b k", positive=True)
+    # alpha_i = E[alpha^i] / E[alpha^(i-1)] under alpha ~ Beta(a, b): (a+i-1)/(a+b+i-1) (Weinberg & Gladen 1982)
+    ratio = sp.gammasimp(sp.beta(a + k, b) / sp.beta(a + k - 1, b))
+    assert sp.simplify(ratio - (a + k - 1) / (a + b + k - 1)) == 0
+    # E = 1 + sum_k (a)_k/(a+b)_k telescopes: u_k = (a)_k/(a+b-1)_k has u_k - u_(k+1) = (b-1)/(a+b-1) (a)_k/(a+b)_k.
+    # With P = (a)_k, Q = (a+b-1)_k: (a)_(k+1) = P (a+k), (a+b-1)_(k+1) = Q (a+b-1+k), (a+b)_k = Q (a+b-1+k)/(a+b-1)
+    P, Q = sp.symbols("P Q", positive=True)
+    step = P / Q - P * (a + k) / (Q * (a + b - 1 + k)) - (b - 1) / (a + b - 1) * P / (Q * (a + b - 1 + k) / (a + b - 1))
+    assert sp.simplify(step) == 0
+    G = sp.gamma   # (x)_k = Gamma(x+k)/Gamma(x)
+    assert sp.simplify(sp.gammasimp(G(a + b + k) / G(a + b) * G(a + b - 1) / G(a + b - 1 + k))
+                       - (a + b - 1 + k) / (a + b - 1)) == 0
+    closed = (a + b - 1) / (b - 1) * (1 - sp.rf(a, k + 1) / sp.rf(a + b - 1, k + 1))   # E at gamma = k
+    for av, bv in ((sp.Rational(3, 2), sp.Rational(5, 2)), (sp.Rational(47, 10), sp.Rational(2, 5)), (9, 1 / sp.Integer(3))):
+        for g in (0, 1, 5, 40):
+            exact = closed.subs({a: av, b: bv, k: g})
+            numeric = Acceptance("fitted", table={1: 1.5, 2: 1.8}, params=(float(av / (av + bv)), float(1 / (av + bv))))
+            assert float(numeric.expected_tokens(g)) == pytest.approx(float(exact), rel=1e-12)
+
+
+def test_fitted_broadcasts_like_a_stack_of_scalar_calls():
+    acc = Acceptance.alpha_by_gamma(GIMLET)
+    g = np.array([[0, 1, 5], [12, 40, 64]])
+    assert acc.expected_tokens(g).shape == g.shape == acc.alpha_at(g).shape
+    assert acc.expected_tokens(g) == pytest.approx(np.vectorize(lambda x: float(acc.expected_tokens(x)))(g))
+    assert acc.shape == () and "fitted through" in acc.describe()
+
+
+@pytest.mark.parametrize("points,match", [
+    ({4: 3.0}, "two or more"),
+    ({}, "two or more"),
+    ({2: 2.5, 4: 2.2}, "fall as gamma grows"),
+    ({2: 3.5, 4: 4.0}, "exceeds gamma"),
+    ({2: float("nan"), 4: 3.0}, "tau must be >= 1"),
+    ({2: float("inf"), 4: 3.0}, "tau must be >= 1"),
+    ({2: 1.5, 10: 6.0}, "gain more"),
+    ({0: 1.0, 4: 3.0}, "draft lengths >= 1"),
+    ([(2, 2.5), (4, 3.0)], "mapping"),
+])
+def test_fit_refuses_points_no_acceptance_gives(points, match):
+    with pytest.raises(WorkloadError, match=match):
+        Acceptance.fitted(points)
+    if isinstance(points, dict) and len(points) >= 2:
+        with pytest.raises(WorkloadError, match=match):
+            fit_acceptance(points)
+
+
+@pytest.mark.parametrize("table,match", [
+    ({5: 0.9}, "two or more"), ({5: 0.9, 40: 1.2}, r"alpha must be in \[0, 1\]"),
+    ({5: 0.95, 40: 0.5}, "fall as gamma grows"), ({2: 0.3, 20: 0.9}, "gain more"),
+])
+def test_alpha_by_gamma_refuses(table, match):
+    with pytest.raises(WorkloadError, match=match):
+        Acceptance.alpha_by_gamma(table)

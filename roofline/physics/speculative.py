@@ -8,6 +8,8 @@ always yields at least one token, and gamma + 1 when every draft is accepted
 (GenZ caps it at gamma: that is the bug this module's tests guard against).
 Symbolic derivations of the same formulas live in :mod:`roofline.symbolic`; the tests check
 the two against each other and against a Monte-Carlo simulation of Bernoulli acceptance.
+Acceptance measured at several draft lengths is joined by a fitted positional family
+(:func:`family_alphas`, docs/theory.md §4.12) whose gain per drafted token never increases.
 """
 
 from __future__ import annotations
@@ -152,6 +154,117 @@ def optimal_gamma_closed_form(alpha: float, c: float) -> tuple[float, int]:
     return g_c, best
 
 
+#: The most a fitted acceptance may miss any of its points, relative (two points the family reaches are met
+#: exactly; three or more noisy ones are met in least squares).
+MAX_FIT_MISS = 0.05
+
+
+def _alpha_table(alpha1: ArrayLike, h: ArrayLike, n: int) -> Array:
+    """alpha_i, i = 1..n, on the last axis, for parameters that broadcast (the fit's grid); see family_alphas."""
+    m, h = np.asarray(alpha1, dtype=float)[..., None], np.asarray(h, dtype=float)[..., None]
+    j = np.arange(n, dtype=float)           # i - 1
+    hp, hn = np.maximum(h, 0.0), np.minimum(h, 0.0)
+    return np.where(h >= 0, (m + hp * j) / (1 + hp * j), m * np.exp(hn * j))
+
+
+def family_alphas(alpha1: float, h: float, n: int) -> Array:
+    """Conditional acceptance alpha_i of draft positions i = 1..n in the fitted two-parameter family.
+
+    * h >= 0, rising: alpha_i = (alpha1 + h (i-1)) / (1 + h (i-1)). Acceptance is i.i.d. within a round at a rate
+      that varies between rounds (contexts) as Beta(a, b), a = alpha1/h, b = (1-alpha1)/h: the chance that the
+      first k drafts are accepted is E[alpha^k] = prod_{i<=k} (a+i-1)/(a+b+i-1), the beta-geometric distribution
+      (Weinberg & Gladen, "The beta-geometric distribution applied to comparative fecundability studies",
+      Biometrics 38:63-71, 1982). A round that got far is an easy one, so alpha_i rises towards 1 (the Jensen
+      effect of docs/theory.md §4.9). Closed form (b != 1; docs/theory.md §4.12, sympy-checked in the tests):
+      E[N] = (a+b-1)/(b-1) (1 - (a)_{gamma+1} / (a+b-1)_{gamma+1}), (x)_n the rising factorial.
+    * h < 0, decaying: alpha_i = alpha1 exp(h (i-1)): the draft drifts from the target with position (the
+      conditional rates vLLM reports for EAGLE-3 fall 0.58, 0.53, 0.52, 0.50; docs/theory.md §4.7).
+
+    h = 0 is i.i.d. alpha1 (Leviathan Eq. 1). Every alpha_i is in [0, 1], so the gain of the k-th drafted token,
+    E(k) - E(k-1) = prod_{i<=k} alpha_i, never increases with k.
+    """
+    return _alpha_table(alpha1, h, n)
+
+
+def _family_tokens(alpha1: ArrayLike, h: ArrayLike, gamma: Array) -> Array:
+    """E[N] = 1 + sum_{k<=gamma} prod_{i<=k} alpha_i (docs/theory.md §4.6) of the family, gamma on a new last axis
+    after the parameters' shape."""
+    n = max(int(np.max(gamma)), 1)
+    cum = 1.0 + np.cumsum(np.cumprod(_alpha_table(alpha1, h, n), axis=-1), axis=-1)
+    cum = np.concatenate([np.ones(cum.shape[:-1] + (1,)), cum], axis=-1)
+    return cum[..., gamma.astype(int)]
+
+
+def _check_points(points: Mapping[int, float]) -> tuple[Array, Array]:
+    """Draft lengths and acceptance lengths (bonus counted) that some acceptance model can produce: two or more,
+    1 <= tau <= gamma + 1, and gains (chord slopes from (0, 1)) that neither go negative nor rise."""
+    if not isinstance(points, Mapping):
+        raise WorkloadError(f"fitting takes a mapping {{gamma: acceptance length}}, got {type(points).__name__}")
+    if len(points) < 2:
+        raise WorkloadError(f"fitting acceptance takes two or more draft lengths, got {len(points)}; for one, use "
+                            "Acceptance.geometric(alpha) (alpha_from_acceptance_length(tau, gamma) converts a tau)")
+    pairs = sorted((int(scalar(check_gamma(g), "gamma")), scalar(as_array("acceptance length", t), "acceptance length"))
+                   for g, t in points.items())
+    g, t = np.array([p[0] for p in pairs], dtype=float), np.array([p[1] for p in pairs])
+    if np.any(g < 1):
+        raise WorkloadError(f"fitting acceptance needs draft lengths >= 1, got {show(g)}")
+    alpha_from_acceptance_length(t, g)   # finite, 1 <= tau <= gamma + 1
+    slope = np.diff(np.concatenate([[1.0], t])) / np.diff(np.concatenate([[0.0], g]))
+    for k in range(len(g)):
+        where = f"E[N] = {t[k]:.4g} at gamma {g[k]:g}" + (f" after {t[k - 1]:.4g} at gamma {g[k - 1]:g}" if k else "")
+        if slope[k] < -1e-12:
+            raise WorkloadError(f"expected tokens per round fall as gamma grows ({where}): no acceptance model does that")
+        if k and slope[k] > slope[k - 1] * (1 + 1e-9) + 1e-12:
+            raise WorkloadError(f"{where} needs each extra drafted token to gain more ({slope[k]:.3g}) than the ones "
+                                f"before ({slope[k - 1]:.3g}); a draft is only tried when all before it were accepted, "
+                                "so no acceptance model gives that")
+    return g, t
+
+
+def fit_acceptance(points: Mapping[int, float]) -> tuple[float, float]:
+    """Least-squares (alpha1, h) of :func:`family_alphas` through ``{gamma: tau}`` (tau counts the bonus token).
+
+    Minimises sum (E_fit(gamma)/tau - 1)^2. The shape is searched as u = h/(1+h) for h >= 0 and u = e^h - 1
+    below, u in (-1, 1): on a grid of u, each u's best alpha1 in [0, 1] by golden section (E rises with alpha1
+    at fixed h), then the grid is narrowed around the best u (numpy only; two points that the family reaches
+    are met to ~1e-9). Raises WorkloadError for points no acceptance model gives (see _check_points).
+    """
+    g, t = _check_points(points)
+    edge = 1 - 1e-9
+
+    def sse(m: Array, u: Array) -> Array:
+        return np.sum((_family_tokens(m, _h_of(u), g) / t - 1) ** 2, axis=-1)
+
+    u = np.linspace(-edge, edge, 201)
+    for _ in range(10):
+        m = _golden(lambda m: sse(m, u), np.zeros_like(u), np.ones_like(u))
+        k = int(np.argmin(sse(m, u)))
+        best, step = (float(m[k]), float(u[k])), u[1] - u[0]
+        u = np.linspace(max(best[1] - step, -edge), min(best[1] + step, edge), 21)
+    return best[0], float(_h_of(best[1]))
+
+
+def _golden(f: Any, lo: Array, hi: Array, iterations: int = 60) -> Array:
+    """Golden-section minimum of the elementwise function ``f`` on [lo, hi] (Kiefer, Proc. AMS 4:502, 1953)."""
+    r = (np.sqrt(5) - 1) / 2
+    a, b = lo.copy(), hi.copy()
+    c, d = b - r * (b - a), a + r * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iterations):
+        left = fc <= fd   # the minimum is in [a, d]: d becomes the new c; else in [c, b]: c becomes the new d
+        a, b = np.where(left, a, c), np.where(left, d, b)
+        c, d = np.where(left, b - r * (b - a), d), np.where(left, c, a + r * (b - a))
+        fresh = f(np.where(left, c, d))
+        fc, fd = np.where(left, fresh, fd), np.where(left, fc, fresh)
+    return (a + b) / 2
+
+
+def _h_of(u: ArrayLike) -> Array:
+    """The fit's coordinate u in (-1, 1) as the family's h: u / (1 - u) at and above 0, ln(1 + u) below."""
+    u = np.asarray(u, dtype=float)
+    return np.where(u >= 0, u / (1 - np.maximum(u, 0)), np.log1p(np.minimum(u, 0)))
+
+
 def _alpha_value(alpha: Any) -> Any:
     """A geometric alpha as the record keeps it: a float, or a read-only copy of an array of them (a caller's
     later writes never reach it); anything else as given, for the post-init check to name."""
@@ -181,38 +294,47 @@ class Acceptance:
     * ``Acceptance.geometric(alpha)``: i.i.d. per-token alpha (Leviathan).
     * ``Acceptance.positional([a1, a2, ...])``: conditional alpha per position
       (gamma may not exceed the list).
-    * ``Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})``: a per-token alpha
-      measured (or fitted) at each draft length, linearly interpolated in gamma
-      between the given lengths and held constant outside them.
+    * ``Acceptance.fitted({gamma: tau})``: positional acceptance fitted through
+      two or more mean acceptance lengths (tau counts the bonus token, as EAGLE's
+      "average acceptance length" and vLLM's ``mean_acceptance_length`` do; add 1
+      to an engine's accepted drafts per round); any gamma can be evaluated, and
+      the gain per extra drafted token never increases (:func:`family_alphas`).
+    * ``Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})``: the same fit through
+      a per-token alpha measured (or fitted) at each draft length, each read as
+      tau = expected_tokens(alpha, gamma).
     * ``Acceptance.measured({gamma: tau})``: measured mean acceptance lengths;
       only the measured gammas can be evaluated.
     """
 
-    kind: str = attrs.field(validator=one_of(("geometric", "positional", "alpha_by_gamma", "measured")))
+    kind: str = attrs.field(validator=one_of(("geometric", "positional", "fitted", "measured")))
     #: the per-token alpha of the geometric kind: a number, or a read-only array that broadcasts against the
     #: workload grid (one result point per alpha: ``alpha=np.array([0.6, 0.8])[:, None]`` against a gamma axis)
     alpha: float | NDArray[np.float64] | None = attrs.field(default=None, converter=_alpha_value,
                                                             eq=attrs.cmp_using(eq=_same_alpha), hash=False)
     alphas: tuple[float, ...] = ()
     table: Mapping[int, float] = attrs.field(factory=dict)
+    #: the fitted kind's (alpha1, h) of :func:`family_alphas`
+    params: tuple[float, ...] = ()
 
     def __attrs_post_init__(self) -> None:
-        given = {"geometric": self.alpha is not None, "positional": bool(self.alphas)}.get(self.kind, bool(self.table))
+        given = {"geometric": self.alpha is not None, "positional": bool(self.alphas),
+                 "fitted": bool(self.table) and len(self.params) == 2}.get(self.kind, bool(self.table))
         if not given:   # Acceptance("geometric") without an alpha: say how to build one, not fail later
             raise WorkloadError(f"an Acceptance of kind {self.kind!r} needs its values: build it with "
-                                "Acceptance.geometric(alpha), .positional([...]), .alpha_by_gamma({...}) or "
-                                ".measured({...})")
+                                "Acceptance.geometric(alpha), .positional([...]), .fitted({...}), "
+                                ".alpha_by_gamma({...}) or .measured({...})")
         # a record built by hand is checked as the constructors check theirs
         if self.kind == "geometric":
             check_probability(self.alpha)
         elif self.kind == "positional":
             check_probability(list(self.alphas), "alphas")
-        for g, v in self.table.items():
-            gamma = int(scalar(check_gamma(g), "gamma"))
-            if self.kind == "measured":
-                alpha_from_acceptance_length(v, gamma)   # 1 <= tau <= gamma + 1
-            else:
-                scalar(check_probability(v), "alpha")
+        elif self.kind == "fitted":
+            _check_points(self.table)
+            check_probability(self.params[0], "alpha1")
+            if not np.all(np.isfinite(as_array("h", self.params[1]))):
+                raise WorkloadError(f"the fitted acceptance's h must be finite, got {self.params[1]!r}")
+        for g, v in self.table.items():   # measured: 1 <= tau <= gamma + 1
+            alpha_from_acceptance_length(v, int(scalar(check_gamma(g), "gamma")))
 
     @classmethod
     def geometric(cls, alpha: ArrayLike) -> Acceptance:
@@ -233,13 +355,38 @@ class Acceptance:
         return cls("positional", alphas=tuple(float(x) for x in a))
 
     @classmethod
+    def fitted(cls, table: Mapping[int, float]) -> Acceptance:
+        """Positional acceptance of :func:`family_alphas` fitted (:func:`fit_acceptance`) through two or more
+        ``{gamma: tau}``, tau the mean acceptance length *including* the bonus token (1 <= tau <= gamma + 1)."""
+        g, t = _check_points(table)
+        params = fit_acceptance(table)
+        miss = _family_tokens(*params, g) / t - 1
+        if np.max(np.abs(miss)) > MAX_FIT_MISS:
+            k = int(np.argmax(np.abs(miss)))
+            raise WorkloadError(f"the fitted acceptance family misses E[N] = {t[k]:.4g} at gamma {g[k]:g} by "
+                                f"{miss[k]:+.1%} (over {MAX_FIT_MISS:.0%}): these points need acceptance it cannot "
+                                "follow; give Acceptance.positional([...]) or Acceptance.measured({...})")
+        return cls("fitted", table={int(x): float(y) for x, y in zip(g, t)}, params=params)
+
+    @classmethod
     def alpha_by_gamma(cls, table: Mapping[int, float]) -> Acceptance:
+        """:meth:`fitted` through a per-token alpha given at each of two or more draft lengths, each read as the
+        acceptance length it gives under i.i.d. acceptance, tau = expected_tokens(alpha, gamma) (Leviathan Eq. 1).
+
+        Not an interpolation of alpha in gamma: that lets the gain per drafted token rise again (between 5: 0.926
+        and 40: 0.962 it fell to 0.39 at gamma 23 and rose to 0.53 at 40), which no acceptance model does.
+        """
         if not isinstance(table, Mapping):
             raise WorkloadError(f"alpha_by_gamma takes a mapping {{gamma: alpha}}, got {type(table).__name__}")
-        if not table:
-            raise WorkloadError("alpha_by_gamma needs at least one {gamma: alpha} entry")
-        pairs = [(int(scalar(check_gamma(g), "gamma")), scalar(check_probability(a), "alpha")) for g, a in table.items()]
-        return cls("alpha_by_gamma", table=dict(sorted(pairs)))
+        pairs = {int(scalar(check_gamma(g), "gamma")): scalar(check_probability(a), "alpha") for g, a in table.items()}
+        if len(pairs) < 2:
+            raise WorkloadError(f"alpha_by_gamma fits two or more {{gamma: alpha}} entries, got {len(pairs)}; "
+                                "for one alpha, use Acceptance.geometric(alpha)")
+        taus = {g: float(expected_tokens(a, g)) for g, a in pairs.items()}
+        try:
+            return cls.fitted(taus)
+        except WorkloadError as e:
+            raise WorkloadError(f"alpha_by_gamma {pairs}: {e}") from None
 
     @classmethod
     def measured(cls, table: Mapping[int, float]) -> Acceptance:
@@ -255,27 +402,29 @@ class Acceptance:
         return cls("measured", table=dict(sorted(checked.items())))
 
     def alpha_at(self, gamma: ArrayLike) -> Array:
-        """Per-token alpha used at draft length gamma (geometric and alpha_by_gamma kinds)."""
+        """Per-token alpha at draft length gamma: the geometric kind's alpha; for the fitted kind the i.i.d. alpha
+        giving the same expected tokens at that gamma (alpha_from_acceptance_length; alpha_1 at gamma 0)."""
         g = check_gamma(gamma)
         if self.kind == "geometric":
             return np.asarray(self.alpha, dtype=float) + np.zeros_like(g)
-        if self.kind == "alpha_by_gamma":
-            xs = np.array(list(self.table), dtype=float)
-            return np.interp(g, xs, np.array(list(self.table.values())))
+        if self.kind == "fitted":
+            return np.where(g == 0, self.params[0], alpha_from_acceptance_length(self.expected_tokens(g), g))
         raise WorkloadError(f"{self.kind} acceptance has no single alpha")
 
     def alpha_or_nan(self, gamma: ArrayLike) -> Array:
-        """Each point's per-token alpha where this acceptance has one (geometric, alpha-by-gamma), NaN for a
+        """Each point's per-token alpha where this acceptance has one (geometric, fitted), NaN for a
         positional or measured table: what results report beside their points."""
-        if self.kind in ("geometric", "alpha_by_gamma"):
+        if self.kind in ("geometric", "fitted"):
             return self.alpha_at(gamma)
         return np.full(np.shape(check_gamma(gamma)), np.nan)
 
     def expected_tokens(self, gamma: ArrayLike) -> Array:
         """Expected tokens per verification round (bonus included) at draft length gamma."""
         g = check_gamma(gamma)
-        if self.kind in ("geometric", "alpha_by_gamma"):
+        if self.kind == "geometric":
             return expected_tokens(self.alpha_at(g), g)
+        if self.kind == "fitted":
+            return _family_tokens(self.params[0], self.params[1], g)
         if self.kind == "positional":
             if np.any(g > len(self.alphas)):
                 raise WorkloadError(f"positional acceptance covers gamma <= {len(self.alphas)}, got {show(g)}")
@@ -297,6 +446,12 @@ class Acceptance:
             return f"alpha = {float(a):g} per token (i.i.d.)"
         if self.kind == "positional":
             return "alpha by position " + ", ".join(f"{a:g}" for a in self.alphas)
-        if self.kind == "alpha_by_gamma":
-            return "alpha " + ", ".join(f"{a:g} at gamma={g}" for g, a in self.table.items()) + " (interpolated)"
+        if self.kind == "fitted":
+            a1, h = self.params
+            shape = "rising, beta-geometric" if h > 0 else "decaying" if h < 0 else "i.i.d."
+            g, t = np.array(list(self.table), dtype=float), np.array(list(self.table.values()))
+            miss = float(np.max(np.abs(_family_tokens(a1, h, g) / t - 1)))
+            return (f"alpha by position from {a1:.4g} ({shape}, h = {h:.3g}) fitted through tokens per round "
+                    + ", ".join(f"{v:.4g} at gamma={k}" for k, v in self.table.items())
+                    + (f" (largest miss {miss:.1%})" if miss > 5e-4 else ""))
         return "measured acceptance length " + ", ".join(f"{t:g} at gamma={g}" for g, t in self.table.items())

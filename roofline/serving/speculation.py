@@ -52,8 +52,8 @@ class SpecResult(ArrayRecord):
     batch: Array
     context: Array
     expected_tokens: Array
-    #: the per-token alpha of each point (geometric and alpha-by-gamma acceptance; NaN for a positional or
-    #: measured table, which has none)
+    #: the per-token alpha of each point (geometric acceptance; for a fitted one the i.i.d. alpha giving the same
+    #: expected tokens at that gamma; NaN for a positional or measured table, which has none)
     alpha: Array
     draft_s: Array
     verify_s: Array

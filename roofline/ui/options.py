@@ -185,7 +185,8 @@ def add_acceptance(sp: argparse.ArgumentParser, several: bool = False) -> None:
     sp.add_argument("--acceptance-length", default=None, metavar="G:TAU,...",
                     help="measured mean acceptance length (bonus token included) per draft length, e.g. 2:2.58")
     sp.add_argument("--alpha-by-gamma", default=None, metavar="G:ALPHA,...",
-                    help="per-token alpha at given draft lengths, interpolated between them, e.g. 5:0.926,40:0.962")
+                    help="per-token alpha at two or more draft lengths, fitted with a positional acceptance whose "
+                    "gain per drafted token never rises (Acceptance.alpha_by_gamma), e.g. 5:0.926,40:0.962")
 
 
 def refuse_speculation_without_draft(args: argparse.Namespace) -> None:
