@@ -126,7 +126,7 @@ _values = st.one_of(st.none(), st.booleans(), st.integers(-3, 300000), st.floats
                     st.text(max_size=8), st.lists(st.integers(-1, 40), max_size=3))
 
 
-@given(st.sampled_from(REQUIRED), st.dictionaries(st.text(max_size=3), _values, max_size=2), st.data())
+@given(st.sampled_from(sorted(rl.list_models())), st.dictionaries(st.text(max_size=3), _values, max_size=2), st.data())
 def test_fuzz_configs_only_raise_project_errors(preset, extra, data):
     cfg = json.loads((presets_dir() / f"{preset}.json").read_text())
     for key in data.draw(st.lists(st.sampled_from(sorted(cfg)), max_size=3)):
@@ -256,3 +256,172 @@ def test_qwen_slides_only_from_max_window_layers_on():
     assert rl.model_from_hf_config({**cfg, "layer_types": listed}).layer_types == ("sliding", "full") * 14
     with pytest.raises(SpecError, match="layer_types"):
         rl.model_from_hf_config({**cfg, "layer_types": ["full_attention"] * 3})
+
+
+# ------------------------------------------------------------- issue 52: more architectures, names, windows
+NEW_PRESETS = ["gemma-2-9b", "gemma-3-27b", "phi-3-mini", "llama-4-scout", "qwen1.5-moe-a2.7b", "glm-4.5-air",
+               "mistral-7b", "ministral-8b"]
+
+
+def _preset(name: str) -> dict:
+    return json.loads((presets_dir() / f"{name}.json").read_text())
+
+
+def test_new_architecture_presets_ship_with_sources():
+    for name in NEW_PRESETS:
+        cfg = _preset(name)
+        assert cfg["_source"].startswith("https://huggingface.co/") and cfg["_source"].endswith("/config.json")
+        assert rl.load_model(name).source == cfg["_source"]
+
+
+def test_gemma2_alternates_sliding_and_global_layers_and_says_softcapping_changes_no_work():
+    m = rl.load_model("gemma-2-9b")
+    assert m.layer_types[:4] == ("sliding", "full", "sliding", "full") and m.num_sliding_layers == 21
+    assert m.sliding_window == 4096 and m.head_dim == 256 and m.tied_embeddings and m.norms_per_layer == 4
+    # 8,324,201,984 non-embedding parameters, Gemma 2 report Table 2 (https://arxiv.org/abs/2408.00118)
+    assert m.total_params - m.embedding_params() == 8_324_201_984
+    assert any("softcapping" in n and "plain softmax" in n for n in m.notes)
+
+
+def test_gemma3_reads_its_text_config_five_sliding_to_one_global():
+    # Gemma 3 report Table 1 (https://arxiv.org/abs/2503.19786): 27B has 25,600M non-embedding parameters;
+    # the vision encoder (417M) is not counted, which the model says
+    m = rl.load_model("gemma-3-27b")
+    assert m.layer_types[:6] == ("sliding",) * 5 + ("full",) and m.num_sliding_layers == 52
+    assert m.sliding_window == 1024 and m.qk_norm and m.vocab_size == 262_208 and m.max_context_tokens == 131_072
+    assert (m.total_params - m.embedding_params()) == pytest.approx(25_600e6, rel=0.001)
+    assert any("vision encoder" in n for n in m.notes)
+
+
+def test_phi3_and_phi4_count_as_published():
+    assert rl.load_model("phi-3-mini").total_params == pytest.approx(3.82e9, rel=0.005)   # fused qkv: same count
+    # microsoft/phi-4 (model_type phi3): 14.7B parameters, https://huggingface.co/microsoft/phi-4
+    phi4 = {"model_type": "phi3", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
+            "num_key_value_heads": 10, "intermediate_size": 17920, "vocab_size": 100352, "sliding_window": None,
+            "tie_word_embeddings": False}
+    m = rl.model_from_hf_config(phi4)
+    assert m.total_params == pytest.approx(14.7e9, rel=0.01) and m.num_sliding_layers == 0
+
+
+def test_llama4_scout_chunked_layers_shared_expert_and_published_counts():
+    m = rl.load_model("llama-4-scout")
+    # three of four layers attend in 8,192-token chunks (read as a window of one chunk, said in a note)
+    assert m.layer_types[:4] == ("sliding", "sliding", "sliding", "full") and m.sliding_window == 8192
+    assert m.num_sliding_layers == 36 and any("chunked attention" in n and "upper bound" in n for n in m.notes)
+    assert m.num_shared_experts == 1 and m.shared_intermediate_size == 8192 and m.num_moe_layers == 48
+    # 17B active, 109B total (https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E): the 109B checkpoint holds
+    # the vision encoder too, which the language model's count leaves out, so ours is 1.1% below
+    assert 16.5e9 <= m.active_params < 17.5e9
+    assert m.total_params == pytest.approx(109e9, rel=0.015) and m.total_params < 109e9
+
+
+def test_llama4_maverick_interleaves_dense_and_moe_layers():
+    # Maverick: 128 experts on every second layer, 400B total, 17B active
+    # (https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E-Instruct)
+    cfg = _preset("llama-4-scout")
+    text = cfg["text_config"]
+    del text["moe_layers"]
+    text.update(num_local_experts=128, interleave_moe_layer_step=2)
+    m = rl.model_from_hf_config(cfg)
+    assert m.moe_layers[:4] == (False, True, False, True) and m.num_moe_layers == 24
+    assert m.intermediate_size == 16384 and m.param_breakdown()["dense_mlp"] == 24 * 3 * 5120 * 16384
+    assert m.total_params == pytest.approx(400e9, rel=0.01) and 16.5e9 <= m.active_params < 17.5e9
+
+
+def test_qwen2_moe_shared_expert_has_its_own_size_and_a_gate():
+    m = rl.load_model("qwen1.5-moe-a2.7b")
+    assert m.num_shared_experts == 1 and m.shared_intermediate_size == 5632 and m.shared_expert_gate
+    assert m.shared_expert_params() == 3 * 2048 * 5632 + 2048 and m.qkv_bias
+
+
+def test_glm45_first_dense_layers_shared_expert_and_mtp():
+    m = rl.load_model("glm-4.5-air")
+    assert m.moe_layers[:2] == (False, True) and m.num_moe_layers == 45 and m.num_shared_experts == 1
+    assert m.qkv_bias and not m.o_bias and m.router_bias and m.num_mtp_layers == 1
+    # GLM-4.5: 355B total (https://huggingface.co/zai-org/GLM-4.5); its published architecture keys
+    cfg = _preset("glm-4.5-air") | {"hidden_size": 5120, "num_hidden_layers": 92, "first_k_dense_replace": 3,
+                                    "n_routed_experts": 160, "moe_intermediate_size": 1536,
+                                    "intermediate_size": 12288, "use_qk_norm": True}
+    big = rl.model_from_hf_config(cfg)
+    assert big.qk_norm and big.num_moe_layers == 89
+    assert big.total_params == pytest.approx(355e9, rel=0.01)
+
+
+def test_mistral_variants_slide_and_take_an_explicit_head_dim():
+    assert rl.load_model("mistral-7b").num_sliding_layers == 32
+    m = rl.load_model("ministral-8b")
+    assert m.head_dim == 128 and m.total_params == 8_019_808_256
+    # Mistral-NeMo: head_dim 128 though hidden_size / heads = 160; "12B" (https://mistral.ai/news/mistral-nemo)
+    nemo = {"model_type": "mistral", "hidden_size": 5120, "head_dim": 128, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "num_hidden_layers": 40, "intermediate_size": 14336, "vocab_size": 131072,
+            "sliding_window": None}
+    assert 11.5e9 <= rl.model_from_hf_config(nemo).total_params < 12.5e9
+    ministral = {**nemo, "model_type": "ministral", "layer_types": ["sliding_attention", "full_attention"] * 20,
+                 "sliding_window": 32768}
+    assert rl.model_from_hf_config(ministral).num_sliding_layers == 20
+
+
+def test_every_architecture_is_listed_in_help_and_docs(run_cli, capsys):
+    from roofline.specs.hf_config import ARCHITECTURES
+    from roofline.ui.cli import main
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "models.md").read_text()
+    for command in (["stage"], ["compare"], ["size"], ["spec"], ["placements"], ["show"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        said = " ".join(capsys.readouterr().out.split())
+        assert all(a in said for a in ARCHITECTURES), command
+    assert all(f"`{a}`" in docs for a in ARCHITECTURES)
+    assert {"gemma2", "gemma3", "phi3", "llama4", "qwen2_moe", "glm4_moe", "ministral"} <= set(ARCHITECTURES)
+
+
+def test_show_gives_the_windowed_kv_of_a_model_that_only_slides(run_cli):
+    code, out, _ = run_cli("show", "mistral-7b")
+    text = " ".join(out.split())
+    assert code == 0 and "KV cache per token (bf16) 0 B" not in text
+    # 32 layers x 2 x 8 heads x 128 x 2 B = 131 kB per token until 4,096 tokens: 537 MB once the window is full
+    assert "131 kB up to 4,096 tokens" in text and "537 MB" in text and "windowed" in text
+    assert rl.load_model("mistral-7b").sliding_window_kv_bytes("bf16") == 32 * 2 * 8 * 128 * 2 * 4096
+    code, out, _ = run_cli("models")
+    row = next(line for line in out.splitlines() if line.startswith("mistral-7b"))
+    assert "537 MB windowed" in row
+
+
+def test_hf_repo_ids_of_the_presets_resolve_offline(run_cli):
+    from roofline.specs.hf_config import preset_repos
+    assert rl.load_model("meta-llama/Llama-3.1-70B-Instruct").id == "llama-3.1-70b"
+    assert rl.load_model("meta-llama/Llama-3.1-70B").id == "llama-3.1-70b"
+    assert rl.load_model("mistralai/Mixtral-8x7B-Instruct-v0.1").id == "mixtral-8x7b"
+    for repo, preset in preset_repos().items():
+        assert rl.load_model(repo).id == preset
+    assert {p for p in rl.list_models() if "huggingface.co" in _preset(p)["_source"]} <= set(preset_repos().values())
+    code, out, _ = run_cli("show", "meta-llama/Llama-3.1-70B-Instruct")
+    assert code == 0 and "llama-3.1-70b" in out
+
+
+def test_an_unknown_repo_id_says_it_is_not_shipped(run_cli, monkeypatch):
+    code, _, err = run_cli("show", "acme/secret-model-7b")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "does not ship" in err and "config.json" in err
+    with pytest.raises(NotFoundError, match="does not ship"):
+        rl.load_model("acme/secret-model-7b")
+    monkeypatch.setitem(__import__("sys").modules, "huggingface_hub", None)   # the hub extra not installed
+    with pytest.raises(NotFoundError, match=r"roofline\[hub\]"):
+        rl.load_model("hf:acme/secret-model-7b")
+
+
+def test_presets_win_over_a_folder_of_the_same_name(tmp_path, monkeypatch, run_cli):
+    folder = tmp_path / "llama-3.1-8b"
+    folder.mkdir()
+    (folder / "config.json").write_text((presets_dir() / "llama-3.1-70b.json").read_text())
+    (tmp_path / "config.json").write_text((presets_dir() / "llama-3.1-70b.json").read_text())
+    monkeypatch.chdir(tmp_path)
+    assert rl.load_model("llama-3.1-8b").total_params == pytest.approx(8.03e9, rel=0.01)
+    assert rl.load_model("./llama-3.1-8b").total_params == pytest.approx(70.6e9, rel=0.01)
+    assert rl.load_model(str(folder)).total_params == pytest.approx(70.6e9, rel=0.01)
+    code, out, _ = run_cli("show", "llama-3.1-8b")
+    assert code == 0 and "llama-3.1-8b" in out and "8.030 B" in out
+    for empty in ("", " "):
+        with pytest.raises(NotFoundError, match="empty model name"):
+            rl.load_model(empty)
+    code, _, err = run_cli("stage", "", "h100-sxm")
+    assert code == 1 and "empty model name" in err

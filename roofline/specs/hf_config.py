@@ -1,10 +1,14 @@
-"""Building a :class:`ModelSpec` from a Hugging Face ``config.json``, and the presets.
+"""Building a :class:`ModelSpec` from a Hugging Face ``config.json``, the presets, and model names.
 
-Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen3,
-qwen3_moe, deepseek_v3, gpt_oss, falcon. Keys follow the transformers
-configuration classes of each family; a missing required key, a wrong type or an
-unsupported architecture raises :class:`SpecError` naming the file and key.
-Presets are config files shipped in ``roofline/presets`` (nothing is downloaded).
+Supported ``model_type`` values (:data:`ARCHITECTURES`): llama, mistral and ministral, mixtral, qwen2, qwen3,
+qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss, falcon, gemma2, gemma3 (and gemma3_text), phi3 (Phi-3 and Phi-4),
+llama4 (and llama4_text), glm4_moe (GLM-4.5). Keys follow the transformers configuration classes of each family
+(https://github.com/huggingface/transformers/tree/main/src/transformers/models); a missing required key, a wrong
+type or an unsupported architecture raises :class:`SpecError` naming the file and key. A multimodal config
+(Gemma 3, Llama 4) is read through its ``text_config``: the language model is counted, its vision encoder is not.
+
+Presets are config files shipped in ``roofline/presets`` (nothing is downloaded); a preset's Hugging Face repo id
+(its ``_source``) and the ids of the same architecture listed in its ``_hf_repos`` name it too.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -68,13 +73,16 @@ class _Keys:
         return v
 
 
-def _common(k: _Keys, *, tie_default: bool) -> dict[str, Any]:
+def _common(k: _Keys, *, tie_default: bool, head_dim: int | None = None, vocab: int | None = None) -> dict[str, Any]:
+    """The keys every family shares; ``head_dim`` and ``vocab`` are the family's defaults where it has them
+    (else head_dim = hidden_size / heads, and vocab_size is required)."""
     d = k.integer("hidden_size")
     nh = k.integer("num_attention_heads")
-    head_dim = k.integer("head_dim", d // nh if d % nh == 0 else None)
+    if head_dim is None and d % nh == 0:
+        head_dim = d // nh
     return dict(num_layers=k.integer("num_hidden_layers"), hidden_size=d, num_heads=nh,
-                num_kv_heads=k.integer("num_key_value_heads", nh), head_dim=head_dim,
-                vocab_size=k.integer("vocab_size"), tied_embeddings=k.flag("tie_word_embeddings", tie_default))
+                num_kv_heads=k.integer("num_key_value_heads", nh), head_dim=k.integer("head_dim", head_dim),
+                vocab_size=k.integer("vocab_size", vocab), tied_embeddings=k.flag("tie_word_embeddings", tie_default))
 
 
 def _all(n: int, value: Any) -> tuple[Any, ...]:
@@ -83,10 +91,11 @@ def _all(n: int, value: Any) -> tuple[Any, ...]:
 
 def _layer_types(k: _Keys, n: int, default: list[str]) -> tuple[str, ...]:
     """Each layer's attention, "sliding" or "full": the config's ``layer_types`` where it lists them
-    (sliding_attention/full_attention, as transformers writes them), else ``default`` in those words."""
+    (sliding_attention/full_attention, as transformers writes them; Llama 4's chunked_attention is read as a
+    window of one chunk), else ``default`` in those words."""
     types = k.cfg.get("layer_types", default)
-    names = {"sliding_attention": "sliding", "full_attention": "full"}
-    if not isinstance(types, list) or len(types) != n or any(t not in names for t in types):
+    names = {"sliding_attention": "sliding", "full_attention": "full", "chunked_attention": "sliding"}
+    if not isinstance(types, list) or len(types) != n or any(not isinstance(t, str) or t not in names for t in types):
         raise k.fail("layer_types", f"must list sliding_attention/full_attention for each of {n} layers")
     return tuple(names[t] for t in types)
 
@@ -102,12 +111,12 @@ def _llama_like(k: _Keys, family: str) -> dict[str, Any]:
     https://github.com/huggingface/transformers/blob/main/src/transformers/models/qwen2/configuration_qwen2.py)."""
     c = _common(k, tie_default=False)
     n = c["num_layers"]
-    uses_window = family == "mistral" or k.flag("use_sliding_window", False)
+    uses_window = family in ("mistral", "ministral", "phi3") or k.flag("use_sliding_window", False)
     sliding = uses_window and k.cfg.get("sliding_window") is not None
     first = k.integer("max_window_layers", QWEN_MAX_WINDOW_LAYERS) if sliding and family.startswith("qwen") else 0
     default = ["sliding_attention" if sliding and i >= first else "full_attention" for i in range(n)]
     types = _layer_types(k, n, default)
-    bias = k.flag("attention_bias", family == "qwen2")
+    bias = k.flag("attention_bias", family in ("qwen2", "qwen2_moe"))
     c.update(family=family, intermediate_size=k.integer("intermediate_size"), mlp_bias=k.flag("mlp_bias", False),
              qkv_bias=bias, o_bias=bias and family == "llama", qk_norm=family in ("qwen3", "qwen3_moe"),
              layer_types=types, sliding_window=k.integer("sliding_window") if "sliding" in types else None,
@@ -123,16 +132,21 @@ def _mixtral(k: _Keys) -> dict[str, Any]:
     return c
 
 
-def _qwen3_moe(k: _Keys) -> dict[str, Any]:
-    c = _llama_like(k, "qwen3_moe")
+def _qwen_moe(k: _Keys, family: str) -> dict[str, Any]:
+    """Qwen2-MoE and Qwen3-MoE: routed experts every ``decoder_sparse_step`` layers but ``mlp_only_layers``;
+    Qwen2-MoE adds one shared expert of ``shared_expert_intermediate_size`` behind a sigmoid gate (Linear(d, 1))
+    and has q/k/v biases (transformers configuration_qwen2_moe.py / modeling_qwen2_moe.py)."""
+    c = _llama_like(k, family)
     n = c["num_layers"]
     step = k.integer("decoder_sparse_step", 1)
     only_mlp = k.cfg.get("mlp_only_layers") or []
     if not isinstance(only_mlp, list) or not all(isinstance(i, int) for i in only_mlp):
         raise k.fail("mlp_only_layers", "must be a list of layer indices")
     moe = tuple((i not in only_mlp) and (i + 1) % step == 0 for i in range(n))
+    shared = k.integer("shared_expert_intermediate_size", 0, minimum=0) if family == "qwen2_moe" else 0
     c.update(num_experts=k.integer("num_experts"), experts_per_token=k.integer("num_experts_per_tok"),
-             expert_intermediate_size=k.integer("moe_intermediate_size"), moe_layers=moe)
+             expert_intermediate_size=k.integer("moe_intermediate_size"), moe_layers=moe,
+             num_shared_experts=1 if shared else 0, shared_intermediate_size=shared, shared_expert_gate=bool(shared))
     return c
 
 
@@ -193,21 +207,170 @@ def _falcon(k: _Keys) -> dict[str, Any]:
                 layer_types=_all(n, "full"), moe_layers=_all(n, False))
 
 
+#: Gemma's RMSNorms per layer: input, post-attention, pre- and post-feedforward (transformers Gemma2/Gemma3 layers)
+GEMMA_NORMS_PER_LAYER = 4
+#: transformers' Gemma2Config/Gemma3TextConfig defaults where a published config leaves the key out
+#: (https://github.com/huggingface/transformers/blob/main/src/transformers/models/gemma3/configuration_gemma3.py)
+GEMMA_DEFAULTS = {"head_dim": 256, "sliding_window": 4096, "gemma3_vocab_size": 262_208, "gemma3_pattern": 6,
+                  "gemma3_max_position_embeddings": 131_072}
+SOFTCAP_NOTE = ("logit softcapping (cap * tanh(x / cap) on each attention score and on the final logits) adds no "
+                "weights and a few elementwise operations: attention work is counted as for plain softmax")
+
+
+def _gemma(k: _Keys, family: str) -> dict[str, Any]:
+    """Gemma 2 and Gemma 3: GeGLU MLP, four RMSNorms per layer, tied embeddings, head_dim 256 unless given.
+    Sliding and global layers alternate: Gemma 2 slides on even layers (transformers: ``(i + 1) % 2``), Gemma 3
+    on five of every six (``(i + 1) % sliding_window_pattern``); Gemma 3 adds q/k RMSNorms. Softcapping
+    (Gemma 2) does not change the counts: see :data:`SOFTCAP_NOTE`."""
+    gemma3 = family == "gemma3"
+    c = _common(k, tie_default=True, head_dim=GEMMA_DEFAULTS["head_dim"],
+                vocab=GEMMA_DEFAULTS["gemma3_vocab_size"] if gemma3 else None)
+    n = c["num_layers"]
+    every = (k.integer("sliding_window_pattern", GEMMA_DEFAULTS["gemma3_pattern"], alt=("_sliding_window_pattern",))
+             if gemma3 else 2)
+    types = _layer_types(k, n, ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)])
+    softcap = any(k.cfg.get(key) is not None for key in ("attn_logit_softcapping", "final_logit_softcapping"))
+    bias = k.flag("attention_bias", False)
+    c.update(family=family, intermediate_size=k.integer("intermediate_size"), qkv_bias=bias, o_bias=bias,
+             qk_norm=gemma3, norms_per_layer=GEMMA_NORMS_PER_LAYER, layer_types=types, moe_layers=_all(n, False),
+             sliding_window=k.integer("sliding_window", GEMMA_DEFAULTS["sliding_window"]) if "sliding" in types
+             else None, notes=(SOFTCAP_NOTE,) if softcap else ())
+    if gemma3:
+        c["max_context_tokens"] = GEMMA_DEFAULTS["gemma3_max_position_embeddings"]
+    return c
+
+
+def _phi3(k: _Keys) -> dict[str, Any]:
+    """Phi-3 and Phi-4 (model_type phi3): a Llama-shaped decoder whose checkpoints fuse q/k/v into ``qkv_proj``
+    and gate/up into ``gate_up_proj``; fused or apart, the weights count the same. A ``sliding_window`` applies
+    to every layer (transformers' Phi3Attention), as for Mistral."""
+    return _llama_like(k, "phi3")
+
+
+#: transformers' Llama4TextConfig defaults: every fourth layer has no RoPE and attends globally, the others
+#: attend within chunks; dense layers use ``intermediate_size_mlp``
+#: (https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama4/configuration_llama4.py)
+LLAMA4_DEFAULTS = {"no_rope_layer_interval": 4, "intermediate_size_mlp": 16384}
+
+
+def _index_list(k: _Keys, key: str, n: int, *, flags: bool = False) -> list[int] | None:
+    """A list of layer indices (or, ``flags``, one 0/1 per layer) from the config; None where it is absent or empty."""
+    v = k.cfg.get(key)
+    if v is None or v == []:
+        return None
+    ok = isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+    if not ok or (flags and (len(v) != n or not set(v) <= {0, 1})) or (not flags and not all(0 <= i < n for i in v)):
+        raise k.fail(key, f"must list {'0/1 for each of' if flags else 'layer indices below'} {n} layers")
+    return v
+
+
+def _llama4(k: _Keys) -> dict[str, Any]:
+    """Llama 4 (Scout, Maverick): MoE layers every ``interleave_moe_layer_step`` (or those ``moe_layers`` lists),
+    each with ``num_local_experts`` routed experts of ``intermediate_size`` plus one shared expert of the same
+    size; the other layers are dense MLPs of ``intermediate_size_mlp``. RoPE layers (``no_rope_layers`` 1) attend
+    within chunks of ``attention_chunk_size``, read here as a window of one chunk (:data:`CHUNK_NOTE`); the NoPE
+    layers attend globally. The q/k norm is an L2 norm without weights."""
+    c = _common(k, tie_default=False)
+    n = c["num_layers"]
+    step = k.integer("interleave_moe_layer_step", 1)
+    listed = _index_list(k, "moe_layers", n)
+    moe_at = set(listed if listed is not None else range(step - 1, n, step))
+    every = LLAMA4_DEFAULTS["no_rope_layer_interval"]
+    rope = _index_list(k, "no_rope_layers", n, flags=True) or [int((i + 1) % every != 0) for i in range(n)]
+    chunk = k.integer("attention_chunk_size", 0, minimum=0)
+    types = _layer_types(k, n, ["chunked_attention" if r and chunk else "full_attention" for r in rope])
+    bias = k.flag("attention_bias", False)
+    c.update(family="llama4", intermediate_size=k.integer("intermediate_size_mlp",
+                                                          LLAMA4_DEFAULTS["intermediate_size_mlp"]),
+             num_experts=k.integer("num_local_experts"), experts_per_token=k.integer("num_experts_per_tok"),
+             expert_intermediate_size=k.integer("intermediate_size"), num_shared_experts=1,
+             shared_intermediate_size=k.integer("intermediate_size"), qkv_bias=bias, o_bias=bias,
+             moe_layers=tuple(i in moe_at for i in range(n)), layer_types=types,
+             sliding_window=chunk if "sliding" in types else None,
+             notes=(CHUNK_NOTE.format(chunk=chunk, n=types.count("sliding"), of=n),) if "sliding" in types else ())
+    return c
+
+
+CHUNK_NOTE = ("chunked attention ({chunk:,}-token chunks, {n} of {of} layers) is counted as a {chunk:,}-token "
+              "sliding window: a chunked layer's cache holds at most one chunk, as a window's does, but its attention "
+              "reads 1 to {chunk:,} tokens (half a chunk on average), so those layers' attention reads are an upper bound")
+
+
+def _glm4_moe(k: _Keys) -> dict[str, Any]:
+    """GLM-4.5 and GLM-4.5-Air (transformers Glm4MoeConfig): the first ``first_k_dense_replace`` layers are dense
+    MLPs, the rest MoE with ``n_shared_experts`` shared experts of ``moe_intermediate_size`` and a router with a
+    score-correction bias; q/k/v carry biases (``attention_bias``), the output projection none; ``use_qk_norm``
+    adds q/k RMSNorms; the ``num_nextn_predict_layers`` MTP layers are listed apart, as DeepSeek's."""
+    c = _common(k, tie_default=False)
+    n = c["num_layers"]
+    first_dense = k.integer("first_k_dense_replace", 1, minimum=0)
+    if first_dense >= n:
+        raise k.fail("first_k_dense_replace", f"leaves no MoE layer of {n} (num_hidden_layers)")
+    shared = k.integer("n_shared_experts", 1, minimum=0)
+    c.update(family="glm4_moe", intermediate_size=k.integer("intermediate_size"),
+             num_experts=k.integer("n_routed_experts"), experts_per_token=k.integer("num_experts_per_tok"),
+             expert_intermediate_size=k.integer("moe_intermediate_size"), num_shared_experts=shared,
+             shared_intermediate_size=k.integer("moe_intermediate_size") if shared else 0, router_bias=True,
+             qkv_bias=k.flag("attention_bias", False), qk_norm=k.flag("use_qk_norm", False),
+             moe_layers=tuple(i >= first_dense for i in range(n)), layer_types=_all(n, "full"),
+             num_mtp_layers=k.integer("num_nextn_predict_layers", 0, minimum=0))
+    return c
+
+
 _BUILDERS: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "llama": lambda k: _llama_like(k, "llama"),
     "mistral": lambda k: _llama_like(k, "mistral"),
+    "ministral": lambda k: _llama_like(k, "ministral"),
     "qwen2": lambda k: _llama_like(k, "qwen2"),
     "qwen3": lambda k: _llama_like(k, "qwen3"),
     "mixtral": _mixtral,
-    "qwen3_moe": _qwen3_moe,
+    "qwen2_moe": lambda k: _qwen_moe(k, "qwen2_moe"),
+    "qwen3_moe": lambda k: _qwen_moe(k, "qwen3_moe"),
     "deepseek_v3": _deepseek_v3,
     "gpt_oss": _gpt_oss,
     "falcon": _falcon,
+    "gemma2": lambda k: _gemma(k, "gemma2"),
+    "gemma3_text": lambda k: _gemma(k, "gemma3"),
+    "phi3": _phi3,
+    "llama4_text": _llama4,
+    "glm4_moe": _glm4_moe,
 }
+#: multimodal configs read through their ``text_config`` (model_type -> the text model's); a flat one is read whole
+_WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+#: every ``model_type`` that loads, for the commands' help and the docs
+ARCHITECTURES: tuple[str, ...] = tuple(sorted([*_BUILDERS, *_WRAPPERS]))
 _ARCH = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
          "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
          "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "FalconForCausalLM": "falcon",
-         "RWForCausalLM": "falcon"}
+         "RWForCausalLM": "falcon", "MinistralForCausalLM": "ministral", "Qwen2MoeForCausalLM": "qwen2_moe",
+         "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
+         "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3",
+         "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4_text",
+         "Glm4MoeForCausalLM": "glm4_moe"}
+VISION_NOTE = "a multimodal checkpoint: its language model is counted, the vision encoder (vision_config) is not"
+
+
+def _text_model(cfg: Config, origin: str) -> tuple[Config, str, tuple[str, ...]]:
+    """The config of the language model, its model_type and any note: a multimodal wrapper's ``text_config``
+    (with the wrapper's own tie and quantization keys where the text part leaves them out), else ``cfg``."""
+    model_type = cfg.get("model_type")
+    if model_type is None:
+        archs = cfg.get("architectures")
+        archs = archs if isinstance(archs, list) else []
+        model_type = next((_ARCH[a] for a in archs if isinstance(a, str) and a in _ARCH), None)
+    if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
+        raise SpecError(f"{origin}: unsupported architecture {model_type!r} (key 'model_type'); "
+                        f"supported: {', '.join(ARCHITECTURES)}")
+    if model_type not in _WRAPPERS:
+        return cfg, model_type, ()
+    text = cfg.get("text_config")
+    if text is None:
+        return cfg, _WRAPPERS[model_type], ()
+    if not isinstance(text, dict):
+        raise SpecError(f"{origin}: key 'text_config' must be an object (the language model's config)")
+    inherited = {key: cfg[key] for key in ("tie_word_embeddings", "quantization_config", "_source")
+                 if key in cfg and key not in text}
+    return {**text, **inherited}, _WRAPPERS[model_type], (VISION_NOTE,)
 
 
 def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | None = None) -> ModelSpec:
@@ -223,22 +386,15 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
         id = id or (path.parent.name if path.name == "config.json" else path.stem)
     if not isinstance(cfg, dict):
         raise SpecError(f"{origin}: expected a JSON object at the top level")
-    k = _Keys(cfg, origin)
-    model_type = cfg.get("model_type")
-    if model_type is None:
-        archs = cfg.get("architectures")
-        archs = archs if isinstance(archs, list) else []
-        model_type = next((_ARCH[a] for a in archs if isinstance(a, str) and a in _ARCH), None)
-    if not isinstance(model_type, str) or model_type not in _BUILDERS:
-        raise SpecError(f"{origin}: unsupported architecture {model_type!r} (key 'model_type'); "
-                        f"supported: {', '.join(sorted(_BUILDERS))}")
+    text, model_type, notes = _text_model(cfg, origin)
+    k = _Keys(text, origin)
     fields = _BUILDERS[model_type](k)
-    if cfg.get("max_position_embeddings") is not None:
+    if text.get("max_position_embeddings") is not None:
         fields["max_context_tokens"] = k.integer("max_position_embeddings")
-    stored = checkpoint_formats(cfg.get("quantization_config"), has_experts=bool(fields.get("num_experts")),
+    stored = checkpoint_formats(text.get("quantization_config"), has_experts=bool(fields.get("num_experts")),
                                 hidden_size=int(fields.get("hidden_size") or 0))
     fields.update(checkpoint_weight_format=stored.weights, checkpoint_expert_format=stored.experts,
-                  unread_quantization=stored.unread)
+                  unread_quantization=stored.unread, notes=(*fields.get("notes", ()), *notes))
     try:
         return ModelSpec(id=id or str(cfg.get("_name_or_path") or model_type), source=str(cfg.get("_source", origin)),
                          **fields)
@@ -269,16 +425,73 @@ def list_models() -> list[str]:
     return sorted(p.stem for p in presets_dir().glob("*.json"))
 
 
+#: a Hugging Face repository id: owner/name, as the hub spells them (https://huggingface.co/docs/hub/repositories)
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_HF_URL = re.compile(r"^https://huggingface\.co/([^/]+/[^/]+)/")
+HUB_PREFIX = "hf:"
+
+
+@functools.cache
+def preset_repos() -> dict[str, str]:
+    """Hugging Face repo id (lower case) -> preset id: each preset's ``_source`` repository and its ``_hf_repos``
+    (the same architecture published under other ids: base and -Instruct checkpoints)."""
+    index: dict[str, str] = {}
+    for key in list_models():
+        cfg = json.loads((presets_dir() / f"{key}.json").read_text())
+        m = _HF_URL.match(str(cfg.get("_source", "")))
+        for repo in ([m.group(1)] if m else []) + list(cfg.get("_hf_repos", [])):
+            index[repo.lower()] = key
+    return index
+
+
+def names_shipped_model(text: str) -> bool:
+    """Whether ``text`` names a shipped preset, by id or Hugging Face repo id, and is not written as a path."""
+    key = text.strip().lower()
+    return not _written_as_path(text) and (key in list_models() or key in preset_repos())
+
+
+def _written_as_path(text: str) -> bool:
+    """A name the user wrote as a path: ./x, ../x, /x, ~/x, x.json, or a relative path that exists."""
+    return (text.startswith((".", "/", "~", os.sep)) or text.endswith(".json") or Path(text).is_absolute()
+            or (("/" in text or os.sep in text) and _exists(text)))
+
+
 def load_model(id_or_path: str | os.PathLike[str]) -> ModelSpec:
-    """Load a preset by id, or build a model from a path to a ``config.json``."""
+    """Load a preset by id or by its Hugging Face repo id, or build a model from a path to a ``config.json``.
+
+    Presets win over a folder of the same name in the working directory: write ``./name`` for the folder.
+    ``hf:owner/name`` fetches the config through ``huggingface_hub`` (the ``hub`` extra) and its cache.
+    """
     if not isinstance(id_or_path, (str, os.PathLike)):
         raise NotFoundError(f"a model is a preset id or the path of a config.json, got {id_or_path!r}")
     text = os.fspath(id_or_path)
     if len(text) > 4096:
         raise NotFoundError(f"{text[:40]}...: a name of {len(text):,} characters is neither a model id nor a path")
+    if not text.strip():
+        raise NotFoundError("an empty model name: give a preset id (`roofline models`), a Hugging Face repo id or "
+                            "the path of a config.json")
+    if isinstance(id_or_path, str) and not _written_as_path(text):
+        key = text.strip().lower()
+        if key in list_models():
+            return _load_preset(key)
+        if key in preset_repos():
+            return _load_preset(preset_repos()[key])
+        if key.startswith(HUB_PREFIX):
+            return model_from_hf_config(_hub_config(text.strip()[len(HUB_PREFIX):]))
+        if _REPO_ID.match(text.strip()):
+            raise NotFoundError(f"{text.strip()!r} is a Hugging Face repo id roofline does not ship (it reads no "
+                                "network): pass the path of its config.json, or hf:" + text.strip() +
+                                " to fetch it with huggingface_hub (pip install 'roofline[hub]')")
     if text.endswith(".json") or os.sep in text or "/" in text or _is_dir(text):
         return model_from_hf_config(Path(text))
     return _load_preset(text.strip().lower())
+
+
+def _exists(text: str) -> bool:
+    try:
+        return Path(text).exists()
+    except OSError:
+        return False
 
 
 def _is_dir(text: str) -> bool:
@@ -286,6 +499,21 @@ def _is_dir(text: str) -> bool:
         return Path(text).is_dir()
     except OSError:
         return False
+
+
+def _hub_config(repo: str) -> Path:
+    """The config.json of ``repo`` through huggingface_hub's download cache (the optional ``hub`` extra)."""
+    if not _REPO_ID.match(repo):
+        raise NotFoundError(f"hf:{repo}: expected hf:owner/name, a Hugging Face repo id")
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise NotFoundError(f"hf:{repo} needs huggingface_hub: pip install 'roofline[hub]', or pass the path of "
+                            "the repo's config.json") from None
+    try:
+        return Path(hf_hub_download(repo, "config.json"))
+    except Exception as e:   # the hub client's errors: offline, gated, no such repo
+        raise NotFoundError(f"hf:{repo}: could not fetch config.json: {type(e).__name__}: {e}") from None
 
 
 @functools.cache

@@ -59,6 +59,8 @@ class ModelSpec:
     router_bias: bool = False
     num_shared_experts: int = attrs.field(default=0, validator=_nonneg)
     shared_intermediate_size: int = attrs.field(default=0, validator=_nonneg)
+    #: a sigmoid gate (Linear(d, 1)) on the shared expert's output: Qwen2-MoE's ``shared_expert_gate``
+    shared_expert_gate: bool = False
     moe_layers: tuple[bool, ...] = attrs.field(converter=tuple)
     q_lora_rank: int | None = None
     kv_lora_rank: int | None = None
@@ -77,6 +79,9 @@ class ModelSpec:
     #: the longest sequence the model was built for (config ``max_position_embeddings``); None where not given.
     #: Longer contexts still compute (the counts do not depend on it) but are flagged by the commands
     max_context_tokens: int | None = None
+    #: what the config says that the counts treat in a stated way (logit softcapping, chunked attention read as
+    #: a window, an uncounted vision encoder); shown by ``roofline show``
+    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @num_kv_heads.validator
     def _kv_divides(self, _a: attrs.Attribute, v: int) -> None:
@@ -168,8 +173,9 @@ class ModelSpec:
         return 3 * d * f + (2 * f + d if self.expert_bias else 0)
 
     def shared_expert_params(self) -> int:
-        """All shared (always-active) experts of one MoE layer."""
-        return 3 * self.hidden_size * self.shared_intermediate_size * self.num_shared_experts
+        """All shared (always-active) experts of one MoE layer, with their gate where the model has one."""
+        gate = self.hidden_size if self.shared_expert_gate and self.num_shared_experts else 0
+        return 3 * self.hidden_size * self.shared_intermediate_size * self.num_shared_experts + gate
 
     def router_params(self) -> int:
         return self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
@@ -254,6 +260,16 @@ class ModelSpec:
         """
         full = self.num_layers - self.num_sliding_layers
         return full * self.kv_elements_per_token_per_layer() * get_format(dtype).bytes_per_element
+
+    def sliding_window_kv_bytes(self, dtype: str = "bf16") -> float:
+        """KV bytes the sliding-window layers of one sequence hold once their window is full (0 without any).
+
+        The figure that stays after the window fills: n_sliding * elements_per_token * W * b
+        (docs/theory.md §2.4); added to ``context * kv_cache_bytes_per_token`` it gives :meth:`kv_cache_bytes`
+        for any context of at least W tokens.
+        """
+        per = self.kv_elements_per_token_per_layer() * get_format(dtype).bytes_per_element
+        return per * self.num_sliding_layers * float(self.sliding_window or 0)
 
     def kv_cache_bytes(self, context_tokens: ArrayLike, dtype: str = "bf16", *,
                        windowed: bool = True) -> NDArray[np.float64]:

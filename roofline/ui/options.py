@@ -17,6 +17,7 @@ from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.trust import intervals_for
 from ..serving.whatif import WhatIf
 from ..specs.devices import Device
+from ..specs.hf_config import ARCHITECTURES
 from ..specs.intervals import DEFAULT_LEVEL
 from ..specs.params import (
     DEFAULT_STACK,
@@ -29,6 +30,11 @@ from ..specs.params import (
 )
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import resolve_device
+
+#: How every command that takes a model names it, with the architectures a config.json may have.
+MODEL_HELP = ("a preset id (`roofline models`), a preset's Hugging Face repo id (meta-llama/Llama-3.1-70B-Instruct), "
+              "the path of a config.json or its folder (./NAME for a folder named like a preset), or hf:owner/name "
+              "with the hub extra; config.json architectures (model_type): " + ", ".join(ARCHITECTURES))
 
 
 class UsageError(RooflineError):

@@ -241,6 +241,7 @@ def model_dict(m: ModelSpec) -> dict[str, Any]:
         "num_experts": m.num_experts, "experts_per_token": m.experts_per_token,
         "num_sliding_layers": m.num_sliding_layers, "sliding_window": m.sliding_window, "mla": m.is_mla,
         "kv_cache_bytes_per_token_bf16": m.kv_cache_bytes_per_token("bf16"),
+        "kv_cache_bytes_sliding_window_bf16": m.sliding_window_kv_bytes("bf16"), "notes": list(m.notes),
         "param_breakdown": m.param_breakdown(), "source": m.source,
         "checkpoint_formats": _checkpoint_formats(m), "unread_quantization": m.unread_quantization,
     }
@@ -262,7 +263,8 @@ def _b(n: float) -> str:
 def models_table(models: list[ModelSpec]) -> Table:
     t = _table(title="Models", caption="Parameters derived from the architecture (exact counts and the family in "
                                       "`roofline show MODEL` and --json); active = all but unrouted experts (with the "
-                                      "embedding table); KV per token for bf16, full-attention layers.")
+                                      "embedding table); KV per token for bf16 on full-attention layers, plus what "
+                                      "the sliding-window layers hold once their window is full (windowed).")
     for col in ("id", "total", "active", "layers", "attention", "experts\n(k of E)", "KV/token"):
         # ids and numbers stay whole on a narrow terminal; the attention text wraps instead
         t.add_column(col, justify="left" if col in ("id", "attention") else "right", no_wrap=col != "attention")
@@ -272,8 +274,11 @@ def models_table(models: list[ModelSpec]) -> Table:
         if m.num_sliding_layers:
             attn += f", {m.num_sliding_layers} sliding ({m.sliding_window})"
         experts = f"{m.experts_per_token} of {m.num_experts}" if m.is_moe else "dense"
+        kv = format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes")
+        if m.num_sliding_layers:
+            kv += f" + {format_quantity(m.sliding_window_kv_bytes('bf16'), 'bytes')} windowed"
         t.add_row(m.id, f"{m.total_params / 1e9:.3g} B", f"{m.active_params / 1e9:.3g} B", str(m.num_layers), attn,
-                  experts, format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
+                  experts, kv)
     return t
 
 
@@ -289,12 +294,28 @@ def model_table(m: ModelSpec) -> Table:
     t.add_row("active, without embedding", _b(m.active_params_without_embedding))
     if m.num_mtp_layers:
         t.add_row(f"MTP modules ({m.num_mtp_layers}, not in total)", _b(m.mtp_params))
-    t.add_row("KV cache per token (bf16)", format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes"))
+    _kv_rows(t, m)
     stored = ", ".join(f"{k} {v}" for k, v in _checkpoint_formats(m).items())
     t.caption = (f"Checkpoint formats (the default unless --weights/--experts say otherwise): {stored}. "
                  if stored else f"Checkpoint formats not read from its quantization_config ({m.unread_quantization}):"
-                 " the commands need --weights. ") + f"Config: {m.source}"
+                 " the commands need --weights. ") + f"Config: {m.source}" + "".join(f" Note: {n}." for n in m.notes)
     return t
+
+
+def _kv_rows(t: Table, m: ModelSpec) -> None:
+    """KV cache per token; with sliding-window layers, the per-token figure of the full-attention layers and what
+    the sliding layers hold once their window is full, said to be windowed (not 0 B for a model that only slides)."""
+    per_token = format_quantity(m.kv_cache_bytes_per_token("bf16"), "bytes")
+    if not m.num_sliding_layers:
+        t.add_row("KV cache per token (bf16)", per_token)
+        return
+    full = m.num_layers - m.num_sliding_layers
+    window_bytes = m.sliding_window_kv_bytes("bf16")
+    t.add_row(f"KV cache per token (bf16), {full} full-attention layers", per_token if full else "0 B (none)")
+    t.add_row(f"KV cache per token (bf16), {m.num_sliding_layers} sliding layers, windowed",
+              f"{format_quantity(window_bytes / (m.sliding_window or 1), 'bytes')} up to {m.sliding_window:,} tokens")
+    t.add_row(f"KV cache of a full window ({m.sliding_window:,} tokens, bf16), windowed",
+              format_quantity(window_bytes, "bytes"))
 
 
 # ------------------------------------------------------------------- stages

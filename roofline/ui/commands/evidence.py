@@ -31,6 +31,7 @@ from ...specs.params import Profile, shipped_profile_path
 from ...specs.resolve import resolve_group
 from .. import render
 from ..options import (
+    MODEL_HELP,
     Adder,
     UsageError,
     add_formats,
@@ -195,7 +196,7 @@ def register(add: Adder) -> None:
     sp = add("diagnose", cmd_diagnose, "from measured tokens/s (or a vLLM benchmark_serving JSON): achieved bandwidth "
                                        "and FLOP/s, MBU and MFU against datasheet peaks, and the bottleneck",
              profile=True)
-    sp.add_argument("model", help="model preset id or path to a config.json")
+    sp.add_argument("model", help="model: " + MODEL_HELP)
     sp.add_argument("device", metavar="GROUP", help="the measured device group, e.g. h100-sxm:2")
     sp.add_argument("--vllm-json", default=None, metavar="FILE", help="a benchmark_serving --save-result file")
     sp.add_argument("--batch", type=mean_count, default=None, help="concurrent sequences (a mean may be fractional)")

@@ -10,10 +10,10 @@ from rich.console import Console
 from ...errors import NotFoundError, did_you_mean
 from ...specs.devices import device_index, list_devices, load_device
 from ...specs.formats import get_format, list_formats
-from ...specs.hf_config import list_models, load_model
+from ...specs.hf_config import HUB_PREFIX, list_models, load_model, names_shipped_model
 from ...specs.links import LINKS
 from .. import render
-from ..options import Adder, UsageError
+from ..options import MODEL_HELP, Adder, UsageError
 from ..output import emit
 
 
@@ -34,11 +34,15 @@ def cmd_formats(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     name = args.name
-    if ":" in name and not os.path.exists(name):
+    if names_shipped_model(name):   # a preset (by id or repo id) wins over a folder or file of that name
+        emit(console, render.model_view(load_model(name)), args)
+        return 0
+    if ":" in name and not os.path.exists(name) and not name.startswith(HUB_PREFIX):
         raise UsageError(f"{name!r} is a device group; show takes one device or model: roofline show "
                          f"{name.partition(':')[0]}")
     model_dir = os.path.isdir(name) and os.path.exists(os.path.join(name, "config.json"))   # a checkpoint folder
-    if not name.endswith(".json") and not model_dir:
+    repo_id = "/" in name and not os.path.exists(name) and not name.endswith(".toml")   # owner/name: no device
+    if not name.endswith(".json") and not model_dir and not repo_id and not name.startswith(HUB_PREFIX):
         try:
             emit(console, render.device_view(load_device(name)), args)
             return 0
@@ -48,7 +52,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     try:
         model = load_model(name)
     except NotFoundError:
-        if os.path.exists(name):
+        if os.path.exists(name) or repo_id or name.startswith(HUB_PREFIX):
             raise
         hint = did_you_mean(name, [*device_index(), *list_models()])
         raise NotFoundError(f"{name!r} is neither a device nor a model id{hint} "
@@ -76,7 +80,7 @@ def register(add: Adder) -> None:
     add("models", cmd_models, "list the shipped model presets with parameter counts")
     add("formats", cmd_formats, "list the number formats (bits per element, compute class) and the named links")
     sp = add("show", cmd_show, "show one device (every field with its source) or model (id, alias, or path)")
-    sp.add_argument("name", help="device or model id, alias, or path to a .toml spec / config.json")
+    sp.add_argument("name", help="device id or alias, or path to a .toml spec; or " + MODEL_HELP)
     sp = add("formula", cmd_formula, "print a formula derived with sympy: expected-tokens, expected-tokens-limit, "
                                      "speedup, ridge-batch")
     sp.add_argument("name", help="expected-tokens, expected-tokens-limit, speedup or ridge-batch")

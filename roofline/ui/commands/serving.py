@@ -18,6 +18,7 @@ from ...specs.links import get_link
 from ...specs.resolve import resolve_device, resolve_group
 from .. import render
 from ..options import (
+    MODEL_HELP,
     Adder,
     UsageError,
     acceptance,
@@ -261,7 +262,7 @@ def _pool_note(placements: list[Placement]) -> str:
 
 
 def _common(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--target", required=True, help="target model (preset id or config.json path)")
+    sp.add_argument("--target", required=True, help="target model: " + MODEL_HELP)
     sp.add_argument("--draft", default=None, help="draft model for speculative placements")
     add_acceptance(sp)
     add_request(sp)

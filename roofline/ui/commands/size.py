@@ -15,6 +15,7 @@ from ...specs.hf_config import load_model
 from ...specs.resolve import resolve_device, resolve_group
 from .. import render
 from ..options import (
+    MODEL_HELP,
     Adder,
     UsageError,
     acceptance,
@@ -92,7 +93,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
 def register(add: Adder) -> None:
     sp = add("size", cmd_size, "the fewest devices per device kind that serve N users at a speed and TTFT target",
              profile=True)
-    sp.add_argument("model", help="target model (preset id or config.json path)")
+    sp.add_argument("model", help="target model: " + MODEL_HELP)
     sp.add_argument("--devices", required=True, help="candidate devices, comma-separated: an ID is searched over group shapes, "
                     "ID:N or ID:TPxPP sized on that shape (b200,h200-sxm:8,groq-lpu)")
     sp.add_argument("--users", type=positive, required=True, help="concurrent users, all active (500, 10k)")

@@ -13,6 +13,7 @@ from ...specs.hf_config import load_model
 from ...specs.resolve import resolve_group
 from .. import render
 from ..options import (
+    MODEL_HELP,
     Adder,
     UsageError,
     acceptance,
@@ -70,7 +71,7 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
 def register(add: Adder) -> None:
     sp = add("spec", cmd_spec, "speculative decoding: draft and verify on (possibly different) device groups, per gamma",
              profile=True)
-    sp.add_argument("--target", required=True, help="target model (preset id or config.json path)")
+    sp.add_argument("--target", required=True, help="target model: " + MODEL_HELP)
     sp.add_argument("--draft", default=None, help="draft model (for --draft-kind model)")
     sp.add_argument("--draft-kind", default="model", choices=["model", "mtp", "eagle"],
                     help="a separate draft model, or MTP/EAGLE head layers of the target (default model)")

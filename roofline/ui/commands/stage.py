@@ -22,6 +22,7 @@ from ...specs.resolve import resolve_group
 from ...units import format_quantity
 from .. import render
 from ..options import (
+    MODEL_HELP,
     Adder,
     UsageError,
     add_formats,
@@ -242,7 +243,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
 def register(add: Adder) -> None:
     sp = add("stage", cmd_stage, "per-stage time, bounds, binding resource and memory of a model on a device group",
              profile=True)
-    sp.add_argument("model", help="model preset id or path to a config.json")
+    sp.add_argument("model", help="model: " + MODEL_HELP)
     sp.add_argument("device", help="device group: ID, ID:N (N in tensor parallel) or ID:TPxPP, or a .toml path")
     sp.add_argument("--batch", default="1", help="batch sizes: 1,8,64 or 1..8 (default 1)")
     sp.add_argument("--context", type=nonnegative, default=8192,
@@ -260,7 +261,7 @@ def register(add: Adder) -> None:
 
     sp = add("compare", cmd_compare, "device groups or what-if variants side by side (decode, prefill, memory, tok/s/kW)",
              profile=True)
-    sp.add_argument("model", help="model preset id or path to a config.json")
+    sp.add_argument("model", help="model: " + MODEL_HELP)
     sp.add_argument("devices", nargs="+", metavar="GROUP|NAME=ID[:N].FIELD=VALUE[;...]",
                     help="device groups (h100-sxm:2 b200), or what-if variants (fast=h200-sxm.hbm.bandwidth=9.6TB/s)")
     sp.add_argument("--batch", default="1,64", help="decode batch sizes (default 1,64)")
