@@ -149,7 +149,7 @@ def test_stage_what_if_set(run_cli):
 
 
 @pytest.mark.parametrize("args,code,needle", [
-    (("stage", "gpt-oss-120b", "h200-sxm", "--weights", "fp9"), 1, "unknown format 'fp9'"),
+    (("stage", "gpt-oss-120b", "h200-sxm", "--weights", "fp9"), 2, "unknown format 'fp9'"),   # as a bad --stack
     (("stage", "gpt-oss-120b", "h200-sxm", "--batch", "-4"), 2, "--batch: must be >= 1, got -4"),
     (("stage", "gpt-oss-120b", "h200-sxm", "--batch", "x"), 2, "--batch"),
     (("stage", "llama-3.1-70b", "h100-sxm", "--batch", "1"), 1, "does not fit on h100-sxm"),

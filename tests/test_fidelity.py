@@ -819,7 +819,7 @@ def test_the_head_format_is_an_option_of_every_command_that_takes_formats(run_cl
     verify = [json.dumps(json.loads(run_cli(*spec, *extra)[1])) for extra in ((), ("--lm-head", "fp8"))]
     assert verify[0] != verify[1]
     code, _, err = run_cli(*base, "--lm-head", "bf17")
-    assert code == 1 and "unknown format 'bf17'" in err and "Traceback" not in err
+    assert code == 2 and "unknown format 'bf17'" in err and "Traceback" not in err   # a usage error, as --stack
 
 
 def test_long_output_gpt_oss_rows_need_the_unwindowed_cache():

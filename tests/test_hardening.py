@@ -18,12 +18,12 @@ BAD = [
     (["show", "h100-sxn"], 1, "did you mean"),
     (["stage", "llama-3.1-8", "h100"], 1, "did you mean"),
     (["stage", "llama-3.1-8b", "h10O"], 1, "did you mean"),
-    (["stage", "llama-3.1-8b", "h100", "--weights", "bf61"], 1, "did you mean"),
+    (["stage", "llama-3.1-8b", "h100", "--weights", "bf61"], 2, "did you mean"),   # none of the formats: usage
     (["spec", "--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--verify-on", "b20:8", "--alpha", "0.9"], 1,
      "did you mean"),
     (["compare", "llama-3.1-8b", "h100", "b2OO"], 1, "did you mean"),
     (["diagnose", "llama-3.1-8b", "h100", "--batch", "1", "--isl", "5", "--osl", "5", "--tokens-per-s", "9",
-      "--weights", "fp9"], 1, "did you mean"),
+      "--weights", "fp9"], 2, "did you mean"),
     # malformed numbers and units
     (["stage", "llama-3.1-8b", "h100", "--batch", "1,x"], 2, "--batch"),
     (["stage", "llama-3.1-8b", "h100", "--context", "8x"], 2, "--context"),

@@ -28,7 +28,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.resolve import DeviceLike, ModelLike, resolve_device, resolve_model
 from .round import draft_formats
-from .serve import Placement, Request
+from .serve import Placement, Request, check_context
 
 TP_CHOICES = (1, 2, 4, 8, 16, 32)
 
@@ -92,6 +92,8 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
     """All stage-to-kind assignments for ``devices``, each stage on its smallest fitting group."""
     m = resolve_model(model)
     dm = resolve_model(draft_model) if draft_model is not None else None
+    for checked in (m, dm) if dm is not None else (m,):
+        check_context(checked, request)   # no placement serves a request longer than the model's context
     kinds = [resolve_device(d) for d in devices]
     tf = dict(target_formats or {})
     end = request.input_tokens + request.output_tokens

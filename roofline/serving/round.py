@@ -38,6 +38,24 @@ TOKEN_ID_BYTES = 4       # int32 token ids, as vLLM and TensorRT-LLM pass them
 PROBABILITY_BYTES = 4    # fp32 probabilities for lossless (rejection-sampling) verification
 
 
+#: Families that share one tokenizer lineage (Qwen2 and Qwen3 checkpoints; Mixtral and Mistral).
+TOKENIZER_LINEAGE = {"qwen2": "qwen", "qwen3": "qwen", "qwen3_moe": "qwen", "mixtral": "mistral"}
+#: How far two checkpoints of one tokenizer may pad its embedding table apart: Qwen2.5-0.5B's has 151,936 rows
+#: and Qwen2.5-7B's 152,064 for the same tokenizer (https://huggingface.co/Qwen/Qwen2.5-0.5B/blob/main/config.json,
+#: https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json); other tokenizers of a family differ by more
+#: (Mistral-7B v0.1's 32,000 and v0.3's 32,768).
+VOCAB_PADDING_ROWS = 256
+
+
+def shares_tokenizer(draft: ModelSpec, target: ModelSpec) -> bool:
+    """Whether ``draft`` can draft for ``target``: the same vocabulary, or a tokenizer of the same lineage whose
+    embedding table is padded to a different size (config.json carries the padded size, not the tokenizer)."""
+    if draft.vocab_size == target.vocab_size:
+        return True
+    lineage = (TOKENIZER_LINEAGE.get(m.family, m.family) for m in (draft, target))
+    return len(set(lineage)) == 1 and abs(draft.vocab_size - target.vocab_size) < VOCAB_PADDING_ROWS
+
+
 @attrs.frozen(kw_only=True)
 class Drafter:
     """What drafts: a separate model (``kind="model"``), or ``head_layers`` of the target as an MTP/EAGLE head."""
@@ -60,9 +78,11 @@ class Drafter:
             return head_model(target, self.head_layers)
         if self.model is None:  # excluded by the validator; kept for type checkers
             raise WorkloadError("draft kind 'model' needs a draft model")
-        if self.model.vocab_size != target.vocab_size:
-            raise WorkloadError(f"draft {self.model.id} has vocabulary {self.model.vocab_size} but target "
-                                f"{target.id} has {target.vocab_size}: speculative decoding needs the same tokenizer")
+        if not shares_tokenizer(self.model, target):
+            raise WorkloadError(f"draft {self.model.id} ({self.model.family}, vocabulary {self.model.vocab_size:,}) "
+                                f"and target {target.id} ({target.family}, {target.vocab_size:,}) do not share a "
+                                "tokenizer, which speculative decoding needs: a draft of the target's family whose "
+                                f"vocabulary is within {VOCAB_PADDING_ROWS} padding rows of the target's")
         return self.model
 
     def describe(self, target: ModelSpec) -> str:

@@ -73,6 +73,17 @@ class Request:
     output_tokens: int = attrs.field(validator=_tokens)
 
 
+def check_context(model: ModelSpec, request: Request) -> None:
+    """Refuse a request longer than ``model`` was built for (its config's ``max_position_embeddings``): the check
+    every command that plans a deployment shares (size, placements, the emitted launch commands; an engine would
+    refuse to start with it)."""
+    length = request.input_tokens + request.output_tokens
+    if model.max_context_tokens and length > model.max_context_tokens:
+        raise WorkloadError(f"{model.id}: a request of {length:,} tokens ({request.input_tokens:,} in + "
+                            f"{request.output_tokens:,} out) is beyond its {model.max_context_tokens:,}-token context "
+                            "(max_position_embeddings)")
+
+
 @attrs.frozen(kw_only=True)
 class Placement:
     """Stages on device groups. ``draft_kind`` None means no speculation; ``draft`` None with a draft kind

@@ -34,7 +34,7 @@ from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import ModelLike, resolve_device, resolve_group, resolve_model
 from ..workload import check_whole, record_of
-from .serve import Placement, Request, ServingResult, evaluate_serving
+from .serve import Placement, Request, ServingResult, check_context, evaluate_serving
 from .trust import interval
 
 TPS = (1, 2, 4, 8, 16, 32)
@@ -311,6 +311,8 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
         raise WorkloadError(f"target must be a Target, got {type(target).__name__}")
     model = resolve_model(model)
     draft = resolve_model(draft) if draft is not None else None
+    for m in (model, draft) if draft is not None else (model,):
+        check_context(m, target.request)   # no deployment serves a request longer than the model's context
     formats = check_format_keys(formats)
     prices = prices if prices is not None else shipped_prices()   # as evaluate_serving prices the replicas
     kinds = PLACEMENT_KINDS if draft is not None else PLACEMENT_KINDS[:2]

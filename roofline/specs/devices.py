@@ -10,6 +10,7 @@ the field to supply, so an unknown never becomes a silent zero.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import os
@@ -269,7 +270,10 @@ def find_field(dev: Device, path: str) -> Field:
     if path in table:
         return table[path]
     paths = field_paths(dev)
-    raise NotFoundError(f"{dev.id}: no spec field {path!r}{did_you_mean(path, paths)}; fields: {', '.join(paths)}")
+    close = [repr(c) for c in difflib.get_close_matches(path.lower(), paths, n=3, cutoff=0.4)]   # not all 50
+    hint = f" (did you mean {' or '.join(close) if len(close) < 3 else f'{close[0]}, {close[1]} or {close[2]}'}?)"
+    raise NotFoundError(f"{dev.id}: no spec field {path!r}{hint if close else ''}; `roofline show {dev.id}` lists "
+                        f"its {len(paths)} fields")
 
 
 def _check_plausible(kind: str, v: float, fail: Callable[[str], Any], bare: bool = False) -> None:

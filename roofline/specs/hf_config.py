@@ -397,9 +397,18 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
                   unread_quantization=stored.unread, notes=(*fields.get("notes", ()), *notes))
     try:
         return ModelSpec(id=id or str(cfg.get("_name_or_path") or model_type), source=str(cfg.get("_source", origin)),
-                         **fields)
+                         served_checkpoint=_served(cfg.get("_served_checkpoint"), origin), **fields)
     except (ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None
+
+
+def _served(repo: Any, origin: str) -> str | None:
+    """A config's ``_served_checkpoint`` (a Hugging Face ``owner/name``), checked."""
+    if repo is None:
+        return None
+    if not isinstance(repo, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", repo):
+        raise SpecError(f"{origin}: _served_checkpoint must be a Hugging Face repository id (owner/name), got {repo!r}")
+    return repo
 
 
 def _read_json(path: Path) -> Any:

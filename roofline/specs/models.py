@@ -76,6 +76,9 @@ class ModelSpec:
     #: a ``quantization_config`` roofline does not read, described (its weights' format must then be given)
     unread_quantization: str | None = None
     source: str = ""
+    #: the Hugging Face repository people serve the model from (a preset's ``_served_checkpoint``: its -Instruct
+    #: or chat checkpoint, same architecture as the config's); None: the source's repository, if any
+    served_checkpoint: str | None = None
     #: the longest sequence the model was built for (config ``max_position_embeddings``); None where not given.
     #: Longer contexts still compute (the counts do not depend on it) but are flagged by the commands
     max_context_tokens: int | None = None

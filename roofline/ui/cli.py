@@ -56,7 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
          err_console: Console | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 bad input, 2 usage error, 3 a bug of ours, 130
-    interrupted, 141 the reader of the output went away)."""
+    interrupted, 141 the reader of the output went away).
+
+    A usage error (2) is a command line the tool cannot take as written, whatever the models and devices: an
+    unknown or missing option, a malformed count or list, or a value that is none of the names its option takes (a
+    format of --weights/--kv/..., a --stack, an --emit engine), as argparse answers a bad choice. Bad input (1) is
+    a well-formed line naming something that cannot be used: a model, device or file that does not exist or does
+    not hold, a spec field a device lacks or a value that field cannot take (--set), a request the model or the
+    devices cannot serve (and for ``size``, no option meeting the target).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv   # anywhere on the line, before or after the command
     argv = [a for a in argv if a != "--debug"]

@@ -17,6 +17,7 @@ from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.trust import intervals_for
 from ..serving.whatif import WhatIf
 from ..specs.devices import Device
+from ..specs.formats import get_format
 from ..specs.hf_config import ARCHITECTURES
 from ..specs.intervals import DEFAULT_LEVEL
 from ..specs.params import (
@@ -257,12 +258,26 @@ def scheduler_note(args: argparse.Namespace) -> str:
 
 # ------------------------------------------------------------ option values
 def formats(args: argparse.Namespace) -> dict[str, Any]:
-    out = {"weights": args.weights, "experts": args.experts, "kv": args.kv}
+    """The format options as the library's format keys, each a format name or None (a name that is none of the
+    formats is a usage error, as a stack's or a choice's is)."""
+    out = {"weights": format_name(args.weights, "--weights"), "experts": format_name(args.experts, "--experts"),
+           "kv": format_name(args.kv, "--kv")}
     if hasattr(args, "activations"):
-        out["activations"] = args.activations
+        out["activations"] = format_name(args.activations, "--activations")
     if getattr(args, "lm_head", None) is not None:
-        out["head"] = args.lm_head
+        out["head"] = format_name(args.lm_head, "--lm-head")
     return out
+
+
+def format_name(value: str | None, flag: str) -> str | None:
+    """``value`` of a format option, checked against the formats (``auto``: the default); None stays None."""
+    if value is None or value.strip().lower() == "auto":
+        return value
+    try:
+        get_format(value)
+    except RooflineError as e:
+        raise UsageError(f"{flag}: {e}") from None
+    return value
 
 
 def profile(args: argparse.Namespace) -> Profile:
@@ -335,13 +350,15 @@ def price_list(args: argparse.Namespace, devices: Iterable[Device] = ()) -> Pric
     """The shipped prices with --usd-per-device-hour and --usd-per-kwh applied; a price for a device none of
     ``devices`` is (the command's devices) is refused, as a --set naming none of them is: it would be ignored."""
     given: dict[str, float] = {}
+    devices = list(devices)
+    by_id = {d.id.lower(): d.id for d in devices}   # a device of the command by its id, a spec file's too
     for item in (args.usd_per_device_hour or "").split(","):
         if not item.strip():
             continue
         dev, eq, usd = item.partition("=")
         if not eq:
             raise UsageError(f"--usd-per-device-hour: expected ID=USD pairs such as b200=6.5, got {item.strip()!r}")
-        dev_id = resolve_device(dev.strip()).id
+        dev_id = by_id.get(dev.strip().lower()) or resolve_device(dev.strip()).id
         if dev_id in given:
             raise UsageError(f"--usd-per-device-hour: {dev_id} is given twice")
         given[dev_id] = number(usd, f"--usd-per-device-hour {dev_id}")

@@ -99,6 +99,10 @@ def emit(console: Console, view: View, args: argparse.Namespace) -> None:
         if trust:
             rows = with_bounds(jsonable(rows), trust["intervals"], by_device=trust["by_device"])
         _write(console, csv_text(rows))
+    elif view.script:   # a shell script: commands verbatim, never wrapped; tables and prose as # comments
+        lines = [*view.tables, *([stack_line(note)] if note else []), *([interval_line(trust)] if trust else [])]
+        for t in lines:
+            console.print(t if isinstance(t, Text) else commented(t, console.width), soft_wrap=True)
     else:
         for t in view.tables:   # Text (command lines) is printed unwrapped, for copying
             console.print(t, soft_wrap=isinstance(t, Text))
@@ -106,6 +110,16 @@ def emit(console: Console, view: View, args: argparse.Namespace) -> None:
             console.print(stack_line(note))
         if trust:
             console.print(interval_line(trust))
+
+
+def commented(renderable: Any, width: int) -> Text:
+    """``renderable`` (a table, a line of prose) as shell comments: rendered plain two columns narrower than
+    ``width``, each line behind ``# ``, so a line that wraps stays a comment and a saved script never runs prose."""
+    buf = io.StringIO()
+    plain_console = Console(file=buf, width=max(width - 2, 20), color_system=None, no_color=True, highlight=False,
+                            emoji=False, markup=False)
+    plain_console.print(renderable)
+    return Text("\n".join(f"# {line}".rstrip() for line in buf.getvalue().rstrip("\n").split("\n")))
 
 
 def interval_record(trust: dict[str, Any]) -> dict[str, Any]:

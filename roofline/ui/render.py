@@ -58,11 +58,13 @@ def short_bound(bound: Any) -> str:
 
 @attrs.frozen(kw_only=True)
 class View:
-    """One result, ready for output: rich renderables, the JSON dict, and flat rows for CSV."""
+    """One result, ready for output: rich renderables, the JSON dict, and flat rows for CSV. A ``script`` view
+    prints as a shell script: its Text items verbatim (commands), everything else as ``#`` comments."""
 
     tables: list[RenderableType]
     data: Any
     rows: list[dict[str, Any]]
+    script: bool = False
 
 
 def _q(value: float | None, kind: str) -> str:
@@ -1183,17 +1185,22 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
                + (f" Electricity ${prices.usd_per_kwh:g}/kWh." if prices.usd_per_kwh else "")
                + (f" What-if: {', '.join(overrides)}." if overrides else "") + note)
     tables: list[Any] = size_table(title, options, caption)
-    for item in launches:
+    for item in launches:   # shell lines, printed as they are: a comment's every line starts with #
         cmd = item.get("launch")
         if cmd is None:
-            tables.append(f"# {item['device']} {item['placement']}: {item['error']}")
+            tables.append(Text("\n" + _comment(f"{item['device']} {item['placement']}: {item['error']}")))
             continue
-        tables.append(Text(f"\n# {item['device']} {item['placement']}: {cmd.engine}; {_copies(item)}\n{cmd.text}"
-                           + "".join(f"\n# note: {n}" for n in cmd.notes)))
+        tables.append(Text("\n" + _comment(f"{item['device']} {item['placement']}: {cmd.engine}; {_copies(item)}")
+                           + f"\n{cmd.text}" + "".join("\n" + _comment(f"note: {n}") for n in cmd.notes)))
     data = {"model": model_id, "users": target.users, "min_tokens_per_s_per_user": target.min_tokens_per_s_per_user,
             "max_ttft_s": target.max_ttft_s if math.isfinite(target.max_ttft_s) else None,
             "request": {"isl": req.input_tokens, "osl": req.output_tokens}, "lower_bound": True,
             "options": [size_option_dict(o) for o in options],
             "prices": {d: attrs.asdict(prices.by_device[d]) for d in priced}, "overrides": list(overrides),
             "launch": [_launch_dict(i) for i in launches]}
-    return View(tables=tables, data=data, rows=[size_option_dict(o) for o in options])
+    return View(tables=tables, data=data, rows=[size_option_dict(o) for o in options], script=bool(launches))
+
+
+def _comment(text: str) -> str:
+    """``text`` as shell comment lines (each of its lines behind ``# ``)."""
+    return "\n".join(f"# {line}" for line in text.splitlines() or [""])

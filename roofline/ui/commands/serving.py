@@ -117,7 +117,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     devices = [wi.apply(d) for d in devices]
     acc = acceptance(args) if args.draft else None
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
-    params, knobs = engine_params(args, devices), serving_knobs(args)
+    params, knobs, prices = engine_params(args, devices), serving_knobs(args), price_list(args, devices)
     cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
                                  mode=args.mode, target_formats=formats(args), params=params)
     items, cannot = [], {}
@@ -131,7 +131,8 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
             try:
                 r = evaluate_serving(args.target, c.placement, request, batch=args.batch,
                                      gamma=gamma if c.placement.speculative else 0, acceptance=acc,
-                                     mode=args.mode, target_formats=formats(args), params=params, **knobs)
+                                     mode=args.mode, target_formats=formats(args), params=params, prices=prices,
+                                     **knobs)
                 point = render.serving_point(r, 0)
                 reason = r.energy_note or r.why_infeasible(0)
             except RooflineError as e:  # a placement that cannot be evaluated is listed with why
@@ -278,6 +279,7 @@ def register(add: Adder) -> None:
     sp.add_argument("--batch", type=positive, default=16, help="concurrent sequences per decode group (default 16)")
     sp.add_argument("--gamma", type=nonnegative, default=None,
                     help="draft length for speculative placements (default 5; needs --draft)")
+    add_prices(sp)
 
     sp = add("pareto", cmd_pareto, "tokens/s per kW against tokens/s per user: frontiers and their comparison",
              profile=True)

@@ -20,6 +20,7 @@ from ..options import (
     UsageError,
     acceptance,
     add_acceptance,
+    add_formats,
     add_prices,
     add_what_if,
     engine_params,
@@ -35,12 +36,12 @@ from ..options import (
 from ..output import emit
 
 
-def _launch(engine: str, model: Any, option: Any, request: Request) -> dict[str, Any]:
+def _launch(engine: str, model: Any, option: Any, request: Request, params: Any) -> dict[str, Any]:
     """One option's launch command, or why the engine cannot run it (other options still get theirs)."""
     item: dict[str, Any] = {"device": option.device, "placement": option.placement, "replicas": option.replicas,
                             "prefill_groups": option.prefill_groups}
     try:
-        item["launch"] = launch_command(engine, model, option, request=request)
+        item["launch"] = launch_command(engine, model, option, request=request, params=params)
     except RooflineError as e:
         item["error"] = str(e)
     return item
@@ -81,7 +82,8 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     params = engine_params(args, [getattr(d, 'device', d) for d in devices])
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
                    formats=formats(args), params=params, prices=prices, confidence=args.confidence, stack=args.stack)
-    commands = [_launch(args.emit, model, o, target.request) for o in options if o.feasible] if args.emit else []
+    commands = ([_launch(args.emit, model, o, target.request, params) for o in options if o.feasible]
+                if args.emit else [])
     note = idle_note(getattr(d, "device", d) for d in devices)
     if args.confidence is not None:
         note = (f" Sized at confidence {args.confidence:g}: each device kind's speed and TTFT targets tightened by the "
@@ -107,12 +109,7 @@ def register(add: Adder) -> None:
     sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
     sp.add_argument("--draft", default=None, help="draft model: also size speculative decoding on the decode devices")
     add_acceptance(sp)
-    sp.add_argument("--weights", default=None, help="weight format (default: bf16 where native, else the device's)")
-    sp.add_argument("--experts", default=None, help="expert weight format (default: the checkpoint's)")
-    sp.add_argument("--kv", default=None, help="KV-cache format (default: bf16 where native, else the device's; "
-                    "not --weights: say --kv fp8 for an FP8 cache)")
-    sp.add_argument("--activations", default=None, help="activation format (default: bf16 where native, else the "
-                    "device's)")
+    add_formats(sp)
     add_prices(sp)
     sp.add_argument("--emit", choices=ENGINES, default=None,
                     help="also print the engine's launch command line for each feasible option, sized with that "

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
+from typing import Any
 
 import numpy as np
 from rich.console import Console
 
+from ...physics.energy import DEFAULT_POWER
 from ...physics.speculative import Acceptance
 from ...serving.speculation import optimal_gamma, speculative_round
 from ...specs.hf_config import load_model
@@ -19,14 +22,17 @@ from ..options import (
     acceptance,
     add_acceptance,
     add_formats,
+    add_prices,
     add_what_if,
     context_note,
     engine_params,
+    format_name,
     formats,
     idle_note,
     nonnegative,
     parse_ints,
     positive,
+    price_list,
     what_if,
 )
 from ..output import emit
@@ -59,13 +65,27 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
                           link=args.link or "pcie5", sampling=args.sampling,
                           target_formats=formats(args),
-                          draft_formats={"weights": args.draft_weights, "kv": args.draft_kv,
-                                         "activations": args.draft_activations},
+                          draft_formats={"weights": format_name(args.draft_weights, "--draft-weights"),
+                                         "kv": format_name(args.draft_kv, "--draft-kv"),
+                                         "activations": format_name(args.draft_activations, "--draft-activations")},
                           params=engine_params(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
     note = (context_note(target, args.context + int(gammas.max()))
             + idle_note([verify_on.device, *([draft_on.device] if draft_on else [])]))
-    emit(console, render.spec_view(r, optimal_gamma(r), wi.describe(), note), args)
+    view = render.spec_view(r, optimal_gamma(r), wi.describe(), note)
+    _price_rows(view.data["rows"], [verify_on, *([draft_on] if draft_on and draft_on != verify_on else [])],
+                price_list(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
+    emit(console, view, args)
     return 0
+
+
+def _price_rows(rows: list[dict[str, Any]], groups: list[Any], prices: Any) -> None:
+    """Each row's USD per million output tokens (JSON and CSV): the groups' hourly prices plus the electricity at
+    the row's power (x PUE, as every other command charges it), over its tokens/s."""
+    usd_per_h = sum(prices.usd_per_hour(g.device.id) * g.count for g in groups)
+    for row in rows:
+        power_usd_per_h = (row.get("power_w") or 0.0) * DEFAULT_POWER.pue / 1000.0 * prices.usd_per_kwh
+        rate = row.get("tokens_per_s") or math.nan
+        row["usd_per_million_output_tokens"] = (usd_per_h + power_usd_per_h) / 3600.0 / rate * 1e6
 
 
 def register(add: Adder) -> None:
@@ -92,4 +112,5 @@ def register(add: Adder) -> None:
     sp.add_argument("--draft-weights", default="auto", help="draft weight format (default: native to the draft device)")
     sp.add_argument("--draft-kv", default="auto", help="draft KV format (default: native to the draft device)")
     sp.add_argument("--draft-activations", default="auto", help="draft activation format (default: native)")
+    add_prices(sp)   # the JSON's and CSV's usd_per_million_output_tokens
     add_what_if(sp)
