@@ -14,6 +14,9 @@ The public API (``import roofline as rl``):
 * planning: :func:`size` (fewest devices for N users at a speed and TTFT), :class:`Target`,
   :func:`launch_command` (vLLM / SGLang / TensorRT-LLM command lines), :func:`sweep` (chunked Pareto
   sweeps on any executor), :class:`Prices` and :func:`shipped_prices` (USD per device-hour)
+* served load: :class:`Workload` (arrival burstiness, :class:`Lengths`, prefix hits), :func:`serve_at_rate`
+  (p50/p90/p99 TTFT, ITL, TPOT and E2E and each pool's utilisation at request rates), :func:`max_rate` (the
+  largest rate meeting percentile limits)
 * how far to trust a figure: :func:`interval` (split-conformal, from errors on publications the fit never
   saw), :func:`with_intervals` (``<name>_low`` / ``<name>_high`` beside a result's figures); GPUs run
   :data:`DEFAULT_STACK` (vLLM) unless ``params=`` says otherwise
@@ -46,6 +49,7 @@ from .physics.timing import StageResult
 from .physics.work import forward_work
 from .serving.emit import LaunchCommand, launch_command
 from .serving.frontier import compare_frontiers, pareto_frontier
+from .serving.load import LoadResult, Workload, max_rate, serve_at_rate
 from .serving.serve import Placement, Request, ServingResult, evaluate_serving
 from .serving.sizing import Option, Target, size
 from .serving.speculation import SpecResult, optimal_gamma, speculative_round
@@ -57,6 +61,7 @@ from .specs.formats import Format, Formats, get_format, list_formats
 from .specs.groups import DeviceGroup
 from .specs.hf_config import list_models, load_model, model_from_hf_config
 from .specs.intervals import Interval
+from .specs.lengths import Lengths
 from .specs.links import GroupLink, get_link
 from .specs.models import ModelSpec
 from .specs.params import DEFAULT_STACK, EngineParams, Profile, default_params, load_profile
@@ -81,6 +86,7 @@ __all__ = [
     "ExecutionProfile", "speculative_round", "speedup_closed_form",
     "verify", "LaunchCommand", "launch_command", "Option", "Target", "size", "SweepResult", "pareto_mask", "sweep",
     "Price", "Prices", "shipped_prices", "DEFAULT_STACK", "Interval", "interval", "with_intervals",
+    "Lengths", "LoadResult", "Workload", "max_rate", "serve_at_rate",
 ]
 
 

@@ -25,6 +25,7 @@ from ..errors import RooflineError, SpecError, UnknownSpecError
 from ..memo import MISSING, IdentityMemo
 from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
+from ..serving.load import Workload, max_rate
 from ..serving.placements import smallest_group
 from ..serving.serve import Placement, Request, evaluate_serving, offline_tokens_per_s
 from ..serving.trust import platform
@@ -34,6 +35,7 @@ from ..specs.files import read_text
 from ..specs.formats import get_format
 from ..specs.groups import DeviceGroup
 from ..specs.intervals import DEFAULT_LEVEL, METRIC_KINDS, IntervalTable, shipped_intervals
+from ..specs.lengths import Lengths, shipped_lengths
 from ..specs.models import ModelSpec
 from ..specs.params import (
     STACK_SET,
@@ -49,7 +51,8 @@ from .workers import check_jobs, workers
 
 COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model",
            "weight_dtype", "expert_dtype", "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget",
-           "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
+           "max_batch", "kv_memory_fraction", "isl", "osl", "lengths", "p99_ttft_ms", "p99_tpot_ms",
+           "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
@@ -335,9 +338,10 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
         raise RooflineError(f"{metric}: {UNMODELLED[metric]}")
     if metric not in METRICS:
         raise RooflineError(f"unknown metric {metric!r}")
-    if row.get("batch") == "slo":
-        raise RooflineError("the load is the largest that meets the publication's latency limits (MLPerf Server and "
-                            "Interactive), which the format does not carry")
+    slo = row.get("batch") == "slo"
+    if slo and not (row.get("p99_ttft_ms") and row.get("p99_tpot_ms")):
+        raise RooflineError("the load is the largest that meets the publication's latency limits: give them in "
+                            "p99_ttft_ms and p99_tpot_ms")
     params = row_memory_fraction(row, _row_engine(params, row.get("stack"), timed_in_process(row)))
     if memory_scale != 1.0:
         params = attrs.evolve(params, usable_memory_fraction=params.usable_memory_fraction * memory_scale)
@@ -348,12 +352,13 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     fmt = _formats(row, dev)
     layouts = _submitter_layouts(row, model, dev, params)
     if not layouts:
-        layouts = [_layout(row, model, dev, fmt, None if row.get("batch") == "max" else _int(row, "batch"),
+        layouts = [_layout(row, model, dev, fmt, None if row.get("batch") in ("max", "slo") else _int(row, "batch"),
                            _int(row, "isl") + _int(row, "osl"), params)]
     results, last = [], None
     for group, replicas in layouts:
         try:
-            results.append(_predict_on(row, model, fmt, params, group, replicas))
+            results.append(_predict_on(row, model, fmt, params, group, replicas) if not slo else
+                           _predict_slo(row, model, fmt, params, group, replicas))
         except RooflineError as e:   # a layout that does not hold the model
             last = e
     if not results:
@@ -365,7 +370,8 @@ def _submitter_layouts(row: Row, model: ModelSpec, device: Device, params: Engin
     """For a max-throughput row that gives only its device count (MLPerf Offline submissions whose per-replica
     tensor parallelism is not stated): every split into data-parallel replicas of TP 1..max_tp; the prediction
     is the layout with the highest throughput, the one a submitter tuning for throughput would choose."""
-    if row.get("batch") != "max" or not row.get("n_devices") or row.get("tp") or row.get("pp") or device.family != "gpu":
+    if (row.get("batch") not in ("max", "slo") or not row.get("n_devices") or row.get("tp") or row.get("pp")
+            or device.family != "gpu"):
         return []
     n, max_tp = _int(row, "n_devices"), int(resolve_profile(device, params).max_tp)
     ep, dp = _int(row, "ep", 1), _int(row, "dp", 1)
@@ -407,6 +413,52 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineP
              "output_tokens_per_s_total": total, "total_tokens_per_s_per_device": total * (isl + osl) / osl / n,
              "energy_per_token_j": at("energy_per_token_j"), "power_w": at("power_w") * replicas}[metric]
     return total, float(value)
+
+
+#: Latency-bound searches by run (the params kept alive beside their id, which keys them).
+_SLO_RATES: dict[Any, Any] = {}
+
+
+def _row_lengths(row: Row) -> Lengths:
+    """The row's request lengths: its dataset's shipped histogram (``lengths``) with each axis scaled so its mean
+    is the row's isl and osl (a dataset's reference outputs are not the served model's: the MLPerf Llama-2 set's
+    GPT-4 answers average 219 tokens where Llama-2-70B writes 293), else fixed at isl and osl."""
+    isl, osl = _int(row, "isl"), _int(row, "osl")
+    if not row.get("lengths"):
+        return Lengths.fixed(isl, osl)
+    h = shipped_lengths(row.get("lengths"))
+    return Lengths.of(np.maximum(h.input_tokens * isl / h.mean_input_tokens, 1.0),
+                      np.maximum(h.output_tokens * osl / h.mean_output_tokens, 1.0), h.weights, name=h.name)
+
+
+def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineParams, group: DeviceGroup,
+                 replicas: int) -> tuple[float, float]:
+    """(total output tokens/s, the row's metric) at the largest Poisson rate whose p99 TTFT and p99 TPOT meet the
+    row's limits (MLPerf Server and Interactive, whose LoadGen sends queries as a Poisson process:
+    https://github.com/mlcommons/inference_policies/blob/c7dc5ea53dbf8a3de304531a803d2327ae46bc60/inference_rules.adoc#L141),
+    requests spread over the replicas. Its mean TTFT and TPOT are predicted at that rate too."""
+    if (row.get("spec_method") or "none") != "none":
+        raise RooflineError("speculative decoding under load is not modelled")
+    limits = {"ttft_p99_s": float(row.get("p99_ttft_ms")) / 1e3, "tpot_p99_s": float(row.get("p99_tpot_ms")) / 1e3}
+    settings = {"token_budget": _int(row, "token_budget")} if row.get("token_budget") else {}
+    if row.get("max_batch"):
+        settings["max_slots"] = _int(row, "max_batch")
+    key = (row.get("model"), group.describe(), repr(group.device), replicas, row.get("lengths"), row.get("isl"),
+           row.get("osl"), tuple(limits.values()),
+           repr(params), tuple(sorted(fmt.items())), tuple(sorted(settings.items())))
+    if key not in _SLO_RATES:   # a run's throughput, TTFT and TPOT rows share one search
+        _SLO_RATES[key] = (params, max_rate(model, Placement(name=row.id, decode=group),
+                                            Workload(lengths=_row_lengths(row)), limits, replicas=replicas,
+                                            params=params, formats=fmt, **settings))
+    rate, r = _SLO_RATES[key][1]
+    if rate <= 0:
+        raise RooflineError("no load meets the latency limits")
+    total = float(r.output_tokens_per_s[0])
+    value = {"output_tokens_per_s_total": total, "output_tokens_per_s_per_device": total / (group.count * replicas),
+             "ttft_ms": float(r.ttft_mean_s[0]) * 1e3, "itl_ms": float(r.tpot_mean_s[0]) * 1e3}
+    if row.get("metric") not in value:
+        raise RooflineError(f"{row.get('metric')} is not predicted at a latency-bound load")
+    return total, value[row.get("metric")]
 
 
 def _admits_what_fits(row: Row) -> bool:
@@ -532,7 +584,7 @@ def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
             out.append({"id": row.id, "reason": str(e)})
             continue
         out.append({"id": row.id, "metric": row.get("metric"), "hardware": row.get("hardware"),
-                    "kind": "energy" if row.get("metric") in ENERGY_METRICS else "time",
+                    "kind": row_kind(row),
                     "family": resolve_device(row.get("hardware")).family, "stack": row.get("stack"),
                     "stack_family": row_stack_family(row),
                     "model": row.get("model"), "grade": row.get("grade") or "", "predicted": predicted,
@@ -540,6 +592,14 @@ def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
                     "stack_version": stack_version(row), "memory_sensitivity": moved,
                     "memory_cliff": moved is not None and abs(moved) > CLIFF_THRESHOLD})
     return out
+
+
+def row_kind(row: Row) -> str:
+    """What a row tests: ``energy``, ``load`` (a latency-bound load: MLPerf Server and Interactive, predicted by
+    the queues) or ``time`` (a stated batch or concurrency, or the largest that fits)."""
+    if row.get("metric") in ENERGY_METRICS:
+        return "energy"
+    return "load" if row.get("batch") == "slo" else "time"
 
 
 def _memory_sensitivity(row: Row, params: EngineParams, predicted: float) -> float | None:

@@ -1,0 +1,693 @@
+"""Served load: an arrival rate in, percentiles of TTFT, ITL, TPOT and end-to-end latency out.
+
+The physics (:mod:`roofline.physics.stages`) prices one decode step at each batch and each prompt's prefill;
+this module turns them into an :class:`Engine` (the step time as a function of the batch, the slots memory
+holds, the step's token budget, what each prompt token adds to a step) and the engine into queues
+(:mod:`roofline.serving.queueing`), vectorised over arrival rates. The model, per replica:
+
+* **Batch.** Requests decode for osl - 1 steps after their prompt. With steps of mean length
+  E[T] = d(B) / (1 - rho_a) (rho_a = lambda E[a], the share of time spent on prompt tokens, a a prompt's
+  cost) Little's law B = lambda (E[osl] - 1) E[T] gives the rate that sustains a mean batch B:
+  lambda(B) = B / ((E[osl] - 1) d(B) + B E[a]), increasing in B; inverted on a grid. The capacity is
+  lambda at the largest batch memory holds (Little, https://doi.org/10.1287/opre.9.3.383).
+* **Slots.** A request holds a slot from its prefill to its last token; the slot queue is M/M/c with
+  c = the slots memory holds and offered load B (Erlang C; :func:`queueing.erlang_c`).
+* **Prompts.** Prompt tokens ride the steps (Sarathi-Serve's chunked prefill,
+  https://arxiv.org/abs/2403.02310): a step carries up to budget - B of them, FCFS. The prompt queue is a
+  GI/G/1 queue whose server works through room = budget - B tokens per step of d(B): a prompt of n tokens
+  holds it for n d / room + a. A prompt's TTFT = the rest of the step running when it arrives (uniform on
+  [0, E[T]]) + its wait + max(1, n / room) steps + its own cost a.
+* **ITL** (the gaps between a request's tokens, as vLLM's benchmark and MLPerf define ITL): a step lasts
+  d(B) plus the cost of the prompt tokens it carries, which are those that arrived during the step before it
+  (a compound Poisson number of tokens, capped at room), computed by FFT on a token grid.
+* **TPOT** (per request, excluding the first token: (E2E - TTFT) / (osl - 1), the benchmarks' definition):
+  d(B) plus the prompt cost that landed in the request's own osl - 1 steps, a compound Poisson sum
+  approximated by a Gamma of the same mean and variance (with its atom at zero).
+* **E2E** = TTFT + (osl - 1) x the request's mean gap (the prompt cost it meets taken at its mean).
+
+Disaggregated placements run the prompts on a pool of prefill groups (a GI/G/c queue of whole prefills,
+then the KV transfer) and decode on the decode group, whose steps then carry no prompts.
+
+Not modelled: the batch's spread around its mean (d(B) is taken at the mean; it is nearly flat where weights
+dominate), preemption, priorities other than FCFS, speculative decoding under load.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..errors import InfeasibleError, WorkloadError
+from ..physics.stages import decode_step, max_batch, prefill
+from ..records import ArrayRecord
+from ..specs.execution import resolve_profile
+from ..specs.formats import Formats, check_format_keys
+from ..specs.groups import DeviceGroup
+from ..specs.lengths import Lengths
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams, default_params
+from ..specs.resolve import ModelLike, resolve_model
+from ..workload import check_whole
+from .queueing import (
+    StepChain,
+    WaitTail,
+    check_cv2,
+    check_rates,
+    quantile,
+    renewal_mean,
+    step_chain,
+    wait_tail,
+    weighted_quantiles,
+)
+from .serve import DEFAULT_TOKEN_BUDGET, Placement
+
+Array = NDArray[np.float64]
+#: Percentiles every load result reports.
+PERCENTILES = (50, 90, 99)
+#: Points of the midpoint rule over the residual step an arrival lands in.
+RESIDUAL_POINTS = 4
+
+
+@attrs.frozen(kw_only=True)
+class Engine:
+    """One replica as the queues see it. ``batch`` and ``step_s`` tabulate the decode step time d(B) (B >= 1,
+    increasing); ``slots`` is the largest batch memory holds; ``budget`` the tokens a step may carry;
+    ``prompt_tokens`` and ``prompt_cost_s`` give, per length atom, the tokens a prompt adds to the steps (after
+    any cached prefix) and the time they add; ``whole_prompts``: the engine never splits a prompt over steps."""
+
+    batch: Array
+    step_s: Array
+    slots: int
+    budget: int
+    prompt_tokens: Array
+    prompt_cost_s: Array
+    whole_prompts: bool = False
+    #: the serving stack's fixed time per request (its API server, tokenizer): added to TTFT and E2E
+    overhead_s: float = 0.0
+
+    def d(self, b: ArrayLike) -> Array:
+        """The decode step time at (mean) batch b, linear between the tabulated batches, d(1) below 1."""
+        return np.interp(np.maximum(np.asarray(b, dtype=float), 1.0), self.batch, self.step_s)
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class LoadResult(ArrayRecord):
+    """Latency percentiles and utilisation at each arrival rate (arrays over ``rate_per_s``); infeasible
+    (unstable) rates are NaN with ``stable`` False."""
+
+    headline: ClassVar[tuple[str, ...]] = ("rate_per_s", "utilisation", "batch_mean", "ttft_p50_s", "ttft_p99_s",
+                                           "itl_p50_s", "itl_p99_s", "tpot_p99_s", "e2e_p99_s", "stable")
+
+    rate_per_s: Array
+    #: the load over the capacity: lambda / lambda_max of the decode side, or the prompt server's busy share
+    #: where that is higher (disaggregated: the prefill pool's)
+    utilisation: Array
+    decode_utilisation: Array
+    prefill_utilisation: Array
+    batch_mean: Array
+    capacity_per_s: float
+    ttft_mean_s: Array
+    ttft_p50_s: Array
+    ttft_p90_s: Array
+    ttft_p99_s: Array
+    itl_mean_s: Array
+    itl_p50_s: Array
+    itl_p90_s: Array
+    itl_p99_s: Array
+    tpot_mean_s: Array
+    tpot_p50_s: Array
+    tpot_p90_s: Array
+    tpot_p99_s: Array
+    e2e_mean_s: Array
+    e2e_p50_s: Array
+    e2e_p90_s: Array
+    e2e_p99_s: Array
+    output_tokens_per_s: Array
+    stable: NDArray[np.bool_]
+    lengths: str = ""
+    arrival_cv2: float = 1.0
+
+    def at(self, name: str, pct: int) -> Array:
+        return getattr(self, f"{name}_p{pct}_s")
+
+
+@attrs.frozen(kw_only=True)
+class _State:
+    """The engine's steady state at each rate: the mean running batch, its decode step, the prompts' share of
+    time, the room a step leaves prompts, and the wait for a slot (a :class:`WaitTail`)."""
+
+    lam: Array
+    batch: Array
+    d: Array
+    rho_a: Array
+    room: Array
+    capacity: float
+    stable: NDArray[np.bool_]
+    slot: WaitTail
+    #: the law of the requests in the engine, N = 0..slots (N >= slots lumped at slots)
+    n_pmf: Array
+
+
+def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _State:
+    """The number of requests in the engine as a birth-death process (processor sharing in tokens).
+
+    Every running request gets one token per step, so the engine is a processor-sharing server whose total
+    rate with k requests running is k / T(k) tokens/s, T(k) = d(k) / (1 - rho_a). Processor sharing is
+    insensitive to the service law (Kelly, *Reversibility and Stochastic Networks*, 1979, §3.3; Bonald and
+    Proutiere 2002, https://doi.org/10.1016/S0166-5316(02)00129-6), so pi(N) is prop. to prod_k lambda / mu(k)
+    with mu(k) = min(k, c) / (T(min(k, c)) (E[osl] - 1)), c the slots; beyond c it is geometric and the wait for
+    a slot is exponential with rate mu(c) - lambda, reached with probability P(N >= c) (PASTA)."""
+    ea = float(np.sum(lengths.weights * engine.prompt_cost_s))
+    decode_tokens = max(lengths.mean_output_tokens - 1.0, 1e-9)
+    c = int(engine.slots)
+    k = np.arange(1, c + 1, dtype=float)
+    rho_a = lam * ea
+    ok = rho_a < 1
+    t_k = engine.d(k)[None, :] / np.where(ok, 1 - rho_a, 1.0)[:, None]
+    mu = k / (t_k * decode_tokens)                                            # departures/s with k running
+    capacity = float(c / (float(engine.d(float(c))) * decode_tokens + c * ea))
+    ratio_c = lam / mu[:, -1]
+    stable = ok & (ratio_c < 1)
+    # prompts make steps longer, so arrivals in step time cluster (a branching process with mean offspring
+    # m = rho_a): the counts' index of dispersion I = c_a^2 (sigma^2 / (1 - m)^2 + 1 / (1 - m)) (the cluster
+    # size's E[S^2] / E[S] for a Galton-Watson cluster, sigma^2 = m + lambda^2 Var(a) the offspring variance,
+    # times the arrivals' own dispersion c_a^2) widens the law: a power 1/I of each ratio keeps its mode and
+    # scales its variance by I
+    var_a = float(np.sum(lengths.weights * engine.prompt_cost_s ** 2)) - ea * ea
+    m = np.where(ok, rho_a, 0.0)
+    dispersion = cv2 * ((m + lam ** 2 * var_a) / (1 - m) ** 2 + 1 / (1 - m))
+    steps = np.log(lam[:, None] / mu)
+    r = np.where(stable, ratio_c, 0.5)
+    mean_law, law = (_birth_death(steps, r, k) for k in (np.ones_like(lam), dispersion))
+    batch = mean_law @ np.arange(c + 1.0)     # the mean from the undispersed law (Little's law holds there)
+    p_wait = law[:, -1]
+    # Allen-Cunneen: a slot frees when a request ends; the wait scales by (c_a^2 + c_s^2) / 2 with c_s^2 that of
+    # the decode time (proportional to osl - 1)
+    o = np.maximum(lengths.output_tokens - 1.0, 0.0)
+    cs2 = lengths.mean(o * o) / max(lengths.mean(o) ** 2, 1e-300) - 1.0
+    theta = np.maximum(mu[:, -1] - lam, 1e-12) * 2.0 / max(cv2 + cs2, 1e-3)
+    slot = WaitTail(p=np.where(stable, p_wait, 1.0), theta_per_s=np.where(stable, theta, 0.0),
+                    mean_s=np.where(stable, p_wait / theta, np.inf), rho=np.where(stable, ratio_c, 1.0))
+    room = np.maximum(engine.budget - batch, 0.0)
+    if engine.whole_prompts:   # at least one whole prompt per step: on average a mean prompt's tokens
+        room = np.maximum(room, lengths.mean(engine.prompt_tokens))
+    stable = stable & (room >= 1)
+    return _State(lam=lam, batch=batch, d=engine.d(batch), rho_a=rho_a, room=np.maximum(room, 1.0),
+                  capacity=capacity, stable=stable, slot=slot,
+                  n_pmf=law)
+
+
+def _birth_death(log_ratios: Array, tail_ratio: Array, dispersion: Array) -> Array:
+    """The law of N = 0..c (N >= c lumped at c) of a birth-death process with log(lambda / mu(k)) for
+    k = 1..c and a geometric tail of ratio ``tail_ratio`` beyond c, widened by ``dispersion`` (each log ratio
+    divided by it)."""
+    logp = np.concatenate([np.zeros((log_ratios.shape[0], 1)), np.cumsum(log_ratios, axis=1) / dispersion[:, None]],
+                          axis=1)
+    p = np.exp(logp - logp.max(axis=1, keepdims=True))
+    p[:, -1] = p[:, -1] / (1 - tail_ratio)                  # N >= c: p(c) (1 + r + r^2 + ...)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+#: Atoms the prompt lengths are merged into for the TTFT (and the joint lengths for E2E).
+PROMPT_ATOMS = 10
+JOINT_ATOMS = 32
+
+
+def _merged(key: Array, weights: Array, k: int, *values: Array) -> tuple[Array, ...]:
+    """Atoms merged into at most k groups of equal probability along ``key`` (each group's weighted means of
+    ``values``, so means are kept): (merged values..., merged weights)."""
+    order = np.argsort(key, kind="stable")
+    cum = np.cumsum(weights[order])
+    group = np.minimum((cum - weights[order] / 2) / cum[-1] * k, k - 1).astype(int)
+    w = np.bincount(group, weights=weights[order], minlength=k)
+    keep = w > 0
+    out = [np.bincount(group, weights=weights[order] * v[order], minlength=k)[keep] / w[keep] for v in values]
+    return (*out, w[keep])
+
+
+@attrs.frozen(kw_only=True)
+class _Points:
+    """Weighted points of a latency per rate (last axis): its law as atoms."""
+
+    values: Array
+    weights: Array
+
+
+
+
+#: Slices of probability the chain's states, the tokens ahead and the batch are cut into: finer in the upper
+#: tail, where the 90th and 99th percentiles are read.
+STATE_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.98, 0.99, 0.996, 1.0)
+AHEAD_EDGES = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99, 1.0)
+BATCH_EDGES = (0.0, 0.25, 0.5, 0.75, 0.95, 1.0)
+
+
+def _atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Array, Array]:
+    """Atoms of pmfs over an ordered axis (per row), one per slice of probability between ``edges``: the index
+    at the slice's middle level, weighted by the slice's width."""
+    cum = np.cumsum(pmf, axis=-1)
+    cum = cum / np.maximum(cum[..., -1:], 1e-300)
+    e = np.asarray(edges)
+    levels = (e[:-1] + e[1:]) / 2
+    idx = np.minimum(np.sum(cum[..., None, :] < levels[:, None], axis=-1), pmf.shape[-1] - 1)
+    return idx, np.broadcast_to(np.diff(e), idx.shape)
+
+
+def _batch_spread(engine: Engine, st: _State) -> tuple[Array, Array, Array]:
+    """The running batch's spread: (d(N_k) - d(mean batch), weight an arrival sees, weight a token sees) over
+    k atoms of the batch's law (arrivals see the time average, PASTA; tokens are N per step of d(N))."""
+    idx, w = _atoms(st.n_pmf, BATCH_EDGES)
+    n = np.minimum(idx.astype(float), engine.slots)
+    delta = engine.d(n) - st.d[:, None]
+    tok = w * np.maximum(n, 0.0) / engine.d(n)
+    return delta, w, tok / np.maximum(tok.sum(axis=-1, keepdims=True), 1e-300)
+
+
+
+
+def _came_before(chain: StepChain, window_s: Array, rate_per_s: Array, en: float,
+                 edges: tuple[float, ...] | None) -> tuple[Array, Array]:
+    """The prompt tokens that arrived within ``window_s`` before an arrival, as atoms over slices of probability
+    (their mean without ``edges``): (tokens, weights), on a new last axis."""
+    if edges is None:
+        return (renewal_mean(window_s, rate_per_s, chain.arrival_cv2) * en)[..., None], np.ones(window_s.shape + (1,))
+    idx, w = _atoms(chain.arrivals_before(window_s, rate_per_s), edges)
+    return idx * chain.width.reshape(chain.width.shape + (1,) * (idx.ndim - 1)), w
+
+
+def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Array], cost: float, en: float,
+                 spread: tuple[Array, Array] | None, ahead: tuple[float, ...] | None = AHEAD_EDGES) -> _Points:
+    """TTFT as weighted points over (the step an arrival lands in, where in it, what came before it in that
+    step, its prompt[, the batch]); axes (rate, state, U, ahead, prompt[, batch]).
+
+    A prompt of n tokens arriving a fraction U into a step of length T from backlog q waits for the step's end,
+    then for the tokens ahead of it (the step's leftover and the prompts that came earlier in the step, a
+    compound Poisson number) and its own: j = ceil((ahead + n) / room) steps, the first j - 1 full, the last
+    also carrying the tokens that arrived behind it (at their mean). Steps are length-biased: an arrival lands
+    in a long step more often. With ``spread`` every step it waits through is d(N) - d(mean) longer for the
+    batch N it sees."""
+    n, a, w = prompts
+    idx, qw = _atoms(chain.pi * chain.step_s, STATE_EDGES)
+    u = (np.arange(RESIDUAL_POINTS) + 0.5) / RESIDUAL_POINTS
+    T = np.take_along_axis(chain.step_s, idx, axis=-1)
+    came, cw = _came_before(chain, u[None, None, :] * T[..., None], st.lam[:, None, None], en, ahead)
+    T, left = (np.take_along_axis(x, idx, axis=-1)[..., None, None, None] for x in (chain.step_s, chain.left))
+    U = u[None, None, :, None, None]
+    lam, room, d, full = (v[:, None, None, None, None] for v in (st.lam, st.room, st.d, chain.full_s))
+    ahead = left + came[..., None]
+    steps = np.maximum(np.ceil((ahead + n) / room - 1e-9), 1.0)
+    later = renewal_mean((1 - U) * T + (steps - 1) * full, lam, chain.arrival_cv2) * en
+    mine = ahead + n - (steps - 1) * room
+    behind = np.maximum(np.minimum(room, mine + later) - mine, 0.0)
+    ttft = (1 - U) * T + steps * d + cost * (ahead + behind) + a
+    weights = qw[..., None, None, None] * cw[..., None] * w / RESIDUAL_POINTS
+    if spread is not None:
+        delta, dw = spread
+        ttft = ttft[..., None] + (1 - U[..., None] + steps[..., None]) * delta[:, None, None, None, None, :]
+        weights = weights[..., None] * dw[:, None, None, None, None, :]
+    lead = ttft.shape[:1]
+    return _Points(values=ttft.reshape(lead + (-1,)),
+                   weights=np.broadcast_to(weights, ttft.shape).reshape(lead + (-1,)))
+
+
+#: Slices of probability the prompt cost a request meets during its decode is cut into (for E2E).
+LIFE_EDGES = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99, 1.0)
+
+
+@attrs.frozen(kw_only=True)
+class _Life:
+    """The prompt cost Y a request meets while it decodes (osl - 1 steps, per output atom and rate): a Poisson
+    number of prompts (lambda x its decode time) whose costs sum to a Gamma of the same mean and variance, with
+    the atom P(Y = 0) = p0 of meeting none."""
+
+    p0: Array
+    shape: Array
+    scale: Array
+    mean: Array
+
+    @classmethod
+    def of(cls, engine: Engine, lengths: Lengths, st: _State, step_mean: Array, outputs: Array) -> _Life:
+        ea = float(np.sum(lengths.weights * engine.prompt_cost_s))
+        ea2 = float(np.sum(lengths.weights * engine.prompt_cost_s ** 2))
+        count = st.lam[..., None] * np.maximum(outputs - 1, 1) * np.where(st.stable, step_mean, 0.0)[..., None]
+        mean, var = count * ea, count * ea2
+        p0 = np.exp(-count)
+        cond_mean = mean / np.maximum(1 - p0, 1e-300)
+        cond_var = np.maximum(var / np.maximum(1 - p0, 1e-300) - p0 * cond_mean ** 2, 1e-300)
+        return cls(p0=p0, shape=np.maximum(cond_mean ** 2 / cond_var, 1e-12),
+                   scale=cond_var / np.maximum(cond_mean, 1e-300), mean=mean)
+
+    def survival(self, y: Array) -> Array:
+        """P(Y > y), y per rate and atom."""
+        from scipy.special import gammaincc  # lazily: import roofline stays free of scipy
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g = (1 - self.p0) * gammaincc(self.shape, np.maximum(y, 0) / self.scale)
+        return np.where(y < 0, 1.0, g)
+
+    def atoms(self) -> tuple[Array, Array]:
+        """Y as atoms over LIFE_EDGES of its Gamma part plus the atom at zero: (values, weights), last axis."""
+        from scipy.special import gammaincinv  # lazily: import roofline stays free of scipy
+        e = np.asarray(LIFE_EDGES)
+        levels = (e[:-1] + e[1:]) / 2
+        values = gammaincinv(self.shape[..., None], levels) * self.scale[..., None]
+        weights = (1 - self.p0)[..., None] * np.diff(e)
+        return (np.concatenate([np.zeros(self.p0.shape + (1,)), values], axis=-1),
+                np.concatenate([self.p0[..., None], weights], axis=-1))
+
+
+def _tpot(engine: Engine, lengths: Lengths, st: _State, step_mean: Array) -> tuple[Any, Array]:
+    """Per-request TPOT: d + Y / (osl - 1) (:class:`_Life`), mixed over the output atoms (osl > 1)."""
+    o = lengths.output_tokens
+    w = np.where(o > 1, lengths.weights, 0.0)
+    w = w / w.sum() if w.sum() > 0 else lengths.weights
+    steps = np.maximum(o - 1, 1)
+    life = _Life.of(engine, lengths, st, step_mean, o)
+
+    def survival(t: Array) -> Array:
+        y = (np.asarray(t)[..., None] - st.d[..., None]) * steps
+        return np.where(st.stable, np.sum(w * life.survival(y), axis=-1), 1.0)
+    return survival, st.d + np.sum(w * life.mean / steps, axis=-1)
+
+
+#: Atoms of the exponential part of a wait added to a latency's points (besides its atom at zero).
+WAIT_ATOMS = 8
+
+
+def _percentiles(points: _Points, wait: WaitTail) -> dict[int, Array]:
+    """Percentiles of a latency given as points plus an independent wait W (P(W > x) = p exp(-theta x)): W as an
+    atom at 0 and WAIT_ATOMS equal-probability atoms of its exponential part (at their conditional means), the
+    sums' quantiles read from the sorted points."""
+    p = np.where(np.isfinite(wait.p), wait.p, 1.0)[..., None]
+    k = np.arange(WAIT_ATOMS)
+    lo, hi = k / WAIT_ATOMS, (k + 1) / WAIT_ATOMS
+    with np.errstate(divide="ignore", invalid="ignore"):   # E[X | slice] of a unit exponential, slice (lo, hi)
+        tail = np.where(hi < 1, np.log1p(-np.minimum(hi, 1 - 1e-300)), 0.0)
+        unit = 1 + ((1 - lo) * -np.log1p(-lo) - np.where(hi < 1, (1 - hi) * -tail, 0.0)) * WAIT_ATOMS
+    w_values = np.concatenate([np.zeros(p.shape), unit[None, :] / np.maximum(wait.theta_per_s, 1e-300)[..., None]],
+                              axis=-1)
+    w_weights = np.concatenate([1 - p, np.broadcast_to(p / WAIT_ATOMS, p.shape[:-1] + (WAIT_ATOMS,))], axis=-1)
+    values = (points.values[..., :, None] + w_values[..., None, :]).reshape(points.values.shape[0], -1)
+    weights = (points.weights[..., :, None] * w_weights[..., None, :]).reshape(values.shape)
+    qs = weighted_quantiles(values, weights, [q / 100 for q in PERCENTILES])
+    return {q: qs[..., i] for i, q in enumerate(PERCENTILES)}
+
+
+def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arrival_cv2: float = 1.0) -> LoadResult:
+    """Percentiles of TTFT, ITL, TPOT and E2E of one aggregated replica at each rate (module docstring)."""
+    lam = check_rates(rate_per_s)
+    cv2 = check_cv2(arrival_cv2)
+    if engine.prompt_tokens.shape != lengths.weights.shape:
+        raise WorkloadError("the engine's prompt atoms and the lengths' atoms differ")
+    shape = lam.shape
+    lam = lam.ravel()
+    st = _steady(engine, lengths, lam, cv2)
+    cost = float(np.sum(lengths.weights * engine.prompt_cost_s) / np.sum(lengths.weights * engine.prompt_tokens))
+    n_u, a_u, w_u = _merged(engine.prompt_tokens, lengths.weights, PROMPT_ATOMS, engine.prompt_tokens,
+                            engine.prompt_cost_s)
+    chain = step_chain(np.where(st.stable, lam, 0.0), st.d, st.room, cost, n_u, w_u, arrival_cv2=cv2)
+    stable = st.stable & chain.stable
+    step_mean = chain.mean_step_s
+    en = lengths.mean(engine.prompt_tokens)
+    delta, w_time, w_tok = _batch_spread(engine, st)
+    ttft = _ttft_points(st, chain, (n_u, a_u, w_u), cost, en, (delta, w_time))
+    ttft = attrs.evolve(ttft, values=ttft.values + engine.overhead_s)
+    slot = st.slot
+    tpot_sf, tpot_mean = _tpot(engine, lengths, st, step_mean)
+    n_j, a_j, o, w_j = _merged(lengths.output_tokens, lengths.weights, JOINT_ATOMS, engine.prompt_tokens,
+                               engine.prompt_cost_s, lengths.output_tokens)
+    joint = _ttft_points(st, chain, (n_j, a_j, w_j), cost, en, None, ahead=None)
+    y, yw = _Life.of(engine, lengths, st, step_mean, o).atoms()                        # (rate, atom, k)
+    lead = (lam.size, len(STATE_EDGES) - 1, RESIDUAL_POINTS, 1)
+    decode = ((o - 1)[None, :, None] * st.d[:, None, None] + y)[:, None, None, None, :, :]
+    e2e = _Points(values=(joint.values.reshape(lead + (o.size, 1)) + decode + engine.overhead_s).reshape(lam.size, -1),
+                  weights=(joint.weights.reshape(lead + (o.size, 1)) * yw[:, None, None, None, :, :]).reshape(
+                      lam.size, -1))
+    itl = _Points(values=(chain.step_s[..., :, None] + delta[..., None, :]).reshape(lam.size, -1),
+                  weights=(chain.pi[..., :, None] * w_tok[..., None, :]).reshape(lam.size, -1))
+    out: dict[str, Array] = {}
+    for name, pts in (("ttft", ttft), ("e2e", e2e)):
+        for pct, v in _percentiles(pts, slot).items():
+            out[f"{name}_p{pct}_s"] = v
+    for pct, v in zip(PERCENTILES, np.moveaxis(weighted_quantiles(itl.values, itl.weights,
+                                                                  [p / 100 for p in PERCENTILES]), -1, 0)):
+        out[f"itl_p{pct}_s"] = v
+    for pct in PERCENTILES:
+        out[f"tpot_p{pct}_s"] = quantile(tpot_sf, pct / 100, np.where(stable, 4 * step_mean, 1.0))
+    nan = np.where(stable, 1.0, np.nan)
+    ttft_mean = np.sum(ttft.values * ttft.weights, axis=-1) / ttft.weights.sum(axis=-1) + slot.mean_s
+    out = {k: (v * nan).reshape(shape) for k, v in out.items()}
+    return LoadResult(rate_per_s=lam.reshape(shape), utilisation=(lam / st.capacity).reshape(shape),
+                      decode_utilisation=(lam / st.capacity).reshape(shape),
+                      prefill_utilisation=(np.where(stable, 1 - chain.pi[..., 0], np.nan)).reshape(shape),
+                      batch_mean=(st.batch * nan).reshape(shape), capacity_per_s=st.capacity,
+                      ttft_mean_s=(ttft_mean * nan).reshape(shape), itl_mean_s=(step_mean * nan).reshape(shape),
+                      tpot_mean_s=(tpot_mean * nan).reshape(shape),
+                      e2e_mean_s=((ttft_mean + lengths.mean(lengths.output_tokens - 1) * tpot_mean) * nan).reshape(shape),
+                      output_tokens_per_s=(lam * lengths.mean_output_tokens * nan).reshape(shape),
+                      stable=stable.reshape(shape), lengths=lengths.name, arrival_cv2=cv2, **out)
+
+
+def check_limits(limits: Mapping[str, float]) -> dict[str, float]:
+    """p99 (or other percentile) limits by name: ``ttft_p99_s``, ``tpot_p99_s``, ``itl_p99_s``, ... > 0."""
+    out = {}
+    for k, v in limits.items():
+        name, _, rest = k.partition("_p")
+        if name not in ("ttft", "itl", "tpot", "e2e") or rest[:-2] not in {str(p) for p in PERCENTILES}:
+            raise WorkloadError(f"unknown latency limit {k!r}: use ttft, itl, tpot or e2e with _p50_s, _p90_s or "
+                                "_p99_s")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise WorkloadError(f"latency limit {k} must be a positive number of seconds, got {v!r}")
+        out[k] = float(v)
+    return out
+
+
+def meets(result: LoadResult, limits: Mapping[str, float]) -> NDArray[np.bool_]:
+    """Where every limit holds (and the rate is stable)."""
+    ok = np.asarray(result.stable).copy()
+    for k, v in limits.items():
+        ok &= np.nan_to_num(getattr(result, k), nan=np.inf) <= v
+    return ok
+
+
+# ---- the physics: an Engine per replica, pools, and the public door ---------------------------------------------
+
+#: Batches at which the decode step is tabulated (geometric from 1 to the slots, plus the slots).
+BATCH_POINTS = 64
+
+
+def decode_context(lengths: Lengths) -> float:
+    """The mean context a running sequence holds while decoding, token-weighted: a request of input n and
+    output o spends o - 1 steps at contexts n .. n + o - 2, so E[(o - 1)(n + (o - 2) / 2)] / E[o - 1]
+    (long outputs are in the batch longer: the time average is length-biased)."""
+    o = np.maximum(lengths.output_tokens - 1.0, 0.0)
+    if lengths.mean(o) <= 0:
+        return lengths.mean(lengths.input_tokens)
+    return lengths.mean(o * (lengths.input_tokens + np.maximum(o - 1.0, 0.0) / 2)) / lengths.mean(o)
+
+
+def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params: EngineParams, formats: Formats,
+               token_budget: int = DEFAULT_TOKEN_BUDGET, prefix_hit: float = 0.0, max_slots: int | None = None,
+               prompts_ride: bool = True) -> Engine:
+    """The :class:`Engine` of one replica on ``group``: d(B) from :func:`decode_step` at the mean decode context,
+    the slots from :func:`max_batch` there (capped at ``max_slots``, the scheduler's max_num_seqs), and each length
+    atom's prompt: its uncached tokens (1 - prefix_hit of it; the cached prefix is read, not recomputed) and the
+    time they add to a step: their :func:`prefill` pass's compute, KV traffic and collectives, not its weight reads
+    or fixed costs, which the decode step it rides pays anyway (Sarathi-Serve's piggybacking). ``prompts_ride``
+    False: prompts run elsewhere
+    (a disaggregated prefill pool), the steps carry none."""
+    fmt = formats.names()
+    ctx = float(round(decode_context(lengths)))
+    slots = int(max_batch(model, group, context=ctx, params=params, **fmt))
+    if max_slots is not None:
+        slots = min(slots, int(max_slots))
+    if slots < 1:
+        decode_step(model, group, batch=1, context=ctx, params=params, on_infeasible="raise", **fmt)
+        raise InfeasibleError(f"{model.name} on {group.shape}: no room for a sequence at context {ctx:.0f}")
+    grid = np.unique(np.round(np.geomspace(1, slots, min(BATCH_POINTS, slots))))
+    step = decode_step(model, group, batch=grid, context=ctx, params=params, **fmt).time_s
+    overhead = resolve_profile(group.device, params).request_overhead_s
+    if not prompts_ride:
+        n = np.ones_like(lengths.input_tokens)
+        return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=int(token_budget),
+                      prompt_tokens=n, prompt_cost_s=np.zeros_like(n), overhead_s=overhead)
+    new = np.maximum(np.round(lengths.input_tokens * (1 - prefix_hit)), 1.0)
+    chunk = int(token_budget) if params.chunked_prefill is not False else None
+    alone = prefill(model, group, prompt=new, prefix=lengths.input_tokens - new,
+                    chunk=chunk if chunk and new.max() > chunk else None, params=params, **fmt)
+    # riding a decode step, a prompt adds its own work (matmul and attention compute, its KV traffic, its
+    # share of the collectives); the step already reads the weights and pays the fixed costs
+    cost = np.asarray(alone.compute_s + alone.kv_memory_s + alone.communication_s, dtype=float)
+    return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=int(token_budget),
+                  prompt_tokens=new, prompt_cost_s=cost, whole_prompts=params.chunked_prefill is False,
+                  overhead_s=overhead)
+
+
+@attrs.frozen(kw_only=True)
+class Workload:
+    """What arrives at a deployment: request lengths (:class:`Lengths`), the burstiness of arrivals (squared
+    CV of the gaps: 1 Poisson, as MLPerf's Server scenario and most serving benchmarks send them; above 1
+    burstier Gamma gaps) and the share of each prompt found in a prefix cache."""
+
+    lengths: Lengths = attrs.field(validator=attrs.validators.instance_of(Lengths))
+    arrival_cv2: float = attrs.field(default=1.0, converter=check_cv2)
+    prefix_hit: float = attrs.field(default=0.0)
+
+    @prefix_hit.validator
+    def _hit(self, _a: attrs.Attribute, v: float) -> None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise WorkloadError(f"prefix_hit (the cached share of each prompt) must be in [0, 1), got {v!r}")
+
+
+def split_cv2(cv2: float, replicas: int) -> float:
+    """Squared CV of the gaps each of ``replicas`` replicas sees when requests are spread at random: thinning a
+    renewal stream with probability p gives c^2 = p c_a^2 + 1 - p (Whitt, *The Queueing Network Analyzer*,
+    Bell System Technical Journal 62(9), 1983, eq. 40)."""
+    p = 1.0 / replicas
+    return p * cv2 + 1.0 - p
+
+
+def kv_transfer_s(model: ModelSpec, placement: Placement, formats: Formats, input_tokens: Array,
+                  prefill_s: Array) -> Array:
+    """Time a prompt's KV adds on its way to the decode group: link latency + bytes / bandwidth, all but the last
+    layer's share hidden behind the prefill by layer-wise streaming (as :func:`evaluate_serving` prices it)."""
+    raw = placement.kv_link.latency_s + np.asarray(
+        [model.kv_cache_bytes(int(n), formats.kv) for n in input_tokens]) / placement.kv_link.bandwidth_bytes_per_s
+    return np.maximum(0.0, raw - prefill_s * (1 - 1 / model.num_layers))
+
+
+@attrs.frozen(kw_only=True)
+class Deployment:
+    """A placement's replicas (and prefill pool) priced once for a workload: :meth:`at` answers any rates."""
+
+    placement: Placement
+    workload: Workload
+    replicas: int
+    prefill_groups: int
+    engine: Engine
+    #: a disaggregated pool's per-atom prefill time, and the whole time a prompt spends there (prefill, KV
+    #: transfer, the stack's overhead); empty when prompts ride the decode steps
+    prefill_s: Array = attrs.field(factory=lambda: np.zeros(0))
+    prompt_s: Array = attrs.field(factory=lambda: np.zeros(0))
+
+    @property
+    def capacity_per_s(self) -> float:
+        """The largest rate the decode replicas (and the prefill pool) sustain."""
+        top = engine_load(self.engine, self.workload.lengths, [1e-9]).capacity_per_s * self.replicas
+        if self.prefill_s.size:
+            top = min(top, self.prefill_groups / self.workload.lengths.mean(self.prefill_s))
+        return float(top)
+
+    def at(self, rate_per_s: ArrayLike) -> LoadResult:
+        """The percentiles at each rate (total requests/s over the replicas)."""
+        lam = check_rates(rate_per_s)
+        L, R = self.workload.lengths, self.replicas
+        decode = engine_load(self.engine, L, lam / R, arrival_cv2=split_cv2(self.workload.arrival_cv2, R))
+        decode = attrs.evolve(decode, rate_per_s=lam, output_tokens_per_s=decode.output_tokens_per_s * R,
+                              capacity_per_s=decode.capacity_per_s * R)
+        return decode if not self.prefill_s.size else self._disaggregated(decode, lam)
+
+    def _disaggregated(self, decode: LoadResult, lam: Array) -> LoadResult:
+        """The decode replicas' result with TTFT and E2E from the pool of prefill groups (GI/G/c on whole
+        prefills)."""
+        L, own = self.workload.lengths, self.prompt_s
+        wait = wait_tail(lam, self.prefill_s, L.weights, servers=self.prefill_groups,
+                         arrival_cv2=self.workload.arrival_cv2)
+        stable = decode.stable & (wait.rho < 1)
+        tpot = np.nan_to_num(decode.tpot_mean_s)
+        decode_s = (L.output_tokens - 1)[None, :] * tpot[..., None]
+        nan = np.where(stable, 1.0, np.nan)
+        points = (("ttft", np.broadcast_to(own, decode_s.shape)), ("e2e", own[None, :] + decode_s))
+        out = {f"{name}_p{p}_s": v * nan for name, values in points
+               for p, v in _percentiles(_Points(values=values, weights=np.broadcast_to(L.weights, values.shape)),
+                                        wait).items()}
+        ttft_mean = wait.mean_s + L.mean(own)
+        return attrs.evolve(decode, **out, ttft_mean_s=ttft_mean * nan, stable=stable,
+                            e2e_mean_s=(ttft_mean + L.mean(L.output_tokens - 1) * tpot) * nan,
+                            prefill_utilisation=wait.rho * nan,
+                            utilisation=np.maximum(decode.decode_utilisation, wait.rho) * nan)
+
+
+def deployment(model: ModelLike, placement: Placement, workload: Workload, *, replicas: int = 1,
+               prefill_groups: int = 1, token_budget: int = DEFAULT_TOKEN_BUDGET, max_slots: int | None = None,
+               params: EngineParams | None = None, formats: Mapping[str, Any] | None = None) -> Deployment:
+    """``replicas`` copies of ``placement`` serving ``workload``, priced once (:func:`serve_at_rate`)."""
+    m = resolve_model(model)
+    if not isinstance(placement, Placement):
+        raise WorkloadError(f"placement must be a Placement, got {type(placement).__name__}")
+    if not isinstance(workload, Workload):
+        raise WorkloadError(f"workload must be a Workload, got {type(workload).__name__}")
+    if placement.speculative:
+        raise WorkloadError(f"placement {placement.name!r} speculates: served-load percentiles assume one token per "
+                            "step (speculative decoding under load is not modelled)")
+    for name, v in (("replicas", replicas), ("prefill_groups", prefill_groups), ("token_budget", token_budget)):
+        check_whole(name, v)
+    p = params if params is not None else default_params()
+    fmt = Formats.for_model(m, **check_format_keys(formats), devices=placement.target_devices)
+    L = workload.lengths
+    engine = engine_for(m, placement.decode, L, params=p, formats=fmt, token_budget=token_budget,
+                        prefix_hit=workload.prefix_hit, max_slots=max_slots, prompts_ride=placement.prefill is None)
+    out = Deployment(placement=placement, workload=workload, replicas=replicas, prefill_groups=prefill_groups,
+                     engine=engine)
+    if placement.prefill is None:
+        return out
+    new = np.maximum(np.round(L.input_tokens * (1 - workload.prefix_hit)), 1.0)
+    pre = np.asarray(prefill(m, placement.prefill, prompt=new, prefix=L.input_tokens - new, params=p,
+                             **fmt.names()).time_s, dtype=float)
+    own = (pre + kv_transfer_s(m, placement, fmt, L.input_tokens, pre)
+           + resolve_profile(placement.prefill.device, p).request_overhead_s)
+    return attrs.evolve(out, prefill_s=pre, prompt_s=own)
+
+
+def serve_at_rate(model: ModelLike, placement: Placement, workload: Workload, rate_per_s: ArrayLike,
+                  **kw: Any) -> LoadResult:
+    """TTFT, ITL, TPOT and E2E percentiles and each pool's utilisation when ``rate_per_s`` requests/s (an array
+    sweeps) arrive at ``replicas`` copies of ``placement`` (module docstring). Aggregated: prompts ride each
+    replica's decode steps. Disaggregated (``placement.prefill`` set): ``prefill_groups`` groups of its shape
+    serve every prompt, then the KV moves to a decode replica. ``max_slots``: the scheduler's cap on running
+    requests (vLLM's max_num_seqs), below what memory holds; ``token_budget``: tokens a step may carry.
+    Speculative placements are refused: the queues here assume one token per step."""
+    return deployment(model, placement, workload, **kw).at(rate_per_s)
+
+
+#: Rates tried per pass of :func:`max_rate` (two passes: the whole range, then between the last two that met).
+RATE_POINTS = 20
+
+
+def max_rate(model: ModelLike, placement: Placement, workload: Workload, limits: Mapping[str, float],
+             **kw: Any) -> tuple[float, LoadResult]:
+    """The largest request rate whose percentiles meet ``limits`` (``{"ttft_p99_s": 2.0, "tpot_p99_s": 0.2}``)
+    and its result: rates up to the capacity tried on a geometric grid, then refined between the last that
+    meets the limits and the first that does not. 0 (and the result at the lowest rate) where none does."""
+    want = check_limits(limits)
+    d = deployment(model, placement, workload, **kw)
+    return best_rate(d, want)
+
+
+def best_rate(d: Deployment, limits: Mapping[str, float]) -> tuple[float, LoadResult]:
+    """:func:`max_rate` on a priced deployment."""
+    top = d.capacity_per_s
+    lo, hi = top * 1e-3, top * 0.9999
+    best, best_r = 0.0, d.at([lo])
+    for _ in range(2):
+        rates = np.geomspace(lo, hi, RATE_POINTS)
+        r = d.at(rates)
+        ok = meets(r, limits)
+        if not ok.any():
+            break
+        i = int(np.flatnonzero(ok)[-1])
+        best, best_r = float(rates[i]), _pick(r, i)
+        if i == rates.size - 1:
+            break
+        lo, hi = rates[i], rates[i + 1]
+    return best, best_r
+
+
+def _pick(r: LoadResult, i: int) -> LoadResult:
+    """The result at one rate (index ``i``) of a swept result."""
+    return attrs.evolve(r, **{f.name: np.asarray(getattr(r, f.name))[i:i + 1] for f in attrs.fields(LoadResult)
+                              if isinstance(getattr(r, f.name), np.ndarray) and np.ndim(getattr(r, f.name)) == 1})

@@ -1,0 +1,322 @@
+"""Queues in closed form: waiting-time tails of GI/G/c pools and the distributions built on them.
+
+Pure numpy, vectorised over arrival rates (the physics that gives service times is in
+:mod:`roofline.serving.load`). Every function takes rates as an array and answers for each.
+
+* Mean wait: Allen-Cunneen, W_q = C(c, a) E[S] / (c (1 - rho)) (c_a^2 + c_s^2) / 2, with C the Erlang C
+  probability of waiting (Allen, *Probability, Statistics and Queueing Theory*, 2nd ed. 1990, §6.3;
+  https://en.wikipedia.org/wiki/Erlang_(unit)#Erlang_C_formula). It is exact for M/M/c and, at c = 1 with
+  Poisson arrivals, it is the Pollaczek-Khinchine mean lambda E[S^2] / (2 (1 - rho))
+  (https://en.wikipedia.org/wiki/Pollaczek%E2%80%93Khinchine_formula).
+* Tail: P(W > x) = p exp(-theta x). theta is the Cramer-Lundberg decay rate, the positive root of
+  E[exp(theta S / c)] E[exp(-theta A)] = 1 with A the inter-arrival time (Asmussen, *Applied Probability and
+  Queues*, 2nd ed. 2003, XIII.5; for M/M/c it gives c mu - lambda, the exact rate), and p = theta W_q so
+  the tail carries the Allen-Cunneen mean (for M/M/c, p = C exactly).
+* Arrivals are Poisson (c_a^2 = 1) or renewal with Gamma inter-arrival times of squared coefficient of
+  variation c_a^2 (burstier above 1), whose Laplace transform is (1 + theta c_a^2 / lambda)^(-1 / c_a^2).
+
+Checked against a discrete-event simulation of the same pools in ``tests/test_load.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..errors import WorkloadError
+
+Array = NDArray[np.float64]
+#: Bisection steps of the quantile and root solvers (2^-44 of the bracket).
+BISECTIONS = 44
+
+
+def check_rates(rate_per_s: ArrayLike) -> Array:
+    """Arrival rates: finite and > 0."""
+    r = np.asarray(rate_per_s, dtype=float)
+    if r.size == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0):
+        raise WorkloadError(f"the arrival rate must be a positive finite number of requests/s, got {rate_per_s!r}")
+    return r
+
+
+def check_cv2(cv2: Any) -> float:
+    if isinstance(cv2, bool) or not isinstance(cv2, (int, float)) or not math.isfinite(cv2) or not 0.01 <= cv2 <= 100:
+        raise WorkloadError(f"the inter-arrival times' squared coefficient of variation must be in [0.01, 100] "
+                            f"(1: Poisson), got {cv2!r}")
+    return float(cv2)
+
+
+def erlang_c(servers: int, offered: Array) -> Array:
+    """Erlang C: the probability an arrival waits in M/M/c with ``servers`` and offered load a = lambda E[S]
+    (erlangs), from the Erlang B recursion B_k = a B_{k-1} / (k + a B_{k-1}) (stable for any c) and
+    C = B / (1 - rho (1 - B)), rho = a / c. 1 where rho >= 1."""
+    a = np.asarray(offered, dtype=float)
+    b = np.ones_like(a)
+    for k in range(1, int(servers) + 1):
+        b = a * b / (k + a * b)
+    rho = a / servers
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = b / (1.0 - rho * (1.0 - b))
+    return np.where(rho < 1, np.clip(c, 0.0, 1.0), 1.0)
+
+
+def _logmean_exp(x: Array, w: Array) -> Array:
+    """log sum_j w_j exp(x_j) over the last axis, without overflow."""
+    m = np.max(x, axis=-1, keepdims=True)
+    return np.squeeze(m, -1) + np.log(np.sum(w * np.exp(x - m), axis=-1))
+
+
+def _bisect(f: Callable[[Array], Array], lo: Array, hi: Array) -> Array:
+    """The root of an increasing ``f`` in [lo, hi], elementwise."""
+    lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        up = f(mid) > 0
+        hi, lo = np.where(up, mid, hi), np.where(up, lo, mid)
+    return 0.5 * (lo + hi)
+
+
+@attrs.frozen(kw_only=True)
+class WaitTail:
+    """A waiting time W with P(W > x) = p exp(-theta x) for x >= 0 (an atom 1 - p at 0); arrays over rates.
+    Unstable points (rho >= 1) have p = 1, theta = 0 and an infinite mean."""
+
+    p: Array
+    theta_per_s: Array
+    mean_s: Array
+    rho: Array
+
+    def survival(self, x: Array) -> Array:
+        """P(W > x), x broadcasting against the rates."""
+        x = np.asarray(x, dtype=float)
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = self.p * np.exp(-self.theta_per_s * np.maximum(x, 0.0))
+        return np.where(x < 0, 1.0, np.where(self.rho >= 1, 1.0, s))
+
+
+def wait_tail(rate_per_s: ArrayLike, service_s: ArrayLike, weights: ArrayLike, *, servers: int = 1,
+              arrival_cv2: float = 1.0) -> WaitTail:
+    """The waiting time of a GI/G/c queue (module docstring): ``service_s`` and ``weights`` are the atoms of the
+    service time (the same for every rate, or an array with the rates' shape plus one atom axis)."""
+    lam = check_rates(rate_per_s)
+    s = np.asarray(service_s, dtype=float)
+    w = np.broadcast_to(np.asarray(weights, dtype=float), s.shape)
+    c = int(servers)
+    if c < 1:
+        raise WorkloadError(f"a queue needs at least one server, got {servers!r}")
+    es = np.sum(w * s, axis=-1)
+    es2 = np.sum(w * s * s, axis=-1)
+    cs2 = np.where(es > 0, es2 / np.maximum(es * es, 1e-300) - 1.0, 0.0)
+    rho = lam * es / c
+    stable = rho < 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = erlang_c(c, lam * es) * es / (c * (1.0 - rho)) * (arrival_cv2 + cs2) / 2.0
+    mean = np.where(stable, mean, np.inf)
+    lam_b = np.broadcast_to(lam, rho.shape)
+    theta = _lundberg(lam_b, s / c, w, arrival_cv2, stable)
+    p = np.where(stable, np.clip(theta * np.where(stable, mean, 0.0), 0.0, 1.0), 1.0)
+    return WaitTail(p=p, theta_per_s=np.where(stable, theta, 0.0), mean_s=mean, rho=np.broadcast_to(rho, p.shape))
+
+
+def _lundberg(lam: Array, s: Array, w: Array, cv2: float, stable: NDArray[np.bool_]) -> Array:
+    """The positive root theta of log E[exp(theta S)] - log E[exp(-theta A)]^-1 = 0 (A: Gamma inter-arrivals of
+    mean 1/lambda and squared CV cv2): the Cramer-Lundberg decay rate of the waiting-time tail."""
+    lam = np.where(stable, lam, 1.0)
+    s_max = np.max(np.broadcast_to(s, np.broadcast_shapes(s.shape, lam.shape + (s.shape[-1],))), axis=-1)
+
+    def f(theta: Array) -> Array:
+        return _logmean_exp(theta[..., None] * s, w) - np.log1p(theta * cv2 / lam) / cv2
+
+    # f(0) = 0, f'(0) = E[S] - 1/lambda < 0 when stable, f convex: one positive root; beyond it f > 0. The root
+    # lies below the theta where the service term alone reaches the arrival term's bound.
+    hi = np.full(lam.shape, 1.0) / np.maximum(s_max, 1e-12)
+    for _ in range(200):
+        grow = (f(hi) <= 0) & stable
+        if not grow.any():
+            break
+        hi = np.where(grow, hi * 2.0, hi)
+    # f < 0 on (0, root) and f > 0 beyond it: bisection on the sign finds the root
+    return np.where(stable, _bisect(f, np.zeros(lam.shape), hi), 0.0)
+
+
+def sum_survival(a: WaitTail, b: WaitTail, x: Array) -> Array:
+    """P(W_a + W_b > x) for independent waits of the :class:`WaitTail` form (exact for that form)."""
+    x_given = np.asarray(x, dtype=float)
+    x = np.maximum(x_given, 0.0)
+    pa, pb, ta, tb = a.p, b.p, a.theta_per_s, b.theta_per_s
+    same = np.isclose(ta, tb, rtol=1e-6)
+    tb = np.where(same, tb * (1 + 1e-6) + 1e-12, tb)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        both = pa * pb * (tb * np.exp(-ta * x) - ta * np.exp(-tb * x)) / (tb - ta)
+        out = both + pa * (1 - pb) * np.exp(-ta * x) + pb * (1 - pa) * np.exp(-tb * x)
+    unstable = (a.rho >= 1) | (b.rho >= 1)
+    return np.where(unstable | (x_given < 0), 1.0, np.clip(np.nan_to_num(out, nan=1.0), 0.0, 1.0))
+
+
+def quantile(survival: Callable[[Array], Array], q: float, hi: Array) -> Array:
+    """The q-quantile of a distribution given its survival function (vectorised over the rates' shape of
+    ``hi``, an upper bracket): the smallest t with P(T > t) <= 1 - q, by bisection."""
+    hi = np.asarray(hi, dtype=float)
+    for _ in range(64):   # widen the bracket where it is short
+        short = survival(hi) > 1 - q
+        if not short.any():
+            break
+        hi = np.where(short, hi * 2.0, hi)
+    return _bisect(lambda t: (1 - q) - survival(t), np.zeros(hi.shape), hi)
+
+
+def compound_poisson_moments(count_mean: Array, values: Array, weights: Array) -> tuple[Array, Array]:
+    """Mean and variance of the sum of N ~ Poisson(count_mean) draws from the atoms (E[N] E[X], E[N] E[X^2])."""
+    ex = float(np.sum(weights * values))
+    ex2 = float(np.sum(weights * values * values))
+    return count_mean * ex, count_mean * ex2
+
+
+#: States of the step chain's backlog grid (tokens waiting at a step's start).
+CHAIN_STATES = 160
+
+
+@attrs.frozen(kw_only=True)
+class StepChain:
+    """The steps of a continuous-batching engine whose steps carry waiting prompt tokens, as a Markov chain on
+    the backlog at each step's start (arrays over rates, then states). ``pi``: the stationary probability of
+    each backlog ``tokens``; ``step_s``: the step's length from that state (d + cost x carried); ``left``: the
+    tokens still waiting after it; ``full_s``: a step carrying a full room."""
+
+    tokens: Array
+    pi: Array
+    step_s: Array
+    left: Array
+    full_s: Array
+    stable: NDArray[np.bool_]
+    #: one prompt's tokens on the grid (pmf over cells of ``width`` tokens, padded to twice the states)
+    one: Array
+    width: Array
+    arrival_cv2: float = 1.0
+
+    def arrivals(self, count_mean: Array) -> Array:
+        """pmf on the grid of the prompt tokens arriving with ``count_mean`` prompts on average (Poisson)."""
+        one = np.expand_dims(self.one, tuple(range(1, count_mean.ndim - self.one.ndim + 2)))
+        return _arrivals_pmf(count_mean, one, self.arrival_cv2)
+
+    def arrivals_before(self, window_s: Array, rate_per_s: Array) -> Array:
+        """pmf on the grid of the prompt tokens that arrived within ``window_s`` before an arrival (Palm: the
+        count is that of :func:`backward_counts`, exact for renewal arrivals)."""
+        counts = backward_counts(window_s, rate_per_s, self.arrival_cv2)
+        one = np.expand_dims(self.one, tuple(range(1, window_s.ndim - self.one.ndim + 2)))
+        phi = np.fft.rfft(one)
+        powers = phi[..., None, :] ** np.arange(counts.shape[-1])[:, None]
+        return np.clip(np.fft.irfft(np.sum(counts[..., None] * powers, axis=-2), n=one.shape[-1]), 0, None)
+
+    @property
+    def mean_step_s(self) -> Array:
+        return np.sum(self.pi * self.step_s, axis=-1)
+
+
+#: The most arrivals :func:`backward_counts` tells apart (the rest are lumped into the last).
+MAX_BACKWARD = 48
+
+
+def backward_counts(window_s: Array, rate_per_s: Array, cv2: float) -> Array:
+    """P(k arrivals in the ``window_s`` before an arrival), k = 0..MAX_BACKWARD, for renewal arrivals with Gamma
+    gaps (shape 1/cv2, mean 1/rate): the k-th previous arrival is k gaps back, so P(N >= k) = P(Gamma(k/cv2,
+    cv2/rate) <= w) (Cox, *Renewal Theory*, 1962, §3.1). Poisson (cv2 = 1) gives Poisson(rate w); burstier
+    arrivals come in clusters, so an arrival finds others just before it far more often than rate x w says."""
+    from scipy.special import gammainc  # lazily: import roofline stays free of scipy
+    w = np.maximum(np.asarray(window_s, dtype=float), 0.0)
+    k = np.arange(1, MAX_BACKWARD + 1)
+    x = (w * np.asarray(rate_per_s, dtype=float) / cv2)[..., None]
+    at_least = np.concatenate([np.ones(w.shape + (1,)), gammainc(k / cv2, np.broadcast_to(x, w.shape + (k.size,)))],
+                              axis=-1)
+    return np.concatenate([at_least[..., :-1] - at_least[..., 1:], at_least[..., -1:]], axis=-1)
+
+
+def renewal_mean(window_s: Array, rate_per_s: Array, cv2: float) -> Array:
+    """The mean number of arrivals within ``window_s`` after (or before) an arrival: the renewal function
+    sum_k P(Gamma(k/cv2, cv2/rate) <= w) (rate x w for Poisson)."""
+    counts = backward_counts(window_s, rate_per_s, cv2)
+    return np.sum(counts * np.arange(counts.shape[-1]), axis=-1)
+
+
+def _arrivals_pmf(count_mean: Array, one: Array, cv2: float = 1.0) -> Array:
+    """pmf of a compound sum on a token grid by FFT (``one``: one draw's pmf, padded): the count is Poisson
+    (pgf exp(m (z - 1))) or, for arrivals of squared CV ``cv2``, a count of the same mean and variance cv2 m
+    (negative binomial above 1, binomial below: pgf exp(-m log(cv2 - (cv2 - 1) z) / (cv2 - 1)), the counts a
+    renewal process gives over windows long against its gaps; Cox and Lewis, *The Statistical Analysis of
+    Series of Events*, 1966, §4.5)."""
+    phi = np.fft.rfft(one)
+    if abs(cv2 - 1.0) < 1e-9:
+        log_pgf = phi - 1.0
+    else:
+        log_pgf = -np.log(cv2 - (cv2 - 1.0) * phi.astype(complex)) / (cv2 - 1.0)
+    return np.clip(np.fft.irfft(np.exp(count_mean[..., None] * log_pgf), n=one.shape[-1]), 0, None)
+
+
+def step_chain(rate_per_s: Array, decode_s: Array, room: Array, cost_per_token_s: float, prompt_tokens: Array,
+               weights: Array, *, arrival_cv2: float = 1.0, states: int = CHAIN_STATES) -> StepChain:
+    """The stationary backlog of prompt tokens at step starts (vectorised over rates).
+
+    Q_{k+1} = Q_k - X_k + A_k with X_k = min(room, Q_k) the tokens step k carries, its length
+    T_k = d + c X_k, and A_k the tokens of the prompts arriving during it: a compound Poisson sum with
+    lambda T_k prompts drawn from the length atoms (a count of variance cv2 lambda T_k for renewal
+    arrivals). The transition matrix on a grid of ``states`` backlogs
+    (width set by the room, the longest prompt and the mean backlog) is solved for its stationary law; mass
+    beyond the grid is kept in its last state. Stable only where tokens arrive slower than full steps
+    carry them: lambda E[n] (d + c room) < room."""
+    lam, d, room = (np.asarray(v, dtype=float) for v in (rate_per_s, decode_s, room))
+    n, w = np.asarray(prompt_tokens, dtype=float), np.asarray(weights, dtype=float)
+    full = d + cost_per_token_s * room
+    load = lam * float(np.sum(w * n)) * full / room
+    stable = load < 1
+    safe = np.where(stable, load, 0.5)
+    reach = room + n.max() + 8 * safe / (1 - safe) * (room + float(np.sum(w * n * n) / np.sum(w * n)))
+    width = room / np.ceil(room / np.maximum(reach / states, 1.0))     # tokens per state; the room a whole number of them
+    q = np.arange(states) * width[..., None]
+    carried = np.minimum(q, room[..., None])
+    step = d[..., None] + cost_per_token_s * carried
+    left_idx = np.round((q - carried) / width[..., None]).astype(int)
+    pad = 2 * states
+    one = np.zeros((int(np.prod(lam.shape)), pad))
+    pos = (n / width.reshape(-1, 1))                        # each atom split over its two nearest cells (mean kept)
+    low = np.minimum(np.floor(pos).astype(int), pad - 2)
+    frac = np.clip(pos - low, 0.0, 1.0)
+    rows = np.repeat(np.arange(one.shape[0]), n.size)
+    np.add.at(one, (rows, low.ravel()), (w * (1 - frac)).ravel())
+    np.add.at(one, (rows, low.ravel() + 1), (w * frac).ravel())
+    one = one.reshape(lam.shape + (pad,))
+    arrive = _arrivals_pmf(lam[..., None] * np.where(stable[..., None], step, 0.0), one[..., None, :], arrival_cv2)
+    target = np.arange(states)[None, :] - left_idx[..., :, None]                            # (.., q, q')
+    pmf = np.take_along_axis(arrive, np.clip(target, 0, pad - 1), axis=-1) * (target >= 0)
+    tail = 1.0 - pmf[..., :-1].sum(axis=-1)
+    pmf[..., -1] = np.maximum(tail, 0.0)
+    pi = _stationary(pmf)
+    return StepChain(tokens=q, pi=pi, step_s=step, left=left_idx * width[..., None], full_s=full, stable=stable,
+                     one=one, width=width, arrival_cv2=arrival_cv2)
+
+
+def _stationary(p: Array) -> Array:
+    """The stationary law of row-stochastic matrices (stacked): pi (P - I) = 0, sum pi = 1."""
+    g = p.shape[-1]
+    a = np.swapaxes(p, -1, -2) - np.eye(g)
+    a[..., -1, :] = 1.0
+    b = np.zeros(p.shape[:-1])
+    b[..., -1] = 1.0
+    pi = np.linalg.solve(a, b[..., None])[..., 0]
+    pi = np.clip(pi, 0.0, None)
+    return pi / pi.sum(axis=-1, keepdims=True)
+
+
+def weighted_quantiles(values: Array, weights: Array, qs: ArrayLike) -> Array:
+    """Quantiles of weighted points along the last axis (per row): the smallest value whose cumulative weight
+    reaches q. Returns the quantiles on a new last axis."""
+    order = np.argsort(values, axis=-1)
+    v = np.take_along_axis(values, order, axis=-1)
+    cum = np.cumsum(np.take_along_axis(np.broadcast_to(weights, values.shape), order, axis=-1), axis=-1)
+    cum = cum / np.maximum(cum[..., -1:], 1e-300)
+    levels = np.asarray(qs, dtype=float)
+    idx = np.minimum(np.sum(cum[..., None, :] < levels[:, None] - 1e-12, axis=-1), v.shape[-1] - 1)
+    return np.take_along_axis(v, idx, axis=-1)
