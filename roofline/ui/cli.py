@@ -11,7 +11,7 @@ from rich.console import Console
 
 from ..errors import RooflineError
 from ..version import __version__
-from .options import Command, UsageError, add_output, add_profile
+from .options import Command, UsageError, add_output, add_profile, check_outputs, shipped_inputs
 from .output import silence_stdout, stdout_console
 
 EPILOG = """examples:
@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
         if not getattr(args, "func", None):
             parser.print_help(out.file)
             return 2
+        check_outputs(args, shipped_inputs(args))
         return int(args.func(args, out))
     except UsageError as e:
         if debug:

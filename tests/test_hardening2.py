@@ -1,0 +1,90 @@
+"""Nothing lost, nothing wrong (issue 52): outputs never overwrite inputs, files are written whole with the
+usual permissions, specs edited in a running process are read again, conflicting what-ifs are refused."""
+
+import os
+import stat
+
+import pytest
+
+from roofline.errors import RooflineError
+
+# ------------------------------------------------------------------ 1. outputs that are inputs
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate", "--data", "{m}", "--plot", "{m}"],
+    ["validate", "--data", "{m}", "--plot", "{link}"],
+    ["calibrate", "--data", "{m}", "--out", "{m}"],
+    ["calibrate", "--data", "{m}", "--out", "{link}"],
+    ["stage", "llama-3.1-8b", "{spec}:2", "--plot", "{spec}"],
+    ["validate", "--data", "{m}", "--profile", "{prof}", "--plot", "{prof}"],
+])
+def test_an_output_that_is_an_input_is_refused(run_cli, tmp_path, argv):
+    m = tmp_path / "m.csv"
+    m.write_text("measurements\n")
+    (tmp_path / "m.png").symlink_to(m)
+    spec, prof = tmp_path / "dev.toml", tmp_path / "p.toml"
+    spec.write_text("x")
+    prof.write_text("x")
+    names = {"m": str(m), "link": str(tmp_path / "m.png"), "spec": str(spec), "prof": str(prof)}
+    before = {p: p.read_bytes() for p in (m, spec, prof)}
+    code, out, err = run_cli(*[a.format(**names) for a in argv])
+    assert code == 1 and "is an input of this command" in err and "Traceback" not in err, err
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_calibrate_cannot_overwrite_the_shipped_measurements(run_cli):
+    from roofline.evidence.validate import shipped_data
+    before = shipped_data().read_bytes()
+    code, _, err = run_cli("calibrate", "--out", str(shipped_data()))
+    assert code == 1 and "is an input" in err
+    assert shipped_data().read_bytes() == before
+
+
+def test_a_write_that_fails_part_way_leaves_the_old_file(tmp_path):
+    from roofline.specs.files import write_atomic
+    out = tmp_path / "plot.png"
+    out.write_bytes(b"old plot")
+
+    def half(tmp):
+        with open(tmp, "wb") as f:
+            f.write(b"trunc")
+        raise OSError(28, "No space left on device")
+    with pytest.raises(RooflineError, match="No space left"):
+        write_atomic(out, half)
+    assert out.read_bytes() == b"old plot"
+    assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+
+
+def test_profiles_keep_the_umask_write_through_symlinks_and_refuse_fifos(tmp_path):
+    from roofline.specs.files import TMP_MARK, write_text_atomic
+    old = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "p.toml", "a = 1\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "p.toml").stat().st_mode) == 0o644   # not a private 0600 file
+    (tmp_path / "p.toml").chmod(0o640)
+    write_text_atomic(tmp_path / "p.toml", "a = 2\n")
+    assert stat.S_IMODE((tmp_path / "p.toml").stat().st_mode) == 0o640   # a replaced file keeps its mode
+    (tmp_path / "link.toml").symlink_to("p.toml")
+    write_text_atomic(tmp_path / "link.toml", "a = 3\n")
+    assert (tmp_path / "link.toml").is_symlink() and (tmp_path / "p.toml").read_text() == "a = 3\n"
+    os.mkfifo(tmp_path / "fifo.toml")
+    with pytest.raises(RooflineError, match="not a regular file"):
+        write_text_atomic(tmp_path / "fifo.toml", "a = 4\n")
+    assert stat.S_ISFIFO((tmp_path / "fifo.toml").stat().st_mode)
+    with pytest.raises(RooflineError, match="not a regular file"):
+        write_text_atomic("/dev/null", "a = 5\n")
+    # a SIGKILLed writer's temporary file (its pid is gone) is removed by the next write
+    stale = tmp_path / f".p.toml{TMP_MARK}{2**22 + 12345}"
+    stale.write_text("half")
+    write_text_atomic(tmp_path / "p.toml", "a = 6\n")
+    assert not stale.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.toml", "link.toml", "p.toml"]
+
+
+def test_calibrate_out_refuses_a_fifo_before_fitting(run_cli, tmp_path):
+    os.mkfifo(tmp_path / "p.toml")
+    code, _, err = run_cli("calibrate", "--out", str(tmp_path / "p.toml"))
+    assert code == 1 and "not a regular file" in err
