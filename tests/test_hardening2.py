@@ -88,3 +88,30 @@ def test_calibrate_out_refuses_a_fifo_before_fitting(run_cli, tmp_path):
     os.mkfifo(tmp_path / "p.toml")
     code, _, err = run_cli("calibrate", "--out", str(tmp_path / "p.toml"))
     assert code == 1 and "not a regular file" in err
+
+
+# ------------------------------------------------------------------ 2. a spec file edited while the process runs
+
+
+def test_an_edited_spec_file_is_read_again(tmp_path):
+    import roofline as rl
+    from roofline.specs.devices import load_device, specs_dir
+    spec = tmp_path / "h100-sxm.toml"
+    text = (specs_dir() / "h100-sxm.toml").read_text()
+    spec.write_text(text)
+    fast = rl.decode_step("llama-3.1-8b", str(spec), batch=1, context=1024).time_s
+    assert load_device(str(spec)) is load_device(str(spec))   # unchanged: remembered
+    spec.write_text(text.replace('value = "3.35 TB/s"', 'value = "0.5 TB/s"'))
+    os.utime(spec, ns=(spec.stat().st_atime_ns, spec.stat().st_mtime_ns + 10**9))
+    assert load_device(str(spec)).memory[0].bandwidth_bytes_per_s == 0.5e12
+    slow = rl.decode_step("llama-3.1-8b", str(spec), batch=1, context=1024).time_s
+    assert float(slow) > 5 * float(fast)
+
+
+def test_a_symlink_loop_is_a_spec_error(tmp_path):
+    from roofline.errors import SpecError
+    from roofline.specs.devices import load_device
+    (tmp_path / "a.toml").symlink_to(tmp_path / "b.toml")
+    (tmp_path / "b.toml").symlink_to(tmp_path / "a.toml")
+    with pytest.raises(SpecError, match="a.toml"):
+        load_device(str(tmp_path / "a.toml"))

@@ -364,7 +364,11 @@ def load_device(id_or_path: str | os.PathLike[str]) -> Device:
     """Load a device by id, alias, or path to a ``.toml`` spec file."""
     text = str(id_or_path)
     if text.endswith(".toml") or os.sep in text or "/" in text:
-        return _load_file(Path(text).resolve())
+        try:
+            path = Path(text).resolve()
+        except (OSError, RuntimeError) as e:   # RuntimeError: a symlink loop (Python < 3.13)
+            raise SpecError(f"{text}: cannot read: {e}") from None
+        return _load_file(path)
     key = text.strip().lower()
     index = device_index()
     if key not in index:
@@ -373,8 +377,19 @@ def load_device(id_or_path: str | os.PathLike[str]) -> Device:
     return _load_file(index[key])
 
 
-@functools.cache
 def _load_file(path: Path) -> Device:
+    """The device of the spec file at ``path``, remembered for as long as the file is unchanged: an edited file
+    (another modification time or size) is read again, so a long-running process never answers with an old spec."""
+    try:
+        info = path.stat()
+        version: tuple[int, int, int, int] = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+    except (OSError, ValueError):   # read_text names the problem
+        version = (0, 0, 0, 0)
+    return _load_version(path, version)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_version(path: Path, version: tuple[int, int, int, int]) -> Device:
     text = read_text(path, what="a device spec (.toml)", max_bytes=MAX_SPEC_BYTES)
     try:
         data = tomllib.loads(text)
