@@ -115,3 +115,15 @@ def test_a_symlink_loop_is_a_spec_error(tmp_path):
     (tmp_path / "b.toml").symlink_to(tmp_path / "a.toml")
     with pytest.raises(SpecError, match="a.toml"):
         load_device(str(tmp_path / "a.toml"))
+
+
+# ------------------------------------------------------------------ 3. one field set twice under two names
+
+
+def test_conflicting_what_ifs_under_two_names_of_a_device_are_refused(run_cli):
+    code, out, err = run_cli("stage", "llama-3.1-8b", "h100", "--set", "h100.hbm.bandwidth=6TB/s",
+                             "--set", "h100-sxm.hbm.bandwidth=1TB/s")
+    assert code == 1 and "different values" in err and "h100-sxm.hbm.bandwidth=1TB/s" in err, err
+    code, out, err = run_cli("stage", "llama-3.1-8b", "h100", "--set", "h100.hbm.bandwidth=6TB/s",
+                             "--set", "h100-sxm.hbm.bandwidth=6 TB/s")   # the same value twice: no conflict
+    assert code == 0, err
