@@ -127,3 +127,41 @@ def test_conflicting_what_ifs_under_two_names_of_a_device_are_refused(run_cli):
     code, out, err = run_cli("stage", "llama-3.1-8b", "h100", "--set", "h100.hbm.bandwidth=6TB/s",
                              "--set", "h100-sxm.hbm.bandwidth=6 TB/s")   # the same value twice: no conflict
     assert code == 0, err
+
+
+# ------------------------------------------------------------------ 4. KV stays where engines keep it (GB200)
+
+
+def _gb200_holding_everything_in_lpddr():
+    import attrs
+
+    from roofline.specs.devices import load_device
+    dev = load_device("gb200")
+    return attrs.evolve(dev, memory=[attrs.evolve(t, holds=("weights", "kv", "workspace")) for t in dev.memory])
+
+
+def test_gb200_keeps_the_kv_cache_in_hbm_and_throughput_does_not_collapse_while_fitting():
+    import numpy as np
+
+    import roofline as rl
+    batch = np.arange(8, 2049, 8)
+    r = rl.decode_step("llama-3.1-70b", "gb200:4", batch=batch, context=8192, on_infeasible="nan")
+    fits = np.asarray(r.fits)
+    assert fits[0] and not fits[-1]
+    tps = np.asarray(r.tokens_per_s)[fits]
+    assert np.all(np.diff(tps) >= -1e-9 * tps[:-1])   # more sequences never lower the total rate while they fit
+    assert "lpddr" not in r.memory_by_tier_s or not np.any(np.asarray(r.memory_by_tier_s["lpddr"])[fits] > 0)
+    assert int(fits.sum()) * 8 <= int(rl.max_batch("llama-3.1-70b", "gb200:4", context=8192)) < (fits.sum() + 1) * 8
+    assert set(np.asarray(r.bound)[fits]) <= {"memory:hbm", "compute"}
+
+
+def test_bound_names_the_tier_that_binds():
+    import numpy as np
+
+    import roofline as rl
+    from roofline.specs.groups import DeviceGroup
+    dev = _gb200_holding_everything_in_lpddr()   # a device whose KV may spill into its slow tier
+    group = DeviceGroup(device=dev, tp=4)
+    r = rl.decode_step("llama-3.1-70b", group, batch=[64, 400], context=8192)
+    lp, hbm = (np.asarray(r.memory_by_tier_s[t]) for t in ("lpddr", "hbm"))
+    assert lp[1] > hbm[1] and list(r.bound) == ["memory:hbm", "memory:lpddr"]

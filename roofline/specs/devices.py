@@ -46,6 +46,8 @@ _ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
 
 
 _positive_or_none = in_range(0, lo_strict=True, optional=True)
+#: What a memory tier may hold (:attr:`MemoryTier.holds`).
+HOLDS = ("weights", "kv", "workspace")
 
 
 def _whole_peers(value: Any) -> int:
@@ -57,11 +59,19 @@ def _whole_peers(value: Any) -> int:
 
 @attrs.frozen(kw_only=True)
 class MemoryTier:
-    """One memory tier (fastest first in a device): capacity and peak bandwidth."""
+    """One memory tier (fastest first in a device): capacity and peak bandwidth, and what serving engines keep
+    in it (``holds``: weights, the KV cache, the workspace of activations; all three unless the spec says)."""
 
     name: str
     capacity_bytes: float | None = attrs.field(validator=_positive_or_none)
     bandwidth_bytes_per_s: float | None = attrs.field(validator=_positive_or_none)
+    holds: tuple[str, ...] = attrs.field(default=("weights", "kv", "workspace"), converter=tuple)
+
+    @holds.validator
+    def _check_holds(self, _a: attrs.Attribute, value: tuple[str, ...]) -> None:
+        if not value or not set(value) <= set(HOLDS) or len(set(value)) != len(value):
+            raise ValueError(f"memory tier {self.name!r}: holds = {list(value)}: a non-empty list of distinct "
+                             f"{', '.join(HOLDS)}")
 
 
 @attrs.frozen(kw_only=True)
@@ -124,6 +134,9 @@ class Device:
         names = [t.name for t in value]
         if len(set(names)) != len(names):
             raise ValueError(f"memory tier names must be unique, got {names}")
+        for kind in HOLDS:
+            if not any(kind in t.holds for t in value):
+                raise ValueError(f"no memory tier holds the {kind} (holds = [...] of the tiers {names})")
 
     @idle_w.validator
     def _idle_below_tdp(self, _a: attrs.Attribute, value: float | None) -> None:
@@ -504,6 +517,15 @@ SPEC_KEYS = frozenset({"schema", "id", "name", "vendor", "status", "aliases", "i
                        "power", "links", "execution"})
 
 
+def _holds(r: _Reader, t: dict[str, Any], name: str) -> tuple[str, ...]:
+    """A tier's optional ``holds`` list: which of weights, kv, workspace the serving engines keep there."""
+    holds = t.get("holds", list(HOLDS))
+    if (not isinstance(holds, list) or not holds or not all(isinstance(h, str) and h in HOLDS for h in holds)
+            or len(set(holds)) != len(holds)):
+        r.fail(f"{name}.holds", holds, f"must be a non-empty list of distinct {', '.join(map(repr, HOLDS))}")
+    return tuple(holds)
+
+
 def _memory_tiers(r: _Reader, data: dict[str, Any]) -> list[MemoryTier]:
     """The ``[[memory]]`` tiers, fastest first (weights fill them in that order: a slower tier listed first would
     put the weights in it)."""
@@ -514,14 +536,15 @@ def _memory_tiers(r: _Reader, data: dict[str, Any]) -> list[MemoryTier]:
     for i, t in enumerate(tiers_raw):
         if not isinstance(t, dict):
             r.fail(f"memory[{i}]", t, "must be a table")
-        r.known(t, frozenset({"name", "capacity", "bandwidth"}), f"memory[{i}]")
+        r.known(t, frozenset({"name", "capacity", "bandwidth", "holds"}), f"memory[{i}]")
         name = r.string(t, "name", f"memory[{i}].name")
         if name in ("compute", "power", "scale_up", "host", "scale_out", "execution"):
             r.fail(f"memory[{i}].name", name, "is a reserved word")
         tiers.append(MemoryTier(
             name=name,
             capacity_bytes=r.quantity(t, "capacity", f"{name}.capacity", "bytes"),
-            bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s")))
+            bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s"),
+            holds=_holds(r, t, name)))
         if i and None not in (tiers[-1].bandwidth_bytes_per_s, tiers[-2].bandwidth_bytes_per_s) \
                 and tiers[-1].bandwidth_bytes_per_s > tiers[-2].bandwidth_bytes_per_s:   # weights fill tiers in order
             r.fail(f"memory[{i}].bandwidth", t["bandwidth"].get("value"), f"is faster than the tier before it "
