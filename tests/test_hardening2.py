@@ -165,3 +165,33 @@ def test_bound_names_the_tier_that_binds():
     r = rl.decode_step("llama-3.1-70b", group, batch=[64, 400], context=8192)
     lp, hbm = (np.asarray(r.memory_by_tier_s[t]) for t in ("lpddr", "hbm"))
     assert lp[1] > hbm[1] and list(r.bound) == ["memory:hbm", "memory:lpddr"]
+
+
+# ------------------------------------------------------------------ 5. user strings are shown, never obeyed
+
+GOOD_ROW = ("A1,https://x,gpt-fast,h100-sxm,1,1,,1,llama-3.1-8b,bf16,,bf16,1,static,5,200,none,0,,"
+            "decode_tokens_per_s_per_user,150,A,")
+EVIL = "[/bold][red]\x1b[31mEVIL"
+
+
+def _evil_spec(tmp_path):
+    from roofline.specs.devices import specs_dir
+    spec = tmp_path / "h100-sxm.toml"
+    text = (specs_dir() / "h100-sxm.toml").read_text()
+    spec.write_text(text.replace('name = "NVIDIA H100 SXM', 'name = "[/bold][red]\\u001b[31mEVIL', 1))
+    return spec
+
+
+@pytest.mark.parametrize("fmt", [[], ["--csv"]])
+def test_markup_and_escapes_in_user_strings_are_shown_as_written(run_cli, tmp_path, fmt):
+    from conftest import write_rows
+    spec = _evil_spec(tmp_path)
+    data = write_rows(tmp_path / "m.csv", GOOD_ROW.replace("A1,", '"' + EVIL + '",'))
+    for argv in (["show", str(spec)], ["stage", "llama-3.1-8b", str(spec)], ["compare", "llama-3.1-8b", str(spec)],
+                 ["pareto", "--target", "llama-3.1-8b", "--placement", "[/bold]x: decode=h100"],
+                 ["validate", "--data", str(data), "--rows", "all"]):
+        code, out, err = run_cli(*argv, *fmt)
+        assert code == 0, (argv, err)
+        assert "\x1b" not in out + err, argv
+    code, out, _ = run_cli("validate", "--data", str(data), "--rows", "all", *fmt)
+    assert "[/bold][red]\\x1b[31mEVIL" in out.replace("\n", "")

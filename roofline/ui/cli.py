@@ -13,6 +13,7 @@ from ..errors import RooflineError
 from ..version import __version__
 from .options import Command, UsageError, add_output, add_profile, check_outputs, shipped_inputs
 from .output import silence_stdout, stdout_console
+from .render import safe
 
 EPILOG = """examples:
   roofline stage gpt-oss-120b h200-sxm --batch 1,64,256 --context 8192
@@ -76,12 +77,12 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
     except UsageError as e:
         if debug:
             raise
-        err.print(f"roofline: usage error: {e}", markup=False, soft_wrap=True)
+        err.print(safe(f"roofline: usage error: {e}"), markup=False, soft_wrap=True)
         return 2
     except RooflineError as e:
         if debug:
             raise
-        err.print(f"roofline: error: {e}", markup=False, soft_wrap=True)
+        err.print(safe(f"roofline: error: {e}"), markup=False, soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
     except Exception as e:  # a bug of ours: still one line, unless --debug
         if debug:
             raise
-        err.print(f"roofline: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+        err.print(safe(f"roofline: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)"),
                   markup=False, soft_wrap=True)
         return 3
 
