@@ -195,3 +195,131 @@ def test_markup_and_escapes_in_user_strings_are_shown_as_written(run_cli, tmp_pa
         assert "\x1b" not in out + err, argv
     code, out, _ = run_cli("validate", "--data", str(data), "--rows", "all", *fmt)
     assert "[/bold][red]\\x1b[31mEVIL" in out.replace("\n", "")
+
+
+def _quantized(tmp_path, bits):
+    import json
+
+    from roofline.specs.hf_config import presets_dir
+    cfg = json.loads((presets_dir() / "llama-3.1-8b.json").read_text())
+    d = tmp_path / f"q{len(bits)}"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "gptq", "bits": bits}}))
+    return str(d)
+
+
+def test_odd_files_and_numbers_are_one_line_errors(run_cli, tmp_path):
+    from conftest import validation_header
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 1000 + "]" * 1000 + "\n")
+    (tmp_path / "deep_profile.toml").write_text("[params]\nx = " + "[" * 1000 + "]" * 1000 + "\n")
+    (tmp_path / "tp0.csv").write_text(validation_header() + GOOD_ROW.replace("h100-sxm,1,1,", "h100-sxm,1,0,") + "\n")
+    (tmp_path / "loop.toml").symlink_to(tmp_path / "loop.toml")
+    cases = [
+        (["show", str(tmp_path / "deep.toml")], 1, "nested too deeply"),
+        (["stage", "llama-3.1-8b", "h100", "--profile", str(tmp_path / "deep_profile.toml")], 1, "nested too deeply"),
+        (["stage", _quantized(tmp_path, "²"), "h100"], 1, "not one roofline reads"),
+        (["stage", _quantized(tmp_path, "--4"), "h100"], 1, "not one roofline reads"),
+        (["validate", "--data", str(tmp_path / "tp0.csv")], 1, "column tp = '0'"),
+        (["show", str(tmp_path / "loop.toml")], 1, "loop.toml"),
+        (["stage", "llama-3.1-8b", str(tmp_path / "loop.toml")], 1, "loop.toml"),
+        (["show", "x" * 300], 1, "neither a device nor a model"),
+        (["stage", "x" * 300, "h100"], 1, "unknown model"),
+        (["diagnose", "llama-3.1-8b", "h100", "--batch", "1", "--isl", "5", "--osl", "5", "--tpot-ms", "1e308"], 1,
+         "not a measurement"),
+        (["validate", "--jobs", "99999999999999999999"], 2, "--jobs"),
+        (["calibrate", "--jobs", "0"], 2, "--jobs"),
+    ]
+    for argv, code, needle in cases:
+        got, _, err = run_cli(*argv)
+        assert got == code and needle in err, (argv, got, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_a_csv_with_carriage_returns_only_is_read(tmp_path):
+    from conftest import validation_header
+
+    from roofline.evidence.validate import read_rows
+    p = tmp_path / "cr.csv"
+    p.write_bytes((validation_header() + GOOD_ROW + "\n").replace("\n", "\r").encode())
+    assert [r.id for r in read_rows(p)] == ["A1"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["stage", "llama-3.1-8b", "h100", "--batch", "\u0663"], "--batch"),              # Arabic-Indic 3
+    (["stage", "llama-3.1-8b", "h100", "--context", "\u0668k"], "--context"),
+    (["stage", "llama-3.1-8b", "h100", "--set", "h100.hbm.bandwidth=\u0663TB/s"], "cannot read a number"),
+    (["diagnose", "llama-3.1-8b", "h100", "--batch", "1", "--isl", "5", "--osl", "5", "--tpot-ms", "\u0669"], "--tpot-ms"),
+    (["stage", "llama-3.1-8b", "b200:8X2"], "ID:TPxPP"),
+    (["show", "h100\n"], "neither a device nor a model"),
+    (["stage", "llama-3.1-8b", "h100\n"], "unknown device"),
+    (["stage", "llama-3.1-8b\n", "h100"], "unknown model"),
+    (["stage", "llama-3.1-8b", "h100", "--weights", ""], "empty format name"),
+    (["stage", "llama-3.1-8b", "h100", "--kv", " "], "empty format name"),
+    (["stage", "llama-3.1-8b", "h100", "--experts", "fp8"], "dense"),
+    (["pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100", "--usd-per-kwh", "1e20"], "per kWh"),
+    (["pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100", "--usd-per-device-hour", "h100=1e9"],
+     "device-hour"),
+    (["pareto", "--target", "llama-3.1-8b", "--placement", " : decode=h100"], "needs a name"),
+    (["pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100", "--placement", "a : decode=h100:2"],
+     "given more than once"),
+])
+def test_silent_accepts_are_refused(run_cli, argv, needle):
+    code, out, err = run_cli(*argv)
+    assert code in (1, 2) and needle in err, (argv, code, err)
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_grid_larger_than_memory_is_refused_with_its_size(monkeypatch):
+    import numpy as np
+
+    import roofline as rl
+    from roofline import workload
+    from roofline.errors import WorkloadError
+    monkeypatch.setattr(workload, "usable_memory_bytes", lambda: 1e9)
+    with pytest.raises(WorkloadError, match=r"10,000,000 points needs about 12 GB"):
+        rl.speculative_round("gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", acceptance=0.9,
+                             gamma=np.arange(1000)[None, :], batch=np.arange(1, 10_001)[:, None])
+
+
+def test_public_functions_name_the_argument_they_cannot_take():
+    from concurrent.futures import Executor
+
+    import roofline as rl
+    from roofline.errors import WorkloadError
+
+    class Broken(Executor):
+        def submit(self, fn, *args, **kwargs):
+            raise RuntimeError("the pool is broken")
+
+    def boom(done, total):
+        raise ValueError("no terminal")
+
+    sweep = dict(model="llama-3.1-8b", devices=["h100"], batch=[1, 8], context=[128])
+    target = rl.Target(users=10, min_tokens_per_s_per_user=20, request=rl.Request(input_tokens=100, output_tokens=100))
+    cases = [
+        (lambda: rl.decode_step("llama-3.1-8b", "h100", batch=[[1, 2], [3]], context=128), "batch"),
+        (lambda: rl.expected_tokens([[0.1, 0.2], [0.3]], 4), "alpha"),
+        (lambda: rl.optimal_gamma_closed_form([[0.1], []], 0.1), "alpha"),
+        (lambda: rl.get_format(["bf16"]), "format"),
+        (lambda: rl.parse_quantity("3 TB/s", ["bytes_per_s"]), "kind"),
+        (lambda: rl.override("h100", None, "3TB/s"), "path"),
+        (lambda: rl.load_profile(None), "path"),
+        (lambda: rl.family_profile(["gpu"]), "family"),
+        (lambda: rl.resolve_profile("h100"), "device"),
+        (lambda: rl.sweep(**sweep, executor=Broken()), "executor"),
+        (lambda: rl.sweep(**sweep, progress=boom), "progress"),
+        (lambda: rl.sweep(**sweep, objective=None), "objective"),
+        (lambda: rl.sweep(**{**sweep, "devices": None}), "devices"),
+        (lambda: rl.sweep(**sweep, power="x"), "power"),
+        (lambda: rl.size("llama-3.1-8b", None, target), "devices"),
+        (lambda: rl.size("llama-3.1-8b", ["h100"], target, prices={"h100": 2}), "prices"),
+        (lambda: rl.size("llama-3.1-8b", ["h100"], target, confidence="high"), "confidence"),
+        (lambda: rl.speculative_round("gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", acceptance=0.9,
+                                      gamma=4, power=None), "power"),
+        (lambda: rl.Placement(name="", decode=rl.resolve_group("h100")), "name"),
+    ]
+    for call, name in cases:
+        with pytest.raises(RooflineError, match=name):
+            call()
+    with pytest.raises(WorkloadError, match="progress"):
+        rl.sweep(**sweep, progress=boom)

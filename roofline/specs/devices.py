@@ -26,7 +26,7 @@ import attrs
 from ..errors import NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, did_you_mean
 from ..units import parse_quantity
 from ..workload import in_range, one_of
-from .files import read_text
+from .files import loads_toml, read_text
 from .params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
 
 STATUSES = ("shipping", "announced")
@@ -315,6 +315,8 @@ def override(dev: Any, path: str, value: str | float) -> Any:
         if isinstance(inner, Device):   # a DeviceGroup: the same shape on the changed device
             return attrs.evolve(dev, device=override(inner, path, value))
         raise SpecError(f"override needs a Device, a device id or a group, got {type(dev).__name__}")
+    if not isinstance(path, str):
+        raise SpecError(f"override: path must be a field path string such as 'hbm.bandwidth', got {path!r}")
     f = find_field(dev, path)
     what = f"{dev.id}.{path}"
     if f.kind == "choice":   # a word: the collective algorithm, the overlap
@@ -360,7 +362,7 @@ def device_index() -> dict[str, Path]:
         index[f.stem] = f
     for f in list(index.values()):
         try:
-            aliases = tomllib.loads(f.read_text(encoding="utf-8")).get("aliases", [])
+            aliases = loads_toml(f.read_text(encoding="utf-8")).get("aliases", [])
         except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
             continue
         for a in aliases if isinstance(aliases, list) else []:
@@ -384,7 +386,7 @@ def load_device(id_or_path: str | os.PathLike[str]) -> Device:
         return _load_file(path)
     key = text.strip().lower()
     index = device_index()
-    if key not in index:
+    if key not in index or not text.isprintable():   # 'h100\n' is no id: a stray newline must not pass as one
         raise NotFoundError(f"unknown device {text!r}{did_you_mean(key, index)}; "
                             f"`roofline devices` lists them, or give a path to a .toml spec")
     return _load_file(index[key])
@@ -405,7 +407,7 @@ def _load_file(path: Path) -> Device:
 def _load_version(path: Path, version: tuple[int, int, int, int]) -> Device:
     text = read_text(path, what="a device spec (.toml)", max_bytes=MAX_SPEC_BYTES)
     try:
-        data = tomllib.loads(text)
+        data = loads_toml(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: TOML does not parse: {e}") from None
     return device_from_dict(data, origin=str(path), stem=path.stem)

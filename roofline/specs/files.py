@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..errors import RooflineError, SpecError
 
@@ -45,6 +47,15 @@ def read_text(path: str | os.PathLike[str], *, what: str, max_bytes: int) -> str
     if "\x00" in text:
         raise SpecError(f"{p}: binary data, expected {what}")
     return text
+
+
+def loads_toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads``, with a document nested too deeply for the parser (``a = [[[[...]]]]``, a thousand deep)
+    raised as the TOMLDecodeError every caller already names its file in, not a RecursionError."""
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise tomllib.TOMLDecodeError("nested too deeply") from None
 
 
 def check_writable(path: str | os.PathLike[str], *, refuse: tuple[str | os.PathLike[str], ...] = ()) -> Path:

@@ -38,7 +38,7 @@ class UsageError(RooflineError):
 #: Count suffixes: decimal k and M (``128k`` = 128,000), binary Ki and Mi where a benchmark's "8k" means 8,192.
 _SUFFIX = {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000, "Ki": 1_024, "ki": 1_024,
            "Mi": 1_048_576, "mi": 1_048_576}
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]i?)?\s*$")
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]i?)?\s*$", re.ASCII)   # "٣" is a digit to \d otherwise
 #: The largest count a command accepts (tokens, batch, devices): beyond it nothing is a workload.
 MAX_COUNT = 10**12
 
@@ -98,6 +98,8 @@ def nonnegative(text: str) -> int:
 def number(text: str, what: str, *, positive: bool = False) -> float:
     """A finite number given on the command line (``positive``: > 0); a usage error (exit 2) otherwise."""
     try:
+        if not str(text).isascii():   # float() reads Arabic-Indic and other digits: a silent "3" from "٣"
+            raise ValueError(text)
         v = float(text)
     except ValueError:
         raise UsageError(f"{what}: expected a number, got {text!r}") from None

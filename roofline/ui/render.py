@@ -33,7 +33,6 @@ from ..specs.models import ModelSpec
 from ..specs.params import NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams
 from ..units import format_capacity, format_quantity
 
-
 #: Control characters (an ANSI escape's ESC, a carriage return, C1 codes): shown escaped, never sent to a terminal.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
