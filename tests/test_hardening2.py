@@ -323,3 +323,75 @@ def test_public_functions_name_the_argument_they_cannot_take():
             call()
     with pytest.raises(WorkloadError, match="progress"):
         rl.sweep(**sweep, progress=boom)
+
+
+# ------------------------------------------------------------------ 6. signals: exit statuses, workers, temporaries
+
+
+def _children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                if d.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux's /proc and two cores (one worker beside the command)")
+@pytest.mark.parametrize("sig,code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGKILL", -9)])
+def test_a_signal_ends_validate_and_its_workers_without_a_traceback(sig, code):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.Popen([sys.executable, "-m", "roofline", "validate", "--jobs", "2"], cwd=root,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        start, kids = time.time(), []
+        while not kids and time.time() - start < 60 and p.poll() is None:
+            time.sleep(0.2)
+            kids = _children(p.pid)
+        assert kids, "no worker started"
+        time.sleep(1.0)   # the worker at work
+        p.send_signal(getattr(signal, sig))
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == code and "Traceback" not in err, (p.returncode, err)
+    deadline = time.time() + 10
+    while any(map(_alive, kids)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(map(_alive, kids)), "a worker outlived the command"
+
+
+def test_a_write_ended_by_sigterm_leaves_no_temporary_file(tmp_path):
+    from roofline.specs.files import write_atomic
+    from roofline.ui.cli import Terminated
+
+    def killed(tmp):
+        with open(tmp, "w") as f:
+            f.write("half a profile")
+        raise Terminated
+    with pytest.raises(Terminated):
+        write_atomic(tmp_path / "p.toml", killed)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jobs_are_capped_at_the_rows_and_the_cores():
+    from roofline.evidence.workers import cap_jobs, usable_cores
+    assert cap_jobs(200, 5) == min(5, usable_cores()) and cap_jobs(3, 1) == 1
+    assert cap_jobs(10**20, 10**9) == usable_cores()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -54,10 +56,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is so that it unwinds (temporary files removed, worker processes
+    stopped) and exits 143, as a shell reports a process SIGTERM ended."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
          err_console: Console | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 bad input, 2 usage error, 3 a bug of ours, 130
-    interrupted, 141 the reader of the output went away)."""
+    interrupted, 141 the reader of the output went away, 143 terminated)."""
+    if threading.current_thread() is not threading.main_thread():   # only the main thread receives signals
+        return _main(argv, console=console, err_console=err_console)
+    before = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv, console=console, err_console=err_console)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _main(argv: Sequence[str] | None, *, console: Console | None, err_console: Console | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv   # anywhere on the line, before or after the command
     argv = [a for a in argv if a != "--debug"]
@@ -86,6 +107,8 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:   # SIGTERM: what `finally` blocks clean up (a profile's temporary file) is cleaned
+        return 143
     except BrokenPipeError:   # the reader stopped reading: not an error of the input, no message
         if out.file is sys.stdout:
             silence_stdout()
