@@ -2,6 +2,7 @@
 usual permissions, specs edited in a running process are read again, conflicting what-ifs are refused."""
 
 import os
+import re
 import stat
 
 import pytest
@@ -395,3 +396,47 @@ def test_jobs_are_capped_at_the_rows_and_the_cores():
     from roofline.evidence.workers import cap_jobs, usable_cores
     assert cap_jobs(200, 5) == min(5, usable_cores()) and cap_jobs(3, 1) == 1
     assert cap_jobs(10**20, 10**9) == usable_cores()
+
+
+# ------------------------------------------------------------------ 7. the terminal: names whole, calibrate's progress
+
+
+def test_names_are_never_broken_at_80_columns():
+    import io
+
+    from rich.console import Console
+
+    import roofline as rl
+    from roofline.ui.cli import main
+
+    def table(width, *argv):
+        buf = io.StringIO()
+        main(list(argv), console=Console(file=buf, width=width, color_system=None), err_console=Console(file=io.StringIO()))
+        return buf.getvalue()
+    for argv in (["validate", "--rows", "40"],
+                 ["size", "qwen3-235b-a22b", "--devices", "b200,h200-sxm", "--users", "100",
+                  "--min-tokens-per-s-per-user", "20"]):
+        wide, narrow = table(250, *argv), table(80, *argv)
+        whole = [rf"(?<![\w.-]){re.escape(m)}(?![\w.-])" for m in [*rl.list_models(), *rl.list_devices()]]
+        names = [w for w in whole if re.search(w, wide)]
+        assert names
+        for w in names:
+            assert re.search(w, narrow), (argv, w)
+
+
+def test_calibrate_says_how_long_and_shows_progress_on_stderr(run_cli, monkeypatch, capsys):
+    from roofline.ui.cli import build_parser
+    from roofline.ui.commands import evidence
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["calibrate", "--help"])
+    assert "12-25 minutes" in " ".join(capsys.readouterr().out.split())
+
+    def fake(rows, *, progress, **kw):
+        progress(3, 7, "fitting fold 3")
+        raise RooflineError("stopped here")
+    monkeypatch.setattr(evidence, "calibrate", fake)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    code, out, err = run_cli("calibrate", "--json")
+    captured = capsys.readouterr()
+    assert code == 1 and "stopped here" in err
+    assert "fitting fold 3" in captured.err and "fitting" not in out

@@ -53,6 +53,12 @@ def cell(value: Any, style: str = "") -> Any:
     return value
 
 
+#: Columns of names (row ids, model and device ids, groups, placements, fields): never wrapped; the other
+#: columns give way first (rich shrinks the wrappable ones), so at 80 columns ``qwen3-235b-a22b`` stays whole.
+NAME_COLUMNS = frozenset({"id", "model", "device", "group", "placement", "configuration", "hardware", "stack",
+                          "field", "spec field", "parameter", "family", "target", "draft"})
+
+
 class _Table(Table):
     """Columns wrap long words instead of cropping them (rich's default is an ellipsis); every string a row, a
     header, the title or the caption holds is shown as written (:func:`cell`), never read as markup."""
@@ -62,6 +68,8 @@ class _Table(Table):
 
     def add_column(self, header: Any = "", *args: Any, **kw: Any) -> None:  # type: ignore[override]
         kw.setdefault("overflow", "fold")
+        if str(header).strip().lower() in NAME_COLUMNS:   # an id broken over two lines reads as two ids
+            kw.setdefault("no_wrap", True)
         super().add_column(cell(header), *args, **kw)
 
     def add_row(self, *renderables: Any, **kw: Any) -> None:  # type: ignore[override]
