@@ -56,8 +56,31 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+#: What numpy says when an argument is a ragged list (``[[1, 2], [3]]``), not an array.
+_RAGGED = ("inhomogeneous shape", "setting an array element with a sequence")
+
+
+def _ragged_argument(func, args, kwargs) -> str:  # type: ignore[no-untyped-def]
+    """The name of the first argument of ``func`` that numpy cannot make an array of ('' where none)."""
+    import inspect
+
+    import numpy as np
+    try:
+        bound = inspect.signature(func).bind(*args, **kwargs)
+    except TypeError:
+        return ""
+    for name, value in bound.arguments.items():
+        if isinstance(value, (list, tuple)):
+            try:
+                np.asarray(value, dtype=float)
+            except (ValueError, TypeError):
+                return name
+    return ""
+
+
 def broadcast_errors(func):  # type: ignore[no-untyped-def]
-    """Turn numpy's shape-mismatch ValueError into a WorkloadError naming the function (public API boundary)."""
+    """Turn numpy's shape-mismatch ValueError into a WorkloadError naming the function, and a ragged list (rows of
+    unequal length) into one naming the argument (public API boundary)."""
     import functools
 
     @functools.wraps(func)
@@ -67,5 +90,9 @@ def broadcast_errors(func):  # type: ignore[no-untyped-def]
         except ValueError as e:
             if "broadcast" in str(e) or "shape mismatch" in str(e):
                 raise WorkloadError(f"{func.__name__}: workload arguments do not broadcast together ({e})") from None
+            if any(m in str(e) for m in _RAGGED):
+                name = _ragged_argument(func, args, kwargs)
+                raise WorkloadError(f"{func.__name__}: {name or 'an argument'} is a ragged list (rows of unequal "
+                                    "length), not an array of numbers") from None
             raise
     return wrapper

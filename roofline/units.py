@@ -34,8 +34,8 @@ _KINDS: dict[str, dict[str, float]] = {
 }
 _TIME_PREFIX = {"": 1.0, "m": 1e-3, "u": 1e-6, "µ": 1e-6, "n": 1e-9}
 
-_THOUSANDS = re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?([eE][-+]?\d+)?$")
-_NUMBER = re.compile(r"^\s*([-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
+_THOUSANDS = re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?([eE][-+]?\d+)?$", re.ASCII)
+_NUMBER = re.compile(r"^\s*([-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$", re.ASCII)
 
 
 def _unit_factor(unit: str, kind: str) -> float | None:
@@ -60,7 +60,7 @@ def parse_quantity(text: str | float | int, kind: str, *, what: str = "value") -
     :class:`UnitError` naming ``what`` for a missing, unknown or wrong unit, and
     for a non-finite number.
     """
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise UnitError(f"unknown quantity kind {kind!r} (kinds: {', '.join(_KINDS)})")
     if isinstance(text, bool):
         raise UnitError(f"{what}: expected a quantity, got {text!r}")

@@ -9,6 +9,7 @@ naming the argument the user passed (``context``, not an internal name).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,11 +43,11 @@ def as_array(name: str, value: ArrayLike) -> Array:
     """``value`` as a float array, or a :class:`WorkloadError` naming ``name``."""
     if isinstance(value, (str, bytes)) or value is None:
         raise WorkloadError(f"{name} must be a number or an array of numbers, got {value!r}")
-    if np.asarray(value).dtype == np.bool_:   # True is not a batch of 1
-        raise WorkloadError(f"{name} must be numbers, got booleans {show(value)}")
     try:   # a copy: a result must not change when the caller reuses the array it passed
+        if np.asarray(value).dtype == np.bool_:   # True is not a batch of 1
+            raise WorkloadError(f"{name} must be numbers, got booleans {show(value)}")
         a = np.array(value, dtype=float)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError):   # a ragged list, a complex number, an object
         raise WorkloadError(f"{name} must be a number or an array of numbers, got {show(value)}") from None
     if a.size == 0:
         raise WorkloadError(f"{name} must not be empty")
@@ -164,9 +165,10 @@ def record_of(*types: type, optional: bool = False) -> Any:
     return check
 
 
-def check_grid(*arrays: Any, names: Sequence[str] = ()) -> tuple[int, ...]:
+def check_grid(*arrays: Any, names: Sequence[str] = (), bytes_per_point: float = 0.0) -> tuple[int, ...]:
     """The broadcast shape of workload arrays (``names``: what each is, for the error); refuses incompatible
-    shapes and grids beyond :data:`MAX_POINTS`."""
+    shapes, grids beyond :data:`MAX_POINTS`, and grids whose ``bytes_per_point`` (what the caller's evaluation
+    holds per point at its peak, measured) would not fit the machine's memory (:func:`usable_memory_bytes`)."""
     try:
         shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
     except ValueError:
@@ -178,4 +180,41 @@ def check_grid(*arrays: Any, names: Sequence[str] = ()) -> tuple[int, ...]:
     if points > MAX_POINTS:
         raise WorkloadError(f"a grid of {points:,} points is beyond the {MAX_POINTS:,} one call evaluates; "
                             "split the sweep into chunks")
+    need, have = points * bytes_per_point, usable_memory_bytes()
+    if need > have:   # refused before allocating: numpy would raise MemoryError part-way, or the OS kill us
+        raise WorkloadError(f"a grid of {points:,} points needs about {need / 1e9:.3g} GB of memory ({bytes_per_point:,.0f} "
+                            f"bytes a point), more than the {have / 1e9:.3g} GB this machine has; split the sweep "
+                            "into chunks")
     return shape
+
+
+#: The share of physical memory one evaluation may plan to use.
+MEMORY_SHARE = 0.8
+
+
+def usable_memory_bytes() -> float:
+    """The memory a grid may plan for: :data:`MEMORY_SHARE` of the machine's physical memory (infinite where the
+    platform does not say)."""
+    try:
+        return MEMORY_SHARE * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return math.inf
+
+
+def check_instance(name: str, value: Any, *types: type, optional: bool = True) -> Any:
+    """``value`` when it is one of ``types`` (or None where ``optional``), else a :class:`WorkloadError` naming the
+    argument: a public function given a string where a record belongs fails at its door, not deep inside."""
+    if (value is None and optional) or isinstance(value, types):
+        return value
+    names = " or ".join(t.__name__ for t in types) + (" or None" if optional else "")
+    raise WorkloadError(f"{name} must be a {names}, got {show(value)}")
+
+
+def check_items(name: str, value: Any, single: tuple[type, ...] = (str,)) -> list[Any]:
+    """A sequence argument as a list (one of ``single`` alone is a list of one); a :class:`WorkloadError` naming the
+    argument for anything that is not a list, tuple or other iterable of values (None, a number)."""
+    if isinstance(value, single):
+        return [value]
+    if value is None or isinstance(value, (bytes, dict)) or not hasattr(value, "__iter__"):
+        raise WorkloadError(f"{name} must be a list (or one item), got {show(value)}")
+    return list(value)

@@ -76,12 +76,19 @@ class Measurement:
             tpot = tpot_s
         else:
             tpot = batch / tokens_per_s_total  # type: ignore[operator]
+        if not MEASURABLE_TPOT_S[0] <= tpot <= MEASURABLE_TPOT_S[1]:
+            raise WorkloadError(f"the measured rate is {tpot:.3g} s per output token: not a measurement (between "
+                                f"{MEASURABLE_TPOT_S[0]:g} s and {MEASURABLE_TPOT_S[1]:g} s)")
         if utilisation is not None and not (isinstance(utilisation, (int, float)) and 0 <= utilisation <= 1):
             raise WorkloadError(f"utilisation must be a fraction in [0, 1], got {utilisation!r}")
         if serving not in ("static", "continuous"):
             raise WorkloadError(f"serving must be 'static' or 'continuous', got {serving!r}")
         return cls(batch=batch, input_tokens=input_tokens, output_tokens=output_tokens, tpot_s=tpot,
                    utilisation=utilisation, serving=serving)
+
+
+#: Times per output token a measurement can have: a nanosecond (a billion tokens/s to one user) to an hour.
+MEASURABLE_TPOT_S = (1e-9, 3600.0)
 
 
 def read_vllm_benchmark(path: str | os.PathLike[str]) -> Measurement:

@@ -105,8 +105,11 @@ def read_rows(path: str | os.PathLike[str]) -> list[Row]:
     """Read a measurements CSV, checking the header; raises :class:`SpecError` naming the file."""
     p = Path(path)
     text = read_text(p, what="a measurements CSV", max_bytes=100_000_000)
-    reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
+    reader = csv.DictReader(io.StringIO(text, newline=None))   # universal newlines: \r\n, \n, and a lone \r
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as e:
+        raise SpecError(f"{p}: CSV does not parse: {e}") from None
     missing = [c for c in ("id", "hardware", "model", "metric", "value", "batch", "isl", "osl") if c not in header]
     if missing:
         raise SpecError(f"{p}: missing columns {missing} (expected the columns of roofline/validation/README.md)")
@@ -140,7 +143,13 @@ def _int(row: Row, key: str, default: int | None = None) -> int:
         raise RooflineError(f"column {key} = {text!r} is not a number") from None
     if not math.isfinite(v) or v != int(v):
         raise RooflineError(f"column {key} = {text!r} is not a whole finite number")
+    if key in DEVICE_COUNTS and v < 1:
+        raise RooflineError(f"column {key} = {text!r}: a count of devices or ranks is at least 1")
     return int(v)
+
+
+#: The columns that count devices or ranks: 0 or less is no layout.
+DEVICE_COUNTS = frozenset({"n_devices", "tp", "pp", "ep", "dp"})
 
 
 def _formats(row: Row, device: Device) -> dict[str, str]:

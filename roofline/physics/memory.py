@@ -1,9 +1,10 @@
 """Memory: what a device holds (weights, KV cache, workspace), where it is placed, and the traffic per tier.
 
 Data is placed fastest tier first (weights, then KV, then workspace); bytes
-that do not fit a tier spill to the next and are re-read from there every pass
-(hierarchical roofline, docs/theory.md §1.4). A point fits when everything is
-placed within the usable share of the tiers. KV heads split over tensor-parallel
+that do not fit a tier spill to the next tier that holds their kind (a tier's
+``holds``: GB200's Grace LPDDR takes offloaded weights, never the KV cache) and
+are re-read from there every pass (hierarchical roofline, docs/theory.md §1.4).
+A point fits when everything is placed within the usable share of the tiers. KV heads split over tensor-parallel
 ranks only while tp <= n_kv; MLA's single latent is replicated on every rank
 (docs/theory.md §2.9).
 """
@@ -101,7 +102,7 @@ def place(device: Device, res: Residency, *, weight_read: Any, kv_read: Any, kv_
     """
     first = device.memory[0]
     cap = device.get(f"{first.name}.capacity") * usable_fraction
-    if len(device.memory) == 1:
+    if len(device.memory) == 1:   # (its one tier holds every kind: Device checks that some tier holds each)
         # one tier (most GPUs): everything lives there; the comparison builds only a boolean grid
         fits = res.kv_sequence_bytes <= (cap - res.weights_bytes - res.workspace_bytes) / res.kv_sequences
         k = pp / (device.get(f"{first.name}.bandwidth") * bandwidth_fraction(first.name))
@@ -115,20 +116,27 @@ def place(device: Device, res: Residency, *, weight_read: Any, kv_read: Any, kv_
 
 def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic: Any, activation: Any, pp: int,
                  bandwidth_fraction: Callable[[str], float], usable_fraction: float) -> Placement:
+    """Fill the tiers fastest first, each kind only where a tier ``holds`` it. The usable bytes are the tiers'
+    that hold the KV cache or workspace, and of a weights-only tier (GB200's LPDDR) the weights placed there:
+    the room the point's data has, which the does-not-fit message quotes."""
     kv_held = res.kv_bytes()
     remaining: dict[str, Any] = {"w": res.weights_bytes, "kv": kv_held, "ws": res.workspace_bytes}
     usable_total = 0.0
     by_tier: dict[str, Any] = {}
     kv_time_s: Any = 0.0
     for tier in device.memory:
+        per_sequence = "kv" in tier.holds or "workspace" in tier.holds
         if not any(np.any(r > 0) for r in remaining.values()):
-            if tier.capacity_bytes is not None:
+            if tier.capacity_bytes is not None and per_sequence:
                 usable_total += tier.capacity_bytes * usable_fraction
             continue
         free: Any = device.get(f"{tier.name}.capacity") * usable_fraction
-        usable_total += free
+        usable_total += free if per_sequence else float(np.minimum(remaining["w"], free))
         placed = {}
         for key in ("w", "kv", "ws"):
+            if _KINDS[key] not in tier.holds:   # engines keep none of this kind here: it may not spill in
+                placed[key] = 0.0
+                continue
             placed[key] = np.minimum(remaining[key], free)
             free = free - placed[key]
             remaining[key] = remaining[key] - placed[key]
@@ -144,6 +152,10 @@ def _place_tiers(device: Device, res: Residency, *, weight_read: Any, kv_traffic
     return Placement(time_by_tier_s=by_tier, fits=fits, usable_bytes=usable_total, kv_time_s=kv_time_s)
 
 
+#: The placement's keys to what a memory tier ``holds``.
+_KINDS = {"w": "weights", "kv": "kv", "ws": "workspace"}
+
+
 def _share(part: Any, whole: Any) -> Array:
     part, whole = np.asarray(part, dtype=float), np.asarray(whole, dtype=float)
     shape = np.broadcast_shapes(part.shape, whole.shape)
@@ -155,11 +167,21 @@ def max_batch(model: ModelSpec, group: DeviceGroup, formats: Formats, *, context
     """Largest batch whose weights, KV at ``context`` + ``new_tokens`` and workspace fit (0 if none).
 
     B_max = floor((N C u - W) / (KV_seq(L) + A_seq)) per device (docs/theory.md §3.3 "Capacity limit"),
-    over all memory tiers of the device; ``windowed_kv`` False: sliding-window layers hold the whole context.
+    over the memory tiers that hold KV and workspace, less the weights placed there (weights fill the tiers
+    that hold them fastest first, as :func:`place` puts them); ``windowed_kv`` False: sliding-window layers
+    hold the whole context.
     """
-    usable = sum(group.device.get(f"{t.name}.capacity") for t in group.device.memory) * usable_fraction
     per_seq = (model.kv_cache_bytes(context + new_tokens, formats.kv, windowed=windowed_kv)
                / (group_kv_shards(model, group) * group.pp)
                + workspace_per_sequence_bytes(model, formats, group.tp, new_tokens, 1))
-    free = usable - stored_weight_bytes(model, formats) / group.count - attention_replica_bytes(model, formats, group)
+    weights = stored_weight_bytes(model, formats) / group.count + attention_replica_bytes(model, formats, group)
+    free = 0.0
+    for tier in group.device.memory:
+        cap = group.device.get(f"{tier.name}.capacity") * usable_fraction
+        here = min(weights, cap) if "weights" in tier.holds else 0.0
+        weights -= here
+        if "kv" in tier.holds and "workspace" in tier.holds:
+            free += cap - here
+    if weights > 0:   # the weights alone do not fit
+        free = -1.0
     return np.maximum(np.floor(free / per_seq), 0).astype(int)

@@ -130,6 +130,7 @@ def compute_increase_factor(alpha: ArrayLike, gamma: ArrayLike, c_hat: ArrayLike
     return (check_gamma(gamma) * c + check_gamma(gamma) + 1) / expected_tokens(alpha, gamma)
 
 
+@broadcast_errors
 def optimal_gamma_closed_form(alpha: float, c: float) -> tuple[float, int]:
     """Continuous and integer optimum of :func:`speedup_closed_form` over gamma.
 

@@ -265,12 +265,11 @@ class StageResult(ArrayRecord):
         (``does not fit`` where the point is infeasible); computed on first use, not in sweeps that skip it."""
         tiers = list(self.memory_by_tier_s)
         if self.kernel_overlap:   # the largest term of the two kernel groups' rooflines (matmuls, attention)
-            first = tiers[0] if tiers else "memory"
             terms = [self.compute_s - self.attention_compute_s, self.memory_s - self.kv_memory_s,
                      self.attention_compute_s, self.kv_memory_s, self.communication_s, self.overhead_s,
                      self.dequant_s]
-            labels = np.array(["compute", f"memory:{first}", "compute", f"memory:{first}", "communication",
-                               "overhead", "dequant"])
+            labels = np.array(["compute", "memory", "compute", "memory", "communication", "overhead", "dequant"],
+                              dtype=object)
         else:
             terms = [self.compute_s, *self.memory_by_tier_s.values(), self.communication_s, self.overhead_s,
                      self.dequant_s]
@@ -282,7 +281,20 @@ class StageResult(ArrayRecord):
             bigger = t > best
             code = np.where(bigger, i, code)
             best = np.where(bigger, t, best)
-        return np.where(self.fits, labels[code], "does not fit")
+        named = labels[code]
+        if self.kernel_overlap:   # a memory term is named by the tier whose traffic takes longest at that point
+            named = np.where(named == "memory", self._slowest_tier(), named)
+        return np.where(self.fits, named, "does not fit").astype(str)
+
+    def _slowest_tier(self) -> NDArray[np.str_]:
+        """Per point, ``memory:<tier>`` of the tier whose traffic time is the largest (the first where none)."""
+        tiers = list(self.memory_by_tier_s)
+        if len(tiers) <= 1:
+            return np.full(np.shape(self.fits), f"memory:{tiers[0] if tiers else 'memory'}", dtype=object)
+        times = np.stack([np.broadcast_to(np.asarray(v, dtype=float), np.shape(self.fits))
+                          for v in self.memory_by_tier_s.values()])
+        names = np.array([f"memory:{t}" for t in tiers], dtype=object)
+        return names[np.argmax(np.nan_to_num(times, nan=-1.0), axis=0)]
 
     @property
     def intensity_flop_per_byte(self) -> Array:

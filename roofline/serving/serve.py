@@ -54,7 +54,7 @@ from ..specs.params import EngineParams, default_params
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..units import format_quantity
-from ..workload import check_count, check_gamma, check_grid, check_whole, record_of
+from ..workload import check_count, check_gamma, check_grid, check_instance, check_whole, record_of
 from .round import DRAFT_KINDS, Drafter, Round, RoundPlan, run_round
 
 Array = NDArray[np.float64]
@@ -89,7 +89,7 @@ class Placement:
     """Stages on device groups. ``draft_kind`` None means no speculation; ``draft`` None with a draft kind
     means the draft runs on the decode group's own devices."""
 
-    name: str
+    name: str = attrs.field()
     decode: DeviceGroup = attrs.field(validator=record_of(DeviceGroup))
     prefill: DeviceGroup | None = attrs.field(default=None, validator=record_of(DeviceGroup, optional=True))
     draft: DeviceGroup | None = attrs.field(default=None, validator=record_of(DeviceGroup, optional=True))
@@ -98,6 +98,11 @@ class Placement:
     head_layers: int = 1
     kv_link: GroupLink = attrs.field(factory=lambda: get_link("nvlink"))
     draft_link: GroupLink = attrs.field(factory=lambda: get_link("pcie5"))
+
+    @name.validator
+    def _name(self, _a: attrs.Attribute, v: Any) -> None:   # rows and comparisons are told apart by it
+        if not isinstance(v, str) or not v.strip():
+            raise WorkloadError(f"a placement needs a name (a non-empty string), got {v!r}")
 
     @draft_kind.validator
     def _kind(self, _a: attrs.Attribute, v: str | None) -> None:
@@ -498,7 +503,8 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         raise WorkloadError("evaluate_serving needs a Placement and a Request")
     B, G, acc = _checked(placement, batch=batch, gamma=gamma, acceptance=acceptance, mode=mode,
                          prefill_batch=prefill_batch)
-    p = params if params is not None else default_params()
+    p, _, _ = (check_instance("params", params, EngineParams) or default_params(),
+               check_instance("power", power, PowerModel, optional=False), check_instance("prices", prices, Prices))
     for name, v in (("chunk (tokens per step)", chunk), ("poll_steps (decode steps between polls)", poll_steps)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")

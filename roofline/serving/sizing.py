@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import ModelLike, resolve_device, resolve_group, resolve_model
-from ..workload import check_whole, record_of
+from ..workload import check_instance, check_items, check_whole, record_of
 from .serve import Placement, Request, ServingResult, check_context, evaluate_serving
 from .trust import interval
 
@@ -275,7 +276,7 @@ def pessimistic_target(target: Target, device: Device, confidence: float, stack:
     the speed asked of a user's decode raised by the upper ``confidence`` quantile of the per-token time's error on
     ``device`` (the two-sided interval at level 2 x confidence - 1 has it as its high end), the TTFT limit lowered
     by the TTFT's."""
-    if not 0.5 <= confidence < 1:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
         raise WorkloadError(f"confidence must be in [0.5, 1), got {confidence!r}")
     if confidence == 0.5:
         return target
@@ -314,9 +315,10 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
     for m in (model, draft) if draft is not None else (model,):
         check_context(m, target.request)   # no deployment serves a request longer than the model's context
     formats = check_format_keys(formats)
-    prices = prices if prices is not None else shipped_prices()   # as evaluate_serving prices the replicas
+    prices = check_instance("prices", prices, Prices) or shipped_prices()   # as evaluate_serving prices the replicas
+    check_instance("params", params, EngineParams)
     kinds = PLACEMENT_KINDS if draft is not None else PLACEMENT_KINDS[:2]
-    items = [devices] if isinstance(devices, (str, Device, DeviceGroup)) else list(devices)
+    items = check_items("devices", devices, (str, os.PathLike, Device, DeviceGroup))
     if not items:
         raise WorkloadError("give at least one device (an id, a Device or a group) to size")
     out = []

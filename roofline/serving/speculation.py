@@ -23,7 +23,7 @@ from ..specs.formats import Formats, check_format_keys
 from ..specs.links import GroupLink, get_link
 from ..specs.params import EngineParams, default_params
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
-from ..workload import check_count, check_gamma, check_grid
+from ..workload import check_count, check_gamma, check_grid, check_instance
 from .round import Drafter, RoundPlan, energy_or_note, run_round
 
 Array = NDArray[np.float64]
@@ -106,6 +106,11 @@ def _acceptance(acceptance: Acceptance | float) -> Acceptance:
     return acceptance if isinstance(acceptance, Acceptance) else Acceptance.geometric(acceptance)
 
 
+#: Peak memory of a speculative round per grid point: ~940 bytes measured (a batch x gamma grid of 10^5 points
+#: to 3x10^5 on gpt-oss-120b with its draft, ru_maxrss), rounded up.
+SPEC_BYTES_PER_POINT = 1200.0
+
+
 @broadcast_errors
 def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Acceptance | float, gamma: ArrayLike,
                       batch: ArrayLike = 1, context: ArrayLike = 8192, draft: ModelLike | None = None,
@@ -128,7 +133,8 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
                       head_layers=head_layers) if draft_kind in ("model", "mtp", "eagle") else None
     if drafter is None:
         raise WorkloadError(f"draft_kind must be one of model, mtp, eagle, got {draft_kind!r}")
-    p = params if params is not None else default_params()
+    p = check_instance("params", params, EngineParams) or default_params()
+    check_instance("power", power, PowerModel, optional=False)
     tg = resolve_group(verify_on)
     dg = resolve_group(draft_on) if draft_on is not None else tg
     fmt = Formats.for_model(tgt, **check_format_keys(target_formats, "target_formats"), devices=(tg.device,))
@@ -137,7 +143,8 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
                      sampling=sampling, shared=dg == tg)
     acc = _acceptance(acceptance)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
-    check_grid(G, B, L, np.zeros(acc.shape), names=("gamma", "batch", "context", "alphas"))
+    check_grid(G, B, L, np.zeros(acc.shape), names=("gamma", "batch", "context", "alphas"),
+               bytes_per_point=SPEC_BYTES_PER_POINT)
     G = G + np.zeros(acc.shape)   # an array of alphas adds its axes to the grid
     rnd = run_round(plan, batch=B, gamma=G, context=L, params=p)
     base = evaluate_pass(tgt, tg, plan.target_formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,

@@ -31,7 +31,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
-from ..workload import check_count
+from ..workload import check_count, check_instance, check_items
 from .sizing import device_formats
 
 Array = NDArray[np.float64]
@@ -176,11 +176,23 @@ def _run(tasks: Iterator[_Task], executor: Executor | None) -> Iterator[tuple[di
         return
     pending: list[Future] = []
     for t in tasks:
-        pending.append(executor.submit(_chunk_frontier, t))
+        pending.append(_executor_call(lambda: executor.submit(_chunk_frontier, t)))
         if len(pending) >= IN_FLIGHT:
-            yield pending.pop(0).result()
+            first = pending.pop(0)
+            yield _executor_call(lambda: first.result())
     for f in pending:
-        yield f.result()
+        yield _executor_call(lambda: f.result())  # noqa: B023 (called at once)
+
+
+def _executor_call(call: Callable[[], Any]) -> Any:
+    """``call()`` on the caller's executor: our own errors pass as they are, the executor's (a broken process
+    pool, a submit that fails, a future that is none) become a :class:`WorkloadError` naming the argument."""
+    try:
+        return call()
+    except RooflineError:
+        raise
+    except Exception as e:
+        raise WorkloadError(f"executor: {type(e).__name__}: {e}") from e
 
 
 def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: ArrayLike, context: ArrayLike,
@@ -199,8 +211,13 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: 
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise WorkloadError(f"executor must be a concurrent.futures.Executor (a ProcessPoolExecutor, a Dask client's "
                             f"get_executor()) or None, got {executor!r}")
-    obj = tuple(objective)
-    unknown = [k for k in obj if k not in OBJECTIVES]
+    if progress is not None and not callable(progress):
+        raise WorkloadError(f"progress must be a callable progress(done, total) or None, got {progress!r}")
+    obj = tuple(check_items("objective", objective))
+    check_instance("params", params, EngineParams)
+    check_instance("prices", prices, Prices)
+    check_instance("power", power, PowerModel, optional=False)
+    unknown = [k for k in obj if not isinstance(k, str) or k not in OBJECTIVES]
     if not obj or unknown or len(set(obj)) != len(obj):
         raise WorkloadError(f"objective must name distinct metrics among {', '.join(OBJECTIVES)}; got {list(obj)}")
     if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
@@ -211,7 +228,7 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: 
         raise WorkloadError("batch and context each need at least one value")
     m = resolve_model(model)
     one = isinstance(devices, (str, os.PathLike, Device, DeviceGroup))   # one group, not the letters of its name
-    groups = [resolve_group(d) for d in ([devices] if one else devices)]
+    groups = [resolve_group(d) for d in ([devices] if one else check_items("devices", devices))]
     if not groups:
         raise WorkloadError("give at least one device group")
     common = dict(objective=obj, formats=check_format_keys(formats), params=params, power=power,
@@ -221,7 +238,10 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: 
     for part, bad in _run(_tasks(m, groups, B, L, int(chunk), **common), executor):
         front, infeasible, chunks = _merge(front, part, obj), infeasible + bad, chunks + 1
         if progress is not None:
-            progress(chunks, total)
+            try:
+                progress(chunks, total)
+            except Exception as e:   # the caller's callback: say whose error it is
+                raise WorkloadError(f"progress: the callback raised {type(e).__name__}: {e}") from e
     assert front is not None
     order = np.lexsort((-OBJECTIVES[obj[0]] * front[obj[0]],))
     return SweepResult(objective=obj, groups=tuple(g.shape for g in groups),

@@ -63,11 +63,19 @@ class WhatIf:
         return bool(self.overrides)
 
     def apply(self, device: Device) -> Device:
-        """``device`` with every override that names it applied (unknown fields raise)."""
-        for o in self.overrides:
-            if o.names(device):
-                find_field(device, o.path)
-                device = override(device, o.path, o.value)
+        """``device`` with every override that names it applied (unknown fields raise). Two overrides of one field
+        under two names of the device (``h100.hbm.bandwidth`` and ``h100-sxm.hbm.bandwidth``) must agree: the last
+        would otherwise win silently while both were reported as applied."""
+        mine = [o for o in self.overrides if o.names(device)]
+        seen: dict[str, Override] = {}
+        for o in mine:
+            first = seen.setdefault(o.path, o)
+            if "".join(first.value.split()).lower() != "".join(o.value.split()).lower():
+                raise WorkloadError(f"--set {first} and --set {o} set the same field of {device.id} to different "
+                                    "values: say it once")
+        for o in mine:
+            find_field(device, o.path)
+            device = override(device, o.path, o.value)
         return device
 
     def apply_group(self, group: DeviceGroup) -> DeviceGroup:

@@ -27,7 +27,7 @@ import attrs
 from ..errors import NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, did_you_mean
 from ..units import parse_quantity
 from ..workload import in_range, one_of
-from .files import read_text
+from .files import loads_toml, read_text
 from .params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
 
 STATUSES = ("shipping", "announced")
@@ -47,6 +47,8 @@ _ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
 
 
 _positive_or_none = in_range(0, lo_strict=True, optional=True)
+#: What a memory tier may hold (:attr:`MemoryTier.holds`).
+HOLDS = ("weights", "kv", "workspace")
 
 
 def _whole_peers(value: Any) -> int:
@@ -58,11 +60,19 @@ def _whole_peers(value: Any) -> int:
 
 @attrs.frozen(kw_only=True)
 class MemoryTier:
-    """One memory tier (fastest first in a device): capacity and peak bandwidth."""
+    """One memory tier (fastest first in a device): capacity and peak bandwidth, and what serving engines keep
+    in it (``holds``: weights, the KV cache, the workspace of activations; all three unless the spec says)."""
 
     name: str
     capacity_bytes: float | None = attrs.field(validator=_positive_or_none)
     bandwidth_bytes_per_s: float | None = attrs.field(validator=_positive_or_none)
+    holds: tuple[str, ...] = attrs.field(default=("weights", "kv", "workspace"), converter=tuple)
+
+    @holds.validator
+    def _check_holds(self, _a: attrs.Attribute, value: tuple[str, ...]) -> None:
+        if not value or not set(value) <= set(HOLDS) or len(set(value)) != len(value):
+            raise ValueError(f"memory tier {self.name!r}: holds = {list(value)}: a non-empty list of distinct "
+                             f"{', '.join(HOLDS)}")
 
 
 @attrs.frozen(kw_only=True)
@@ -125,6 +135,9 @@ class Device:
         names = [t.name for t in value]
         if len(set(names)) != len(names):
             raise ValueError(f"memory tier names must be unique, got {names}")
+        for kind in HOLDS:
+            if not any(kind in t.holds for t in value):
+                raise ValueError(f"no memory tier holds the {kind} (holds = [...] of the tiers {names})")
 
     @idle_w.validator
     def _idle_below_tdp(self, _a: attrs.Attribute, value: float | None) -> None:
@@ -306,6 +319,8 @@ def override(dev: Any, path: str, value: str | float) -> Any:
         if isinstance(inner, Device):   # a DeviceGroup: the same shape on the changed device
             return attrs.evolve(dev, device=override(inner, path, value))
         raise SpecError(f"override needs a Device, a device id or a group, got {type(dev).__name__}")
+    if not isinstance(path, str):
+        raise SpecError(f"override: path must be a field path string such as 'hbm.bandwidth', got {path!r}")
     f = find_field(dev, path)
     what = f"{dev.id}.{path}"
     if f.kind == "choice":   # a word: the collective algorithm, the overlap
@@ -351,7 +366,7 @@ def device_index() -> dict[str, Path]:
         index[f.stem] = f
     for f in list(index.values()):
         try:
-            aliases = tomllib.loads(f.read_text(encoding="utf-8")).get("aliases", [])
+            aliases = loads_toml(f.read_text(encoding="utf-8")).get("aliases", [])
         except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
             continue
         for a in aliases if isinstance(aliases, list) else []:
@@ -368,20 +383,35 @@ def load_device(id_or_path: str | os.PathLike[str]) -> Device:
     """Load a device by id, alias, or path to a ``.toml`` spec file."""
     text = str(id_or_path)
     if text.endswith(".toml") or os.sep in text or "/" in text:
-        return _load_file(Path(text).resolve())
+        try:
+            path = Path(text).resolve()
+        except (OSError, RuntimeError) as e:   # RuntimeError: a symlink loop (Python < 3.13)
+            raise SpecError(f"{text}: cannot read: {e}") from None
+        return _load_file(path)
     key = text.strip().lower()
     index = device_index()
-    if key not in index:
+    if key not in index or not text.isprintable():   # 'h100\n' is no id: a stray newline must not pass as one
         raise NotFoundError(f"unknown device {text!r}{did_you_mean(key, index)}; "
                             f"`roofline devices` lists them, or give a path to a .toml spec")
     return _load_file(index[key])
 
 
-@functools.cache
 def _load_file(path: Path) -> Device:
+    """The device of the spec file at ``path``, remembered for as long as the file is unchanged: an edited file
+    (another modification time or size) is read again, so a long-running process never answers with an old spec."""
+    try:
+        info = path.stat()
+        version: tuple[int, int, int, int] = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+    except (OSError, ValueError):   # read_text names the problem
+        version = (0, 0, 0, 0)
+    return _load_version(path, version)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_version(path: Path, version: tuple[int, int, int, int]) -> Device:
     text = read_text(path, what="a device spec (.toml)", max_bytes=MAX_SPEC_BYTES)
     try:
-        data = tomllib.loads(text)
+        data = loads_toml(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: TOML does not parse: {e}") from None
     return device_from_dict(data, origin=str(path), stem=path.stem)
@@ -493,6 +523,15 @@ SPEC_KEYS = frozenset({"schema", "id", "name", "vendor", "status", "aliases", "i
                        "power", "links", "execution"})
 
 
+def _holds(r: _Reader, t: dict[str, Any], name: str) -> tuple[str, ...]:
+    """A tier's optional ``holds`` list: which of weights, kv, workspace the serving engines keep there."""
+    holds = t.get("holds", list(HOLDS))
+    if (not isinstance(holds, list) or not holds or not all(isinstance(h, str) and h in HOLDS for h in holds)
+            or len(set(holds)) != len(holds)):
+        r.fail(f"{name}.holds", holds, f"must be a non-empty list of distinct {', '.join(map(repr, HOLDS))}")
+    return tuple(holds)
+
+
 def _memory_tiers(r: _Reader, data: dict[str, Any]) -> list[MemoryTier]:
     """The ``[[memory]]`` tiers, fastest first (weights fill them in that order: a slower tier listed first would
     put the weights in it)."""
@@ -503,14 +542,15 @@ def _memory_tiers(r: _Reader, data: dict[str, Any]) -> list[MemoryTier]:
     for i, t in enumerate(tiers_raw):
         if not isinstance(t, dict):
             r.fail(f"memory[{i}]", t, "must be a table")
-        r.known(t, frozenset({"name", "capacity", "bandwidth"}), f"memory[{i}]")
+        r.known(t, frozenset({"name", "capacity", "bandwidth", "holds"}), f"memory[{i}]")
         name = r.string(t, "name", f"memory[{i}].name")
         if name in ("compute", "power", "scale_up", "host", "scale_out", "execution"):
             r.fail(f"memory[{i}].name", name, "is a reserved word")
         tiers.append(MemoryTier(
             name=name,
             capacity_bytes=r.quantity(t, "capacity", f"{name}.capacity", "bytes"),
-            bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s")))
+            bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s"),
+            holds=_holds(r, t, name)))
         if i and None not in (tiers[-1].bandwidth_bytes_per_s, tiers[-2].bandwidth_bytes_per_s) \
                 and tiers[-1].bandwidth_bytes_per_s > tiers[-2].bandwidth_bytes_per_s:   # weights fill tiers in order
             r.fail(f"memory[{i}].bandwidth", t["bandwidth"].get("value"), f"is faster than the tier before it "

@@ -22,10 +22,10 @@ from typing import Any
 
 import attrs
 
-from ..errors import NotFoundError, SpecError, did_you_mean
+from ..errors import NotFoundError, SpecError, WorkloadError, did_you_mean
 from ..memo import MISSING, IdentityMemo
 from .devices import Device, specs_dir
-from .files import read_text
+from .files import loads_toml, read_text
 from .params import (
     FAMILIES,
     NOT_IN_PROFILE_FILES,
@@ -71,15 +71,19 @@ def _provenance(entry: dict[str, Any], refs: dict[str, str], where: str) -> str:
     return f"{kinds[0]}: {text}"
 
 
-@functools.cache
 def family_profile(family: str) -> FamilyProfile:
     """The profile of a family, read from its file (the gpu family starts from the shipped calibration)."""
-    if family not in FAMILIES:
-        raise NotFoundError(f"unknown execution family {family!r}{did_you_mean(family, FAMILIES)}; "
+    if not isinstance(family, str) or family not in FAMILIES:
+        raise NotFoundError(f"unknown execution family {family!r}{did_you_mean(str(family), FAMILIES)}; "
                             f"known: {', '.join(FAMILIES)}")
+    return _family_profile(family)
+
+
+@functools.cache
+def _family_profile(family: str) -> FamilyProfile:
     path = family_dir() / f"{family}.toml"
     try:
-        data = tomllib.loads(read_text(path, what="an execution-profile file (.toml)", max_bytes=200_000))
+        data = loads_toml(read_text(path, what="an execution-profile file (.toml)", max_bytes=200_000))
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: TOML does not parse: {e}") from None
     refs, table = data.get("sources", {}), data.get("profile")
@@ -118,6 +122,10 @@ def resolve_profile(device: Device, params: EngineParams | None = None) -> Engin
     family file's family-level fields (collective algorithm, tile, pipeline hop, ...: what
     calibration profiles never carry), else the family's own profile; then the device's ``[execution]``
     overrides (what-ifs of any field)."""
+    if not isinstance(device, Device):
+        raise WorkloadError(f"resolve_profile: device must be a Device (rl.load_device(...)), got {device!r}")
+    if params is not None and not isinstance(params, EngineParams):
+        raise WorkloadError(f"resolve_profile: params must be an EngineParams or None, got {type(params).__name__}")
     hit = _RESOLVED.get((device, params))
     return hit if hit is not MISSING else _RESOLVED.put((device, params), (), _resolve_profile(device, params))
 

@@ -99,13 +99,17 @@ _FORMATS: dict[str, Format] = {
 _INT4 = re.compile(r"^int4-g(\d+)$")
 
 
-@functools.lru_cache(maxsize=256)
 def get_format(name: str | Format) -> Format:
     """Look up a format by name (a :class:`Format` is itself); ``int4-g<group>`` is built for any group >= 1."""
     if isinstance(name, Format):
         return name
     if not isinstance(name, str):
         raise NotFoundError(f"a format is named by a string such as 'bf16', got {name!r}")
+    return _format_named(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _format_named(name: str) -> Format:
     key = name.strip().lower()
     if key in _FORMATS:
         return _FORMATS[key]
@@ -218,6 +222,10 @@ class Formats:
         llm-compressor's ``ignore: ["lm_head"]``; https://huggingface.co/docs/transformers/main/en/quantization/awq).
         A format given is kept as given; a checkpoint whose quantization the config loader did not read
         (``ModelSpec.unread_quantization``) needs its weights given."""
+        empty = [k for k, v in (("weights", weights), ("experts", experts), ("kv", kv), ("activations", activations),
+                                ("head", head)) if isinstance(v, str) and not v.strip()]
+        if empty:   # an unset $FORMAT: not the default, which None asks for
+            raise WorkloadError(f"{empty[0]}: an empty format name; give one (`roofline formats` lists them)")
         if weights is None and model.unread_quantization:
             raise SpecError(f"{model.id}: its quantization_config ({model.unread_quantization}) is not one roofline "
                             "reads, so the format its weights are stored in is unknown; give it (--weights, or "
@@ -232,6 +240,8 @@ class Formats:
         weights = weights or stored or auto
         if experts is None and model.checkpoint_expert_format and weights in ("bf16", "fp16"):
             experts = model.checkpoint_expert_format
+        if experts is not None and experts != weights and not model.is_moe:
+            raise WorkloadError(f"experts={experts!r} (--experts): {model.id} is dense, it has no routed experts")
         return cls(weights=weights, experts=experts, kv=kv or auto, activations=activations or auto, head=head)
 
 

@@ -493,7 +493,7 @@ def load_model(id_or_path: str | os.PathLike[str]) -> ModelSpec:
                                 " to fetch it with huggingface_hub (pip install 'roofline[hub]')")
     if text.endswith(".json") or os.sep in text or "/" in text or _is_dir(text):
         return model_from_hf_config(Path(text))
-    return _load_preset(text.strip().lower())
+    return _load_preset(text.strip(" ").lower())   # 'llama-3.1-8b\n' (a stray newline) is no id
 
 
 def _exists(text: str) -> bool:
@@ -528,7 +528,7 @@ def _hub_config(repo: str) -> Path:
 @functools.cache
 def _load_preset(key: str) -> ModelSpec:
     path = presets_dir() / f"{key}.json"
-    if not path.exists():
+    if len(key) > 200 or not key.isprintable() or not path.exists():   # not a file name: no preset
         raise NotFoundError(f"unknown model {key!r}{did_you_mean(key, list_models())}; "
                             "`roofline models` lists them, or give a path to a config.json")
     return model_from_hf_config(path, id=key)

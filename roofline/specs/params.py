@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -32,7 +33,7 @@ import attrs
 from ..errors import RooflineError, SpecError, UnitError, WorkloadError
 from ..units import parse_quantity
 from ..workload import in_range, one_of
-from .files import read_text, write_text_atomic
+from .files import loads_toml, read_text, write_text_atomic
 from .formats import get_format
 
 _frac = [in_range(0, 1, lo_strict=True)]
@@ -645,9 +646,13 @@ def load_profile(path: str | Path, *, base: EngineParams | None = None) -> Profi
     Fields the file does not set keep the values of ``base`` (default: the shipped fit), so a profile that
     sets one parameter changes only that one.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecError(f"load_profile: path must be a file path, got {path!r}")
+    if base is not None and not isinstance(base, EngineParams):
+        raise SpecError(f"load_profile: base must be an EngineParams, got {type(base).__name__}")
     p = Path(path)
     try:
-        data = tomllib.loads(read_text(p, what="a calibration profile (.toml)", max_bytes=1_000_000))
+        data = loads_toml(read_text(p, what="a calibration profile (.toml)", max_bytes=1_000_000))
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{p}: not a profile TOML: {e}") from None
     start = base if base is not None else shipped_profile().default
@@ -749,7 +754,7 @@ def _toml_value(v: Any) -> str:
 def write_profile(path: str | Path, text: str) -> None:
     """Write a profile atomically after checking that it reads back (never a half-written or unreadable file)."""
     try:
-        tomllib.loads(text)
+        loads_toml(text)
     except tomllib.TOMLDecodeError as e:  # a bug of ours, not the user's: refuse to write it
         raise SpecError(f"refusing to write {path}: the profile text does not parse ({e})") from None
     write_text_atomic(path, text)

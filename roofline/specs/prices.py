@@ -21,7 +21,7 @@ import attrs
 
 from ..errors import SpecError, WorkloadError
 from .devices import specs_dir
-from .files import read_text
+from .files import loads_toml, read_text
 
 HOURS_PER_YEAR = 8766.0   # 365.25 days
 
@@ -35,6 +35,12 @@ class Price:
     source: str
     date: str = ""
     note: str = ""
+
+
+#: Prices beyond these are unit mistakes, not prices: retail electricity costs well under 1 USD per kWh, and a
+#: device-hour of the largest accelerators rents for hundreds of USD.
+MAX_USD_PER_KWH = 10.0
+MAX_USD_PER_DEVICE_HOUR = 10_000.0
 
 
 @attrs.frozen(kw_only=True)
@@ -54,12 +60,16 @@ class Prices:
         """These prices with user-given ``{device id: USD per hour}`` (and electricity) replacing the shipped ones."""
         out = dict(self.by_device)
         for dev, usd in prices.items():
-            if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0):
-                raise WorkloadError(f"price of {dev}: expected USD per device-hour >= 0, got {usd!r}")
+            if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (
+                    math.isfinite(usd) and 0 <= usd <= MAX_USD_PER_DEVICE_HOUR):
+                raise WorkloadError(f"price of {dev}: expected USD per device-hour in [0, "
+                                    f"{MAX_USD_PER_DEVICE_HOUR:,g}], got {usd!r}")
             out[dev] = Price(device=dev, usd_per_hour=float(usd), source="given by the user")
         kwh = self.usd_per_kwh if usd_per_kwh is None else usd_per_kwh
-        if not (math.isfinite(kwh) and kwh >= 0):
-            raise WorkloadError(f"electricity price must be USD per kWh >= 0, got {kwh!r}")
+        if isinstance(kwh, bool) or not isinstance(kwh, (int, float)) or not (
+                math.isfinite(kwh) and 0 <= kwh <= MAX_USD_PER_KWH):
+            raise WorkloadError(f"electricity price must be USD per kWh in [0, {MAX_USD_PER_KWH:g}] (retail "
+                                f"electricity costs well under 1), got {kwh!r}")
         return attrs.evolve(self, by_device=out, usd_per_kwh=float(kwh),
                             usd_per_kwh_source=self.usd_per_kwh_source if usd_per_kwh is None else "given by the user")
 
@@ -87,7 +97,7 @@ def load_prices(path: str | Path) -> Prices:
     ``usd_per_hour`` (or ``capex_usd`` and ``lifetime_years``), a ``source`` (URL or key) and a ``date``."""
     path = Path(path)
     try:
-        data = tomllib.loads(read_text(path, what="a price file (.toml)", max_bytes=200_000))
+        data = loads_toml(read_text(path, what="a price file (.toml)", max_bytes=200_000))
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: TOML does not parse: {e}") from None
     refs = data.get("sources", {})

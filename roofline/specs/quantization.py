@@ -34,6 +34,7 @@ the model loads, and a command that needs its weights' format asks for it rather
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,7 +57,7 @@ DEFAULT_GROUP = 128
 
 def _num(value: Any) -> int | None:
     """A whole number, also written as a string ("128"); anything else None (the config is then not read)."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value):   # ASCII digits: "²" is a digit to isdigit
         return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

@@ -27,7 +27,7 @@ ModelLike = ModelSpec | str | os.PathLike[str]
 DeviceLike = Device | str | os.PathLike[str]
 GroupLike = DeviceGroup | Device | str | os.PathLike[str]
 
-_COUNT = re.compile(r"^(\d+)(?:[xX](\d+))?$")
+_COUNT = re.compile(r"^(\d+)(?:x(\d+))?$", re.ASCII)   # ID:TPxPP, as documented: not "8X2", not "٨"
 SYNTAX = "ID, ID:N or ID:TPxPP, e.g. b200, b200:8 or groq-lpu:8x72"
 
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 
 from ..errors import RooflineError
 from ..version import __version__
-from .options import Command, UsageError, add_output, add_profile
+from .options import Command, UsageError, add_output, add_profile, check_outputs, shipped_inputs
 from .output import silence_stdout, stdout_console
+from .render import safe
 
 EPILOG = """examples:
   roofline stage gpt-oss-120b h200-sxm --batch 1,64,256 --context 8192
@@ -53,10 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is so that it unwinds (temporary files removed, worker processes
+    stopped) and exits 143, as a shell reports a process SIGTERM ended."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
          err_console: Console | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 bad input, 2 usage error, 3 a bug of ours, 130
-    interrupted, 141 the reader of the output went away).
+    interrupted, 141 the reader of the output went away, 143 terminated).
 
     A usage error (2) is a command line the tool cannot take as written, whatever the models and devices: an
     unknown or missing option, a malformed count or list, or a value that is none of the names its option takes (a
@@ -65,6 +77,16 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
     not hold, a spec field a device lacks or a value that field cannot take (--set), a request the model or the
     devices cannot serve (and for ``size``, no option meeting the target).
     """
+    if threading.current_thread() is not threading.main_thread():   # only the main thread receives signals
+        return _main(argv, console=console, err_console=err_console)
+    before = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv, console=console, err_console=err_console)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _main(argv: Sequence[str] | None, *, console: Console | None, err_console: Console | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv   # anywhere on the line, before or after the command
     argv = [a for a in argv if a != "--debug"]
@@ -79,19 +101,22 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
         if not getattr(args, "func", None):
             parser.print_help(out.file)
             return 2
+        check_outputs(args, shipped_inputs(args))
         return int(args.func(args, out))
     except UsageError as e:
         if debug:
             raise
-        err.print(f"roofline: usage error: {e}", markup=False, soft_wrap=True)
+        err.print(safe(f"roofline: usage error: {e}"), markup=False, soft_wrap=True)
         return 2
     except RooflineError as e:
         if debug:
             raise
-        err.print(f"roofline: error: {e}", markup=False, soft_wrap=True)
+        err.print(safe(f"roofline: error: {e}"), markup=False, soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:   # SIGTERM: what `finally` blocks clean up (a profile's temporary file) is cleaned
+        return 143
     except BrokenPipeError:   # the reader stopped reading: not an error of the input, no message
         if out.file is sys.stdout:
             silence_stdout()
@@ -99,7 +124,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
     except Exception as e:  # a bug of ours: still one line, unless --debug
         if debug:
             raise
-        err.print(f"roofline: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+        err.print(safe(f"roofline: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)"),
                   markup=False, soft_wrap=True)
         return 3
 

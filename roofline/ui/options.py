@@ -45,7 +45,7 @@ class UsageError(RooflineError):
 #: Count suffixes: decimal k and M (``128k`` = 128,000), binary Ki and Mi where a benchmark's "8k" means 8,192.
 _SUFFIX = {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000, "Ki": 1_024, "ki": 1_024,
            "Mi": 1_048_576, "mi": 1_048_576}
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]i?)?\s*$")
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]i?)?\s*$", re.ASCII)   # "٣" is a digit to \d otherwise
 #: The largest count a command accepts (tokens, batch, devices): beyond it nothing is a workload.
 MAX_COUNT = 10**12
 
@@ -105,6 +105,8 @@ def nonnegative(text: str) -> int:
 def number(text: str, what: str, *, positive: bool = False) -> float:
     """A finite number given on the command line (``positive``: > 0); a usage error (exit 2) otherwise."""
     try:
+        if not str(text).isascii():   # float() reads Arabic-Indic and other digits: a silent "3" from "٣"
+            raise ValueError(text)
         v = float(text)
     except ValueError:
         raise UsageError(f"{what}: expected a number, got {text!r}") from None
@@ -418,3 +420,47 @@ def acceptance(args: argparse.Namespace, *, required: bool = True, several: bool
 Command = Callable[[argparse.Namespace, Any], int]
 #: ``add(name, command, help, *, profile=False)`` registers a subcommand and returns its parser.
 Adder = Callable[..., argparse.ArgumentParser]
+
+
+#: The options that name a file a command writes.
+OUTPUT_OPTIONS = ("plot", "out")
+_PIECES = re.compile(r"[,=\s]+")
+_GROUP_COUNT = re.compile(r":\s*\d+(?:\s*[xX]\s*\d+)?\s*$", re.ASCII)
+
+
+def _named_paths(value: Any) -> Iterable[str]:
+    """Every string in an option's value that may name a file: the whole, its comma, '=' and space separated
+    pieces, and each piece without a group's ``:N`` or ``:TPxPP``."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for v in values:
+        if not isinstance(v, str) or not v:
+            continue
+        yield v
+        for piece in _PIECES.split(v):
+            if piece:
+                yield piece
+                yield _GROUP_COUNT.sub("", piece)
+
+
+def check_outputs(args: argparse.Namespace, extra_inputs: Iterable[str] = ()) -> None:
+    """Refuse, before anything is computed, an output file (``--plot``, ``--out``) that is also an input of the
+    command: a path named by another argument (a spec, a config, ``--data``, ``--profile``...) or ``extra_inputs``
+    (the shipped measurements a command reads without --data). It would be overwritten by the output."""
+    from ..specs.files import same_file
+    outputs = [(k, getattr(args, k)) for k in OUTPUT_OPTIONS if isinstance(getattr(args, k, None), str)]
+    if not outputs:
+        return
+    inputs = [p for k, v in vars(args).items() if k not in OUTPUT_OPTIONS and k != "func" for p in _named_paths(v)]
+    for flag, path in outputs:
+        if any(same_file(path, other) for other in (*inputs, *extra_inputs)):
+            raise RooflineError(f"--{flag} {path}: is an input of this command (would overwrite it); write to "
+                                "another path")
+
+
+def shipped_inputs(args: argparse.Namespace) -> list[str]:
+    """The files a command reads without being named: the shipped measurements, where ``--data`` is an option
+    left out."""
+    if "data" in vars(args) and not args.data:
+        from ..evidence.validate import shipped_data
+        return [str(shipped_data())]
+    return []

@@ -16,7 +16,7 @@ from rich.text import Text
 from ..records import plain
 from ..serving.trust import with_bounds
 from ..specs.params import WEIGHT_ONLY_KERNELS
-from .render import View
+from .render import View, cell, safe
 
 #: numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null): the records' own conversion.
 jsonable = plain
@@ -67,7 +67,7 @@ def _cell(v: Any) -> Any:
     v = jsonable(v)
     if v is None:
         return ""
-    return json.dumps(v) if isinstance(v, (dict, list)) else v
+    return json.dumps(v) if isinstance(v, (dict, list)) else safe(v) if isinstance(v, str) else v
 
 
 #: How much of a JSON or CSV text goes out before each flush: a pipe's buffer
@@ -105,11 +105,11 @@ def emit(console: Console, view: View, args: argparse.Namespace) -> None:
             console.print(t if isinstance(t, Text) else commented(t, console.width), soft_wrap=True)
     else:
         for t in view.tables:   # Text (command lines) is printed unwrapped, for copying
-            console.print(t, soft_wrap=isinstance(t, Text))
+            console.print(cell(t), soft_wrap=isinstance(t, Text))
         if note:
-            console.print(stack_line(note))
+            console.print(safe(stack_line(note)), markup=False)
         if trust:
-            console.print(interval_line(trust))
+            console.print(safe(interval_line(trust)), markup=False)
 
 
 def commented(renderable: Any, width: int) -> Text:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RooflineError
-from ..specs.files import check_writable
+from ..specs.files import check_writable, write_atomic
 
 FORMATS = (".png", ".svg", ".pdf")
 
@@ -35,11 +35,12 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: str) -> None:
+    """Save ``fig`` atomically: drawn into a temporary file beside ``path``, renamed over it when whole (a full
+    disk leaves the old plot as it was, not a truncated one)."""
     plt = _pyplot()
+    fmt = Path(path).suffix.lower().lstrip(".")
     try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except OSError as e:
-        raise RooflineError(f"cannot write {path}: {e.strerror}") from None
+        write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight"))
     finally:
         plt.close(fig)
 

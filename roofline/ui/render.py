@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,13 +33,47 @@ from ..specs.models import ModelSpec
 from ..specs.params import NOT_IN_PROFILE_FILES, PROFILE_FIELDS, EngineParams
 from ..units import format_capacity, format_quantity
 
+#: Control characters (an ANSI escape's ESC, a carriage return, C1 codes): shown escaped, never sent to a terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): a spec's name or a CSV id carrying an ANSI
+    escape must not reach the terminal or a pipe (tabs and line breaks stay)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def cell(value: Any, style: str = "") -> Any:
+    """A table cell that shows ``value`` as it is: a string becomes a Text (rich would read ``[/bold]`` in a
+    placement name or a CSV id as markup, and fail on it), control characters escaped; other renderables pass."""
+    if isinstance(value, str):
+        return Text(safe(value), style=style)
+    if isinstance(value, Text) and _CONTROL.search(value.plain):
+        return Text(safe(value.plain), style=value.style)
+    return value
+
+
+#: Columns of names (row ids, model and device ids, groups, placements, fields): never wrapped; the other
+#: columns give way first (rich shrinks the wrappable ones), so at 80 columns ``qwen3-235b-a22b`` stays whole.
+NAME_COLUMNS = frozenset({"id", "model", "device", "group", "placement", "configuration", "hardware", "stack",
+                          "field", "spec field", "parameter", "family", "target", "draft"})
+
 
 class _Table(Table):
-    """Columns wrap long words instead of cropping them (rich's default is an ellipsis)."""
+    """Columns wrap long words instead of cropping them (rich's default is an ellipsis); every string a row, a
+    header, the title or the caption holds is shown as written (:func:`cell`), never read as markup."""
 
-    def add_column(self, *args: Any, **kw: Any) -> None:  # type: ignore[override]
+    def __init__(self, *args: Any, title: Any = None, caption: Any = None, **kw: Any) -> None:
+        super().__init__(*args, title=cell(title, "table.title"), caption=cell(caption, "table.caption"), **kw)
+
+    def add_column(self, header: Any = "", *args: Any, **kw: Any) -> None:  # type: ignore[override]
         kw.setdefault("overflow", "fold")
-        super().add_column(*args, **kw)
+        if str(header).strip().lower() in NAME_COLUMNS:   # an id broken over two lines reads as two ids
+            kw.setdefault("no_wrap", True)
+        super().add_column(cell(header), *args, **kw)
+
+    def add_row(self, *renderables: Any, **kw: Any) -> None:  # type: ignore[override]
+        super().add_row(*(cell(r) for r in renderables), **kw)
 
 
 def _table(title: str | None = None, caption: str | None = None, **kw: Any) -> Table:
@@ -129,7 +164,7 @@ def profile_table(dev: Device) -> Table:
     """Every field of the device's execution profile with where its value comes from."""
     fam = family_profile(dev.family)
     t = _table(title=f"execution profile: {fam.name} (family {dev.family})",
-              caption=f"Family file: {shown_path(fam.path)}. A device's \\[execution] table overrides a field; so does "
+              caption=f"Family file: {shown_path(fam.path)}. A device's [execution] table overrides a field; so does "
                       f"--set {dev.id}.execution.FIELD=VALUE.")
     for c in ("field", "value", "provenance"):
         t.add_column(c, justify="right" if c == "value" else "left", overflow="fold")

@@ -25,7 +25,7 @@ from ...evidence.diagnose import Measurement, diagnose, read_vllm_benchmark
 from ...evidence.family_fit import PROFILE_FIT_FAMILIES, fit_family
 from ...evidence.repeats import repeat_summary, repeated_measurements
 from ...evidence.validate import read_rows, shipped_data, validate
-from ...evidence.workers import default_jobs, usable_cores
+from ...evidence.workers import cap_jobs, default_jobs, usable_cores
 from ...specs.files import check_writable
 from ...specs.params import Profile, shipped_profile_path
 from ...specs.resolve import resolve_group
@@ -40,6 +40,7 @@ from ..options import (
     formats,
     mean_count,
     number,
+    positive,
     profile,
     what_if,
 )
@@ -93,9 +94,7 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         check_plot_path(args.plot)
     prof = profile(args)
     rows = read_rows(path)
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
-    v = validate(rows, prof, jobs=args.jobs or default_jobs(len(rows)))
+    v = validate(rows, prof, jobs=cap_jobs(args.jobs, len(rows)) if args.jobs else default_jobs(len(rows)))
     if not v.rows:
         reasons = "; ".join(f"{s['id']}: {s['reason']}" for s in v.skipped[:3])
         raise RooflineError(f"{path}: no row could be predicted ({len(v.skipped)} skipped; {reasons})")
@@ -123,14 +122,13 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     if args.by != FOLD_BY[0] and (args.energy or args.family or not args.folds):
         raise UsageError("--by groups the rows of --folds K (the GPU calibration's held-out fits); give --folds, "
                          "without --energy or --family")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
     if args.energy:
         if args.family or args.out or args.loo or args.folds:
             raise UsageError("--energy prints the GPU busy-power floor for the family file; it takes only --data, "
                              "--profile and --jobs")
         path = args.data or str(shipped_data())
-        fit = fit_power_floor(read_rows(path), profile(args), jobs=args.jobs or usable_cores())
+        rows = read_rows(path)
+        fit = fit_power_floor(rows, profile(args), jobs=cap_jobs(args.jobs or usable_cores(), len(rows)))
         emit(console, render.power_fit_view(fit, path), args)
         return 0
     if args.family:
@@ -144,8 +142,10 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     if args.out:   # fail before the fit, not after it
         check_writable(args.out, refuse=(path,))
     rows = read_rows(path)
+    from rich.console import Console as RichConsole
     from rich.progress import Progress
-    with Progress(console=console, transient=True, disable=args.json or args.csv or not console.is_terminal) as bar:
+    err = RichConsole(stderr=True)   # progress on stderr, shown where it is a terminal: stdout may be --json to a pipe
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("calibrating", total=None)
 
         def tick(done: int, total: int, what: str) -> None:
@@ -155,7 +155,8 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             raise UsageError("give --loo or --folds, not both")
         if not (math.isfinite(args.shrink) and args.shrink >= 0):
             raise UsageError(f"--shrink must be a finite number >= 0, got {args.shrink}")
-        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick, jobs=args.jobs or default_jobs(len(rows)),
+        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick,
+                        jobs=cap_jobs(args.jobs, len(rows)) if args.jobs else default_jobs(len(rows)),
                         fold_by=args.by, shrink=args.shrink)
     if args.out:
         save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
@@ -223,10 +224,12 @@ def register(add: Adder) -> None:
     sp.add_argument("--rows", type=_rows_shown, default=render.VALIDATE_ROWS_SHOWN, metavar="N|all",
                     help=f"rows the terminal lists: the N with the largest errors, or all in the file's order "
                          f"(default {render.VALIDATE_ROWS_SHOWN}; --json and --csv carry every row)")
-    sp.add_argument("--jobs", type=int, default=None, metavar="N",
+    sp.add_argument("--jobs", type=positive, default=None, metavar="N",
                     help="share the rows among N processes (the same numbers; default: one per core, at most one "
                          "per 200 rows)")
-    sp = add("calibrate", cmd_calibrate, "fit the engine's parameters to measurements (scipy least squares)")
+    sp = add("calibrate", cmd_calibrate, "fit the engine's parameters to measurements (scipy least squares); "
+                                         "on the shipped rows the GPU fit runs 12-25 minutes (--folds K adds K "
+                                         "fits), with a progress bar on stderr when it is a terminal")
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--out", default=None, metavar="FILE.toml", help="write a profile every command accepts")
     sp.add_argument("--loo", action="store_true",
@@ -237,7 +240,7 @@ def register(add: Adder) -> None:
     sp.add_argument("--by", choices=FOLD_BY, default=FOLD_BY[0],
                     help="--folds of whole publications (default), of whole device kinds (hardware) or stack builds "
                          "(stack) the fit never saw, or of rows drawn at random (seed 0)")
-    sp.add_argument("--jobs", type=int, default=None, metavar="N",
+    sp.add_argument("--jobs", type=positive, default=None, metavar="N",
                     help="share every fit's rows among N processes (the same numbers, ~N times faster on N cores; "
                          "default: one per core, at most one per 200 rows); with --energy, the floor grid")
     sp.add_argument("--shrink", type=float, default=SHRINK, metavar="W",

@@ -52,7 +52,7 @@ def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placem
     name, sep, body = text.partition(":")
     if not sep or not body.strip() or "=" not in body:
         raise UsageError(f"--placement {text!r}: expected {PLACEMENT_SYNTAX}")
-    if "=" in name or "," in name:   # 'prefill=h100-sxm:4, ...': the name was left out
+    if "=" in name or "," in name or not name.strip():   # 'prefill=h100-sxm:4, ...': the name was left out
         raise UsageError(f"--placement {text!r}: needs a name first, 'NAME: prefill=..., decode=...' "
                          f"(expected {PLACEMENT_SYNTAX})")
     keys: dict[str, str] = {}
