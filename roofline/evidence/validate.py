@@ -51,9 +51,8 @@ from .workers import check_jobs, workers
 
 COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model",
            "weight_dtype", "expert_dtype", "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget",
-           "max_batch", "kv_memory_fraction", "isl", "osl", "lengths", "p99_ttft_ms", "p99_tpot_ms",
-           "spec_method", "draft_len", "acceptance_length", "metric",
-           "value", "grade", "notes")
+           "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
+           "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",

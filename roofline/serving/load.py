@@ -58,7 +58,6 @@ from .queueing import (
     WaitTail,
     check_cv2,
     check_rates,
-    quantile,
     renewal_mean,
     step_chain,
     wait_tail,
@@ -244,7 +243,7 @@ class _Points:
 #: tail, where the 90th and 99th percentiles are read.
 STATE_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.98, 0.99, 0.996, 1.0)
 AHEAD_EDGES = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99, 1.0)
-BATCH_EDGES = (0.0, 0.25, 0.5, 0.75, 0.95, 1.0)
+BATCH_EDGES = (0.0, 0.5, 0.9, 1.0)
 
 
 def _atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Array, Array]:
@@ -342,13 +341,6 @@ class _Life:
         return cls(p0=p0, shape=np.maximum(cond_mean ** 2 / cond_var, 1e-12),
                    scale=cond_var / np.maximum(cond_mean, 1e-300), mean=mean)
 
-    def survival(self, y: Array) -> Array:
-        """P(Y > y), y per rate and atom."""
-        from scipy.special import gammaincc  # lazily: import roofline stays free of scipy
-        with np.errstate(invalid="ignore", divide="ignore"):
-            g = (1 - self.p0) * gammaincc(self.shape, np.maximum(y, 0) / self.scale)
-        return np.where(y < 0, 1.0, g)
-
     def atoms(self) -> tuple[Array, Array]:
         """Y as atoms over LIFE_EDGES of its Gamma part plus the atom at zero: (values, weights), last axis."""
         from scipy.special import gammaincinv  # lazily: import roofline stays free of scipy
@@ -360,18 +352,14 @@ class _Life:
                 np.concatenate([self.p0[..., None], weights], axis=-1))
 
 
-def _tpot(engine: Engine, lengths: Lengths, st: _State, step_mean: Array) -> tuple[Any, Array]:
-    """Per-request TPOT: d + Y / (osl - 1) (:class:`_Life`), mixed over the output atoms (osl > 1)."""
-    o = lengths.output_tokens
-    w = np.where(o > 1, lengths.weights, 0.0)
-    w = w / w.sum() if w.sum() > 0 else lengths.weights
-    steps = np.maximum(o - 1, 1)
-    life = _Life.of(engine, lengths, st, step_mean, o)
-
-    def survival(t: Array) -> Array:
-        y = (np.asarray(t)[..., None] - st.d[..., None]) * steps
-        return np.where(st.stable, np.sum(w * life.survival(y), axis=-1), 1.0)
-    return survival, st.d + np.sum(w * life.mean / steps, axis=-1)
+def _tpot_points(life: _Life, outputs: Array, weights: Array, d: Array) -> _Points:
+    """Per-request TPOT, d + Y / (osl - 1) (:class:`_Life`), as points over the output atoms (osl > 1) and Y's
+    atoms."""
+    w = np.where(outputs > 1, weights, 0.0)
+    w = w / w.sum() if w.sum() > 0 else weights
+    y, yw = life.atoms()
+    values = d[:, None, None] + y / np.maximum(outputs - 1, 1)[None, :, None]
+    return _Points(values=values.reshape(d.size, -1), weights=(w[None, :, None] * yw).reshape(d.size, -1))
 
 
 #: Atoms of the exponential part of a wait added to a latency's points (besides its atom at zero).
@@ -383,6 +371,9 @@ def _percentiles(points: _Points, wait: WaitTail) -> dict[int, Array]:
     atom at 0 and WAIT_ATOMS equal-probability atoms of its exponential part (at their conditional means), the
     sums' quantiles read from the sorted points."""
     p = np.where(np.isfinite(wait.p), wait.p, 1.0)[..., None]
+    if float(np.max(p, initial=0.0)) < 1e-4:   # a wait that touches no percentile reported: the points alone
+        qs = weighted_quantiles(points.values, points.weights, [q / 100 for q in PERCENTILES])
+        return {q: qs[..., i] for i, q in enumerate(PERCENTILES)}
     k = np.arange(WAIT_ATOMS)
     lo, hi = k / WAIT_ATOMS, (k + 1) / WAIT_ATOMS
     with np.errstate(divide="ignore", invalid="ignore"):   # E[X | slice] of a unit exponential, slice (lo, hi)
@@ -417,11 +408,14 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     ttft = _ttft_points(st, chain, (n_u, a_u, w_u), cost, en, (delta, w_time))
     ttft = attrs.evolve(ttft, values=ttft.values + engine.overhead_s)
     slot = st.slot
-    tpot_sf, tpot_mean = _tpot(engine, lengths, st, step_mean)
     n_j, a_j, o, w_j = _merged(lengths.output_tokens, lengths.weights, JOINT_ATOMS, engine.prompt_tokens,
                                engine.prompt_cost_s, lengths.output_tokens)
+    life = _Life.of(engine, lengths, st, step_mean, o)
+    tpot = _tpot_points(life, o, w_j, st.d)
+    tpot_mean = st.d + np.sum(np.where(o > 1, w_j, 0.0) * life.mean / np.maximum(o - 1, 1), axis=-1) / max(
+        float(np.sum(np.where(o > 1, w_j, 0.0))), 1e-300)
     joint = _ttft_points(st, chain, (n_j, a_j, w_j), cost, en, None, ahead=None)
-    y, yw = _Life.of(engine, lengths, st, step_mean, o).atoms()                        # (rate, atom, k)
+    y, yw = life.atoms()                                                                # (rate, atom, k)
     lead = (lam.size, len(STATE_EDGES) - 1, RESIDUAL_POINTS, 1)
     decode = ((o - 1)[None, :, None] * st.d[:, None, None] + y)[:, None, None, None, :, :]
     e2e = _Points(values=(joint.values.reshape(lead + (o.size, 1)) + decode + engine.overhead_s).reshape(lam.size, -1),
@@ -433,11 +427,9 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     for name, pts in (("ttft", ttft), ("e2e", e2e)):
         for pct, v in _percentiles(pts, slot).items():
             out[f"{name}_p{pct}_s"] = v
-    for pct, v in zip(PERCENTILES, np.moveaxis(weighted_quantiles(itl.values, itl.weights,
-                                                                  [p / 100 for p in PERCENTILES]), -1, 0)):
-        out[f"itl_p{pct}_s"] = v
-    for pct in PERCENTILES:
-        out[f"tpot_p{pct}_s"] = quantile(tpot_sf, pct / 100, np.where(stable, 4 * step_mean, 1.0))
+    for name, pts in (("itl", itl), ("tpot", tpot)):
+        qs = weighted_quantiles(pts.values, pts.weights, [p / 100 for p in PERCENTILES])
+        out.update({f"{name}_p{p}_s": qs[..., i] for i, p in enumerate(PERCENTILES)})
     nan = np.where(stable, 1.0, np.nan)
     ttft_mean = np.sum(ttft.values * ttft.weights, axis=-1) / ttft.weights.sum(axis=-1) + slot.mean_s
     out = {k: (v * nan).reshape(shape) for k, v in out.items()}

@@ -206,8 +206,10 @@ class StepChain:
     def arrivals_before(self, window_s: Array, rate_per_s: Array) -> Array:
         """pmf on the grid of the prompt tokens that arrived within ``window_s`` before an arrival (Palm: the
         count is that of :func:`backward_counts`, exact for renewal arrivals)."""
-        counts = backward_counts(window_s, rate_per_s, self.arrival_cv2)
         one = np.expand_dims(self.one, tuple(range(1, window_s.ndim - self.one.ndim + 2)))
+        if abs(self.arrival_cv2 - 1.0) < 1e-12:   # Poisson: the window's count is Poisson, Palm or not
+            return _arrivals_pmf(np.asarray(window_s * rate_per_s, dtype=float), one)
+        counts = backward_counts(window_s, rate_per_s, self.arrival_cv2)
         phi = np.fft.rfft(one)
         powers = phi[..., None, :] ** np.arange(counts.shape[-1])[:, None]
         return np.clip(np.fft.irfft(np.sum(counts[..., None] * powers, axis=-2), n=one.shape[-1]), 0, None)
@@ -226,8 +228,14 @@ def backward_counts(window_s: Array, rate_per_s: Array, cv2: float) -> Array:
     gaps (shape 1/cv2, mean 1/rate): the k-th previous arrival is k gaps back, so P(N >= k) = P(Gamma(k/cv2,
     cv2/rate) <= w) (Cox, *Renewal Theory*, 1962, §3.1). Poisson (cv2 = 1) gives Poisson(rate w); burstier
     arrivals come in clusters, so an arrival finds others just before it far more often than rate x w says."""
-    from scipy.special import gammainc  # lazily: import roofline stays free of scipy
     w = np.maximum(np.asarray(window_s, dtype=float), 0.0)
+    if abs(cv2 - 1.0) < 1e-12:   # Poisson: the pmf by its recursion p_k = p_{k-1} m / k
+        m = (w * np.asarray(rate_per_s, dtype=float))[..., None]
+        k = np.arange(MAX_BACKWARD + 1)
+        logp = -m + k * np.log(np.maximum(m, 1e-300)) - np.cumsum(np.log(np.maximum(k, 1)))
+        p = np.where(m > 0, np.exp(logp), (k == 0).astype(float))
+        return np.concatenate([p[..., :-1], 1.0 - p[..., :-1].sum(axis=-1, keepdims=True)], axis=-1)
+    from scipy.special import gammainc  # lazily: import roofline stays free of scipy
     k = np.arange(1, MAX_BACKWARD + 1)
     x = (w * np.asarray(rate_per_s, dtype=float) / cv2)[..., None]
     at_least = np.concatenate([np.ones(w.shape + (1,)), gammainc(k / cv2, np.broadcast_to(x, w.shape + (k.size,)))],

@@ -9,9 +9,12 @@ from rich.console import Console
 
 from ...errors import RooflineError
 from ...serving.emit import ENGINES, launch_command
+from ...serving.load import Workload
+from ...serving.load_sizing import LoadTarget, size_at_rate
 from ...serving.serve import Request
 from ...serving.sizing import Target, size
 from ...specs.hf_config import load_model
+from ...specs.lengths import Lengths, shipped_lengths
 from ...specs.resolve import resolve_device, resolve_group
 from .. import render
 from ..options import (
@@ -34,6 +37,7 @@ from ..options import (
     what_if,
 )
 from ..output import emit
+from ..render_load import size_load_view
 
 
 def _launch(engine: str, model: Any, option: Any, request: Request, params: Any) -> dict[str, Any]:
@@ -72,6 +76,10 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     if args.confidence is not None and not 0.5 <= args.confidence < 1:
         raise UsageError(f"--confidence: a one-sided confidence between 0.5 and 1 (exclusive), got {args.confidence}")
     model = load_model(args.model)
+    if args.rate is not None:
+        return _size_at_rate(args, console, model, devices, wi)
+    if args.min_tokens_per_s_per_user is None:
+        raise UsageError("--users needs --min-tokens-per-s-per-user (or size for a request rate: --rate)")
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
                                                                        "--min-tokens-per-s-per-user", positive=True),
                     max_ttft_s=number(args.ttft_ms, "--ttft-ms", positive=True) / 1e3 if args.ttft_ms is not None
@@ -92,15 +100,67 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 
+def lengths_option(text: str, isl: int, osl: int) -> Lengths:
+    """--lengths: ``fixed`` (--isl/--osl), ``lognormal[:CV]`` (means --isl/--osl), a shipped histogram's name
+    (mlperf-llama2-70b) or a histogram CSV's path."""
+    if text == "fixed":
+        return Lengths.fixed(isl, osl)
+    if text.startswith("lognormal"):
+        cv = text.partition(":")[2]
+        return Lengths.lognormal(isl, osl, cv=number(cv, "--lengths lognormal:CV", positive=True) if cv else 1.0)
+    if text.endswith(".csv") or "/" in text:
+        return Lengths.from_file(text)
+    return shipped_lengths(text)
+
+
+def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, devices: list[Any], wi: Any) -> int:
+    limits = {key: number(v, flag, positive=True) / 1e3 for key, flag, v in (
+        ("ttft_p99_s", "--p99-ttft-ms", args.p99_ttft_ms), ("itl_p99_s", "--p99-itl-ms", args.p99_itl_ms),
+        ("tpot_p99_s", "--p99-tpot-ms", args.p99_tpot_ms)) if v is not None}
+    if not limits:
+        raise UsageError("--rate needs at least one latency limit: --p99-ttft-ms, --p99-itl-ms or --p99-tpot-ms")
+    if args.draft or args.emit or args.confidence is not None:
+        raise UsageError("--rate sizes without --draft, --emit or --confidence (those size --users)")
+    work = Workload(lengths=lengths_option(args.lengths, args.isl, args.osl),
+                    arrival_cv2=number(args.burstiness, "--burstiness", positive=True),
+                    prefix_hit=number(args.prefix_hit, "--prefix-hit"))
+    target = LoadTarget(rate_per_s=number(args.rate, "--rate", positive=True), workload=work, limits=limits)
+    prices = price_list(args, [getattr(d, 'device', d) for d in devices])
+    params = engine_params(args, [getattr(d, 'device', d) for d in devices])
+    options = size_at_rate(model, devices, target, formats=formats(args), params=params, prices=prices,
+                           max_slots=args.max_seqs)
+    note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
+        getattr(d, "device", d) for d in devices)
+    emit(console, size_load_view(model.id, target, options, note), args)
+    return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
+
+
 def register(add: Adder) -> None:
     sp = add("size", cmd_size, "the fewest devices per device kind that serve N users at a speed and TTFT target",
              profile=True)
     sp.add_argument("model", help="target model: " + MODEL_HELP)
     sp.add_argument("--devices", required=True, help="candidate devices, comma-separated: an ID is searched over group shapes, "
                     "ID:N or ID:TPxPP sized on that shape (b200,h200-sxm:8,groq-lpu)")
-    sp.add_argument("--users", type=positive, required=True, help="concurrent users, all active (500, 10k)")
-    sp.add_argument("--min-tokens-per-s-per-user", required=True, metavar="X",
-                    help="the slowest acceptable decode speed each user sees (tokens/s)")
+    who = sp.add_mutually_exclusive_group(required=True)
+    who.add_argument("--users", type=positive, help="concurrent users, all active (500, 10k): a steady state, no queue")
+    who.add_argument("--rate", default=None, metavar="R",
+                     help="requests per second arriving (Poisson unless --burstiness): size by p99 latency limits "
+                          "through queues (docs/load.md)")
+    sp.add_argument("--min-tokens-per-s-per-user", default=None, metavar="X",
+                    help="with --users: the slowest acceptable decode speed each user sees (tokens/s)")
+    for flag, what in (("ttft", "time to first token"), ("itl", "gap between tokens"),
+                       ("tpot", "a request's mean gap between tokens")):
+        sp.add_argument(f"--p99-{flag}-ms", default=None, metavar="MS", help=f"with --rate: the 99th percentile {what}")
+    sp.add_argument("--lengths", default="fixed", metavar="L",
+                    help="with --rate: request lengths: fixed (--isl/--osl), lognormal[:CV] (means --isl/--osl), a "
+                         "shipped histogram (mlperf-llama2-70b, mlperf-mixtral-8x7b, mlperf-llama3.1-405b, "
+                         "mlperf-deepseek-r1) or a histogram CSV (input_tokens,output_tokens,weight)")
+    sp.add_argument("--burstiness", default="1", metavar="CV2",
+                    help="with --rate: squared CV of the gaps between arrivals (1 Poisson, above 1 burstier)")
+    sp.add_argument("--prefix-hit", default="0", metavar="F",
+                    help="with --rate: the share of each prompt found in a prefix cache (0-0.99)")
+    sp.add_argument("--max-seqs", type=positive, default=None, metavar="N",
+                    help="with --rate: the scheduler's cap on running requests (vLLM's --max-num-seqs)")
     sp.add_argument("--ttft-ms", default=None, metavar="T", help="longest acceptable time to first token (ms)")
     sp.add_argument("--confidence", default=None, type=float, metavar="C",
                     help="size so the targets hold at the pessimistic end of the prediction interval: the upper C "

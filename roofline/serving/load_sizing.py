@@ -1,0 +1,213 @@
+"""Sizing for a request rate: the fewest devices whose percentiles meet p99 (or p50/p90) latency limits.
+
+Where :func:`roofline.serving.sizing.size` sizes N concurrent users at a steady state with no queue, this sizes a
+deployment for requests arriving at a rate (Poisson, or burstier Gamma gaps) with lengths drawn from a
+distribution, through the queues of :mod:`roofline.serving.load`. For each device kind, each group shape its
+family's layout offers and each placement kind (aggregated; disaggregated with a pool of prefill groups of the
+same shape), the fewest replicas (and prefill groups) whose percentiles meet every limit at the rate. A
+deployment is never sized at a utilisation where its limits fail: the search reads the percentiles at the load
+each replica would carry, and a higher rate never needs fewer devices.
+
+Spreading requests over R replicas at random thins the arrivals; their burstiness falls as R grows
+(:func:`roofline.serving.load.split_cv2`). The search prices every replica count at the burstiness of the
+fewest replicas that could carry the load, which overstates it for larger counts: a safe side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..errors import RooflineError, WorkloadError
+from ..specs.devices import Device
+from ..specs.formats import check_format_keys
+from ..specs.groups import DeviceGroup
+from ..specs.models import ModelSpec
+from ..specs.params import EngineParams
+from ..specs.prices import Prices, shipped_prices
+from ..specs.resolve import ModelLike, resolve_model
+from .load import Deployment, LoadResult, Workload, check_limits, deployment, meets
+from .serve import Placement, Request, check_context, evaluate_serving
+from .sizing import Option, _deployed_rates, _device_or_group, _shapes, device_formats
+
+#: The most replicas (and prefill groups) a search tries.
+MAX_REPLICAS = 100_000
+
+
+@attrs.frozen(kw_only=True)
+class LoadTarget:
+    """What must be served: ``rate_per_s`` requests/s drawn from ``workload``, every latency limit met
+    (``{"ttft_p99_s": 1.0, "itl_p99_s": 0.05}``: ttft, itl, tpot or e2e at p50, p90 or p99)."""
+
+    rate_per_s: float = attrs.field()
+    workload: Workload = attrs.field(validator=attrs.validators.instance_of(Workload))
+    limits: Mapping[str, float] = attrs.field(converter=check_limits)
+
+    @rate_per_s.validator
+    def _rate(self, _a: attrs.Attribute, v: float) -> None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise WorkloadError(f"the request rate must be a positive number of requests/s, got {v!r}")
+
+    @limits.validator
+    def _some(self, _a: attrs.Attribute, v: Mapping[str, float]) -> None:
+        if not v:
+            raise WorkloadError("give at least one latency limit (ttft_p99_s, itl_p99_s, tpot_p99_s, ...)")
+
+
+@attrs.frozen(kw_only=True)
+class LoadOption(Option):
+    """An :class:`Option` sized for a rate: also the rate, the percentiles there and each pool's utilisation."""
+
+    rate_per_s: float = math.nan
+    utilisation: float = math.nan
+    prefill_utilisation: float = math.nan
+    ttft_p50_s: float = math.nan
+    ttft_p99_s: float = math.nan
+    itl_p50_s: float = math.nan
+    itl_p99_s: float = math.nan
+    tpot_p99_s: float = math.nan
+    e2e_p99_s: float = math.nan
+
+
+def _fewest(at: Any, start: int) -> tuple[int, LoadResult] | None:
+    """The smallest count n >= ``start`` with ``at(n)`` = (True, result), given that a larger count never turns a
+    met limit into a missed one: doubling until one meets, then bisecting; None up to MAX_REPLICAS."""
+    lo, hi = start - 1, start
+    ok, r = at(hi)
+    while not ok:
+        if hi >= MAX_REPLICAS:
+            return None
+        lo, hi = hi, min(hi * 2, MAX_REPLICAS)
+        ok, r = at(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        mid_ok, mid_r = at(mid)
+        if mid_ok:
+            hi, r = mid, mid_r
+        else:
+            lo = mid
+    return hi, r
+
+
+def _first_meeting(d: Deployment, rate: float, limits: Mapping[str, float], start: int) -> tuple[int, LoadResult] | None:
+    """The fewest replicas from ``start`` whose per-replica load meets the limits."""
+    one = attrs.evolve(d, replicas=1)
+
+    def at(n: int) -> tuple[bool, LoadResult]:
+        r = one.at([rate / n])
+        return bool(meets(r, limits)[0]), r
+    return _fewest(at, start)
+
+
+def _why_not(d: Deployment, limits: Mapping[str, float]) -> str:
+    """Why no replica count meets the limits: the percentiles at a vanishing load already miss them."""
+    light = d.at([d.capacity_per_s * 1e-4])
+    missed = [f"{k[:-2].replace('_', ' ')} {float(getattr(light, k)[0]) * 1e3:.4g} ms > {v * 1e3:g} ms"
+              for k, v in limits.items() if not float(getattr(light, k)[0]) <= v]
+    return "even at a vanishing load " + ", ".join(missed) if missed else "no replica count meets the limits"
+
+
+def _sized(model: ModelSpec, g: DeviceGroup, kind: str, target: LoadTarget, *, formats: Mapping[str, Any],
+           params: EngineParams | None, prices: Prices, max_slots: int | None) -> Option:
+    placement = Placement(name=f"{kind} on {g.shape}", decode=g, prefill=g if kind == "disaggregated" else None)
+    d = deployment(model, placement, target.workload, formats=formats, params=params, max_slots=max_slots)
+    limits = dict(target.limits)
+    decode_limits = {k: v for k, v in limits.items() if not k.startswith(("ttft", "e2e"))} if kind == "disaggregated" \
+        else limits
+    start = max(1, math.ceil(target.rate_per_s / max(engine_capacity(d), 1e-300) * (1 + 1e-9)))
+    found = _first_meeting(d, target.rate_per_s, decode_limits or {"itl_p99_s": math.inf}, start)
+    if found is None:
+        return Option(device=g.device.id, placement=kind, reason=_why_not(d, decode_limits))
+    replicas, r = found
+    pools = 0
+    if kind == "disaggregated":
+        pools, r = _prefill_pool(attrs.evolve(d, replicas=replicas), target.rate_per_s, limits) or (0, r)
+        if not pools:
+            return Option(device=g.device.id, placement=kind, reason=_why_not(d, limits))
+    return _option(model, placement, target, r, replicas, pools, formats=formats, params=params, prices=prices,
+                   slots=d.engine.slots)
+
+
+def engine_capacity(d: Deployment) -> float:
+    """The rate one replica of the decode side sustains."""
+    return float(attrs.evolve(d, replicas=1, prefill_s=np.zeros(0), prompt_s=np.zeros(0)).capacity_per_s)
+
+
+def _prefill_pool(d: Deployment, rate: float, limits: Mapping[str, float]) -> tuple[int, LoadResult] | None:
+    """The fewest prefill groups that meet every limit with ``d``'s decode replicas."""
+    def at(p: int) -> tuple[bool, LoadResult]:
+        r = attrs.evolve(d, prefill_groups=p).at([rate])
+        return bool(meets(r, limits)[0]), r
+    return _fewest(at, max(1, math.ceil(rate * d.workload.lengths.mean(d.prefill_s) * (1 + 1e-9))))
+
+
+def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadResult, replicas: int, pools: int, *,
+            formats: Mapping[str, Any], params: EngineParams | None, prices: Prices, slots: int) -> LoadOption:
+    """The sized option: devices, power and price at the load each replica carries (its mean batch)."""
+    g, L = placement.decode, target.workload.lengths
+    request = Request(input_tokens=max(1, round(L.mean_input_tokens)), output_tokens=max(1, round(L.mean_output_tokens)))
+    batch = float(max(1, round(float(np.nan_to_num(r.batch_mean[0], nan=1.0)))))
+    one = evaluate_serving(model, Placement(name=placement.name, decode=g), request, batch=batch, target_formats=formats,
+                           params=params, prices=prices)
+    tokens = target.rate_per_s * L.mean_output_tokens
+    at = {"tokens_per_s": tokens / replicas, "power_w": float(one.power_w), "usd_per_hour": float(one.usd_per_hour),
+          "devices": float(g.count)}
+    devices = (replicas + pools) * g.count
+    per_kw, usd = _deployed_rates(at, replicas, devices, g.device, prices)
+
+    def v(name: str) -> float:
+        return float(np.asarray(getattr(r, name))[0])
+    return LoadOption(device=g.device.id, placement="disaggregated" if pools else "aggregated", replicas=replicas,
+                      devices=devices, prefill_groups=pools, batch_per_replica=slots, group=g.shape,
+                      tokens_per_s_per_user=1.0 / v("tpot_mean_s"), ttft_s=v("ttft_mean_s"),
+                      tokens_per_s_per_kw=per_kw, usd_per_million_output_tokens=usd, placement_record=placement,
+                      formats=dict(formats), target_formats=one.target_formats.as_dict() if one.target_formats else {},
+                      rate_per_s=target.rate_per_s, utilisation=v("utilisation"),
+                      prefill_utilisation=v("prefill_utilisation"), ttft_p50_s=v("ttft_p50_s"),
+                      ttft_p99_s=v("ttft_p99_s"), itl_p50_s=v("itl_p50_s"), itl_p99_s=v("itl_p99_s"),
+                      tpot_p99_s=v("tpot_p99_s"), e2e_p99_s=v("e2e_p99_s"))
+
+
+def size_at_rate(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, target: LoadTarget, *,
+                 formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
+                 prices: Prices | None = None, max_slots: int | None = None) -> list[Option]:
+    """The fewest devices per device kind and placement kind (aggregated, disaggregated) whose percentiles meet
+    ``target``'s limits at its rate (module docstring). Devices as :func:`roofline.size` takes them; options
+    best first (fewest devices, then the lowest p99 TTFT); a kind that cannot meet the limits is listed with
+    the reason. ``max_slots``: the scheduler's cap on running requests (vLLM's max_num_seqs)."""
+    if not isinstance(target, LoadTarget):
+        raise WorkloadError(f"target must be a LoadTarget, got {type(target).__name__}")
+    m = resolve_model(model)
+    L = target.workload.lengths
+    check_context(m, Request(input_tokens=int(L.input_tokens.max()), output_tokens=int(L.output_tokens.max())))
+    given = check_format_keys(formats)
+    prices = prices if prices is not None else shipped_prices()
+    items = [devices] if isinstance(devices, (str, Device, DeviceGroup)) else list(devices)
+    if not items:
+        raise WorkloadError("give at least one device (an id, a Device or a group) to size")
+    out: list[Option] = []
+    for item in (_device_or_group(i) for i in items):
+        dev = item.device if isinstance(item, DeviceGroup) else item
+        try:
+            fmt = device_formats(dev, given, m)
+            end = int(np.ceil(L.mean(L.input_tokens + L.output_tokens)))
+            shapes = [item] if isinstance(item, DeviceGroup) else _shapes(m, dev, end, fmt, params)
+        except RooflineError as e:
+            out += [Option(device=dev.id, placement=k, reason=str(e)) for k in ("aggregated", "disaggregated")]
+            continue
+        for kind in ("aggregated", "disaggregated"):
+            found = []
+            for g in shapes:
+                try:
+                    found.append(_sized(m, g, kind, target, formats=fmt, params=params, prices=prices,
+                                        max_slots=max_slots))
+                except RooflineError as e:
+                    found.append(Option(device=dev.id, placement=kind, reason=str(e)))
+            ok = [o for o in found if o.feasible]
+            out.append(min(ok, key=lambda o: (o.devices, o.ttft_p99_s)) if ok else
+                       next((o for o in found if o.reason), Option(device=dev.id, placement=kind, reason="none")))
+    return sorted(out, key=lambda o: (not o.feasible, o.devices, getattr(o, "ttft_p99_s", math.inf)))

@@ -1,0 +1,57 @@
+"""Tables and JSON of sizing for a request rate (``roofline size --rate``): percentiles and utilisation per option."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .render import View, _ms, _rate, _table, _usd, size_option_dict
+
+#: The figures a rate-sized option adds to a sized option's (JSON and CSV).
+LOAD_FIELDS = ("rate_per_s", "utilisation", "prefill_utilisation", "ttft_p50_s", "ttft_p99_s", "itl_p50_s",
+               "itl_p99_s", "tpot_p99_s", "e2e_p99_s")
+
+
+def load_option_dict(o: Any) -> dict[str, Any]:
+    """A sized option as JSON, with its percentiles and utilisation where it was sized for a rate."""
+    return {**size_option_dict(o), **{k: getattr(o, k, None) for k in LOAD_FIELDS}}
+
+
+def _limits_text(limits: dict[str, float]) -> str:
+    return ", ".join(f"{k[:-2].replace('_', ' ')} <= {v * 1e3:g} ms" for k, v in limits.items())
+
+
+def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str = "") -> View:
+    """Sizing for a rate: the fewest devices per device kind and placement whose percentiles meet the limits."""
+    L = target.workload.lengths
+    title = (f"{model_id}: {target.rate_per_s:g} requests/s, {_limits_text(dict(target.limits))}; lengths "
+             f"{L.name} (mean {L.mean_input_tokens:,.0f} in / {L.mean_output_tokens:,.0f} out)")
+    t = _table(title=title, caption=(
+        "Queues in closed form (docs/load.md): Poisson arrivals" + (
+            f" (gap CV^2 {target.workload.arrival_cv2:g})" if target.workload.arrival_cv2 != 1 else "")
+        + (f", {target.workload.prefix_hit:.0%} of each prompt cached" if target.workload.prefix_hit else "")
+        + "; util = rate / what the replicas sustain; ITL = gaps between tokens, TPOT = a request's mean gap. "
+        "devices = replicas x group (+ prefill groups of the same shape when disaggregated)." + note))
+    for c in ("group", "placement", "reps", "+prefill", "devices", "util", "TTFT\np50 ms", "TTFT\np99 ms",
+              "ITL\np99 ms", "TPOT\np99 ms", "$/Mtok\nout"):
+        t.add_column(c, justify="left" if c in ("group", "placement") else "right", no_wrap=c in ("group", "placement"))
+    for o in options:
+        if o.feasible:
+            t.add_row(o.group, o.placement, f"{o.replicas:,}", f"{o.prefill_groups:,}" if o.prefill_groups else "—",
+                      f"{o.devices:,}", f"{o.utilisation:.0%}" if math.isfinite(o.utilisation) else "—",
+                      _ms(o.ttft_p50_s), _ms(o.ttft_p99_s), _ms(o.itl_p99_s), _ms(o.tpot_p99_s),
+                      _usd(o.usd_per_million_output_tokens))
+    out: list[Any] = [t] if t.row_count else [f"{title}: no option meets the limits."]
+    failed: dict[tuple[str, str], list[str]] = {}
+    for o in options:
+        if not o.feasible:
+            failed.setdefault((o.device, o.reason), []).append(o.placement)
+    out += [f"{dev} ({', '.join(kinds)}): {reason}" for (dev, reason), kinds in failed.items()]
+    rows = [load_option_dict(o) for o in options]
+    data = {"model": model_id, "rate_per_s": target.rate_per_s, "limits": dict(target.limits),
+            "lengths": {"name": L.name, "mean_input_tokens": L.mean_input_tokens,
+                        "mean_output_tokens": L.mean_output_tokens},
+            "arrival_cv2": target.workload.arrival_cv2, "prefix_hit": target.workload.prefix_hit,
+            "options": rows, "tokens_per_s": _rate(target.rate_per_s * L.mean_output_tokens)}
+    return View(tables=out, data=data, rows=rows)
