@@ -111,7 +111,7 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         return (f"{len(mine)} | {med([r['error'] for r in mine])} | {med([loo.get(r['id']) for r in mine])} | "
                 f"{med([held.get(r['id']) for r in mine])} | {cover(mine, held)} |")
     for key, name in METRIC_NAMES.items():
-        mine = [r for r in gpu if r["metric"] == key]
+        mine = [r for r in gpu if r["metric"] == key and r["kind"] == "time"]
         if mine:
             rows.append(f"| GPU: {name} | {three(mine)}")
     rows.append(f"| **GPU: all time rows** | {three([r for r in gpu if r['kind'] == 'time'])}")
@@ -123,6 +123,9 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         rows.append(f"| GPU time rows whose stack build {name} | {three(mine)}")
     amd = [r for r in gpu if r["kind"] == "time" and r["hardware"].startswith("mi")]
     rows.append(f"| GPU time rows on AMD MI300X / MI325X / MI355X | {three(amd)}")
+    load = [r for r in v["rows"] if r["kind"] == "load"]
+    rows.append(f"| GPU served load: MLPerf Server / Interactive (queues, never fitted) | {len(load)} | "
+                f"{med([r['error'] for r in load])} | — | — | {cover(load)} |")
     for key, name in ENERGY_NAMES.items():
         mine = [r for r in gpu if r["metric"] == key]
         if mine:

@@ -33,11 +33,12 @@ def golden() -> dict:
 
 
 def validation_header() -> str:
-    """The measurements CSV header without the optional stack_version, dp, requests, poll_steps, token_budget, max_batch
-    and kv_memory_fraction columns (the tests' rows use the older format, which must keep working)."""
+    """The measurements CSV header without the optional stack_version, dp, requests, poll_steps, token_budget, max_batch,
+    kv_memory_fraction and served-load columns (the tests' rows use the older format, which must keep working)."""
     from roofline.evidence.validate import shipped_data
     return (open(shipped_data()).readline().replace(",stack_version,", ",").replace(",dp,", ",")
-            .replace(",requests,poll_steps,token_budget,max_batch,kv_memory_fraction,", ","))
+            .replace(",requests,poll_steps,token_budget,max_batch,kv_memory_fraction,", ",")
+            .replace(",lengths,p99_ttft_ms,p99_tpot_ms,chunked_prefill", ""))
 
 
 def write_rows(path, *rows: str):

@@ -52,7 +52,7 @@ from .workers import check_jobs, workers
 COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model",
            "weight_dtype", "expert_dtype", "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget",
            "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
-           "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms")
+           "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
@@ -336,6 +336,17 @@ def row_memory_fraction(row: Row, params: EngineParams) -> EngineParams:
     return attrs.evolve(params, usable_memory_fraction=value)
 
 
+def row_chunking(row: Row, params: EngineParams) -> EngineParams:
+    """The row's ``chunked_prefill`` (yes/no: whether the run split prompts over steps, as TensorRT-LLM's
+    ``enable_chunked_context`` does), else the stack's own default."""
+    text = row.get("chunked_prefill").lower()
+    if not text:
+        return params
+    if text not in ("yes", "no"):
+        raise RooflineError(f"column chunked_prefill = {text!r} is not yes or no")
+    return attrs.evolve(params, chunked_prefill=text == "yes")
+
+
 def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None = None,
                 memory_scale: float = 1.0) -> float:
     """The model's value for a row's metric; raises RooflineError when the row cannot be expressed.
@@ -350,7 +361,7 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     if slo and not (row.get("p99_ttft_ms") and row.get("p99_tpot_ms")):
         raise RooflineError("the load is the largest that meets the publication's latency limits: give them in "
                             "p99_ttft_ms and p99_tpot_ms")
-    params = row_memory_fraction(row, _row_engine(params, row.get("stack"), timed_in_process(row)))
+    params = row_chunking(row, row_memory_fraction(row, _row_engine(params, row.get("stack"), timed_in_process(row))))
     if memory_scale != 1.0:
         params = attrs.evolve(params, usable_memory_fraction=params.usable_memory_fraction * memory_scale)
     model = resolve_model(row.get("model"))

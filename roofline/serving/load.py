@@ -494,6 +494,9 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
     (a disaggregated prefill pool), the steps carry none."""
     fmt = formats.names()
     ctx = float(round(decode_context(lengths)))
+    # on a pipeline the batch runs as pp microbatches in flight, each scheduled against the whole budget (as
+    # :func:`roofline.serving.serve._token_budget` says): a step of the pipeline carries pp budgets of tokens
+    budget = int(token_budget) * group.pp
     slots = int(max_batch(model, group, context=ctx, params=params, **fmt))
     if max_slots is not None:
         slots = min(slots, int(max_slots))
@@ -505,16 +508,17 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
     overhead = resolve_profile(group.device, params).request_overhead_s
     if not prompts_ride:
         n = np.ones_like(lengths.input_tokens)
-        return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=int(token_budget),
+        return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=budget,
                       prompt_tokens=n, prompt_cost_s=np.zeros_like(n), overhead_s=overhead)
     new = np.maximum(np.round(lengths.input_tokens * (1 - prefix_hit)), 1.0)
     chunk = int(token_budget) if params.chunked_prefill is not False else None
     alone = prefill(model, group, prompt=new, prefix=lengths.input_tokens - new,
                     chunk=chunk if chunk and new.max() > chunk else None, params=params, **fmt)
     # riding a decode step, a prompt adds its own work (matmul and attention compute, its KV traffic, its
-    # share of the collectives); the step already reads the weights and pays the fixed costs
-    cost = np.asarray(alone.compute_s + alone.kv_memory_s + alone.communication_s, dtype=float)
-    return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=int(token_budget),
+    # share of the collectives); the step already reads the weights and pays the fixed costs. On a pipeline the
+    # chunks of the pp microbatches in flight overlap across the stages: each token adds 1/pp of its serial cost
+    cost = np.asarray(alone.compute_s + alone.kv_memory_s + alone.communication_s, dtype=float) / group.pp
+    return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=budget,
                   prompt_tokens=new, prompt_cost_s=cost, whole_prompts=params.chunked_prefill is False,
                   overhead_s=overhead)
 

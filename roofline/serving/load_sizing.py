@@ -32,7 +32,7 @@ from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import ModelLike, resolve_model
 from .load import Deployment, LoadResult, Workload, check_limits, deployment, meets
 from .serve import Placement, Request, check_context, evaluate_serving
-from .sizing import Option, _deployed_rates, _device_or_group, _shapes, device_formats
+from .sizing import Option, deployed_rates, device_formats, device_or_group, group_shapes
 
 #: The most replicas (and prefill groups) a search tries.
 MAX_REPLICAS = 100_000
@@ -157,7 +157,7 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
     at = {"tokens_per_s": tokens / replicas, "power_w": float(one.power_w), "usd_per_hour": float(one.usd_per_hour),
           "devices": float(g.count)}
     devices = (replicas + pools) * g.count
-    per_kw, usd = _deployed_rates(at, replicas, devices, g.device, prices)
+    per_kw, usd = deployed_rates(at, replicas, devices, g.device, prices)
 
     def v(name: str) -> float:
         return float(np.asarray(getattr(r, name))[0])
@@ -190,12 +190,12 @@ def size_at_rate(model: ModelLike, devices: Sequence[Device | DeviceGroup | str]
     if not items:
         raise WorkloadError("give at least one device (an id, a Device or a group) to size")
     out: list[Option] = []
-    for item in (_device_or_group(i) for i in items):
+    for item in (device_or_group(i) for i in items):
         dev = item.device if isinstance(item, DeviceGroup) else item
         try:
             fmt = device_formats(dev, given, m)
             end = int(np.ceil(L.mean(L.input_tokens + L.output_tokens)))
-            shapes = [item] if isinstance(item, DeviceGroup) else _shapes(m, dev, end, fmt, params)
+            shapes = [item] if isinstance(item, DeviceGroup) else group_shapes(m, dev, end, fmt, params)
         except RooflineError as e:
             out += [Option(device=dev.id, placement=k, reason=str(e)) for k in ("aggregated", "disaggregated")]
             continue

@@ -118,7 +118,7 @@ def device_formats(device: Device, given: Mapping[str, Any] | None, model: Model
     return out
 
 
-def _shapes(model: ModelSpec, device: Device, context: int, formats: Mapping[str, Any],
+def group_shapes(model: ModelSpec, device: Device, context: int, formats: Mapping[str, Any],
             params: EngineParams | None) -> list[DeviceGroup]:
     """Candidate groups: every TP of the family's layout (up to ``max_tp``) that divides the heads and holds the
     model at batch 1, then pipelines of ``max_tp`` devices per stage from the fewest stages that hold it up to
@@ -213,7 +213,7 @@ def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, dra
     if p.prefill is not None:   # the replicas' prefill shares (of groups shaped like g) in whole groups
         prefill = math.ceil(replicas * (at["devices"] - g.count) / g.count - 1e-9)
         devices = (replicas + prefill) * g.count
-    per_kw, usd = _deployed_rates(at, replicas, devices, g.device, prices)
+    per_kw, usd = deployed_rates(at, replicas, devices, g.device, prices)
     return Option(device=g.device.id, placement=kind, replicas=replicas, devices=devices, prefill_groups=prefill,
                   batch_per_replica=batch, gamma=int(at["gamma"]),
                   group=g.shape, tokens_per_s_per_user=at["tokens_per_s_per_user"], ttft_s=at["ttft_s"],
@@ -222,7 +222,7 @@ def _size_shape(model: ModelSpec, g: DeviceGroup, kind: str, target: Target, dra
                   draft_formats=r.draft_formats.as_dict() if r.draft_formats else {})
 
 
-def _deployed_rates(at: Mapping[str, float], replicas: int, devices: int, device: Device,
+def deployed_rates(at: Mapping[str, float], replicas: int, devices: int, device: Device,
                     prices: Prices | None) -> tuple[float, float]:
     """(tokens/s per kW, USD per million output tokens) of the whole deployment: ``replicas`` replicas as
     evaluated (their busy and idle power, their devices' price, a fractional prefill share each) plus the devices
@@ -262,7 +262,7 @@ def _kind_option(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, tar
     return Option(device=dev, placement=kind, reason=why)
 
 
-def _device_or_group(item: Any) -> Device | DeviceGroup:
+def device_or_group(item: Any) -> Device | DeviceGroup:
     """A device to search over its family's layouts (a record, an id or a spec path) or one group (a record or
     ``ID:N``), as :func:`size` takes them."""
     if isinstance(item, (Device, DeviceGroup)):
@@ -323,12 +323,12 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
         raise WorkloadError("give at least one device (an id, a Device or a group) to size")
     out = []
     for item in items:
-        item = _device_or_group(item)
+        item = device_or_group(item)
         dev = item.device if isinstance(item, DeviceGroup) else item
         try:
             fmt = device_formats(dev, formats, model)
             end = target.request.input_tokens + target.request.output_tokens
-            shapes = [item] if isinstance(item, DeviceGroup) else _shapes(model, dev, end, fmt, params)
+            shapes = [item] if isinstance(item, DeviceGroup) else group_shapes(model, dev, end, fmt, params)
         except RooflineError as e:
             out += [Option(device=dev.id, placement=k, reason=str(e)) for k in kinds]
             continue

@@ -480,7 +480,7 @@ def load_model(id_or_path: str | os.PathLike[str]) -> ModelSpec:
         raise NotFoundError("an empty model name: give a preset id (`roofline models`), a Hugging Face repo id or "
                             "the path of a config.json")
     if isinstance(id_or_path, str) and not _written_as_path(text):
-        key = text.strip().lower()
+        key = text.strip(" ").lower()   # 'llama-3.1-8b\n' (a stray newline) is no id
         if key in list_models():
             return _load_preset(key)
         if key in preset_repos():

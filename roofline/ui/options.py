@@ -275,6 +275,8 @@ def format_name(value: str | None, flag: str) -> str | None:
     """``value`` of a format option, checked against the formats (``auto``: the default); None stays None."""
     if value is None or value.strip().lower() == "auto":
         return value
+    if not value.strip():
+        raise UsageError(f"{flag}: an empty format name; give one (`roofline formats` lists them)")
     try:
         get_format(value)
     except RooflineError as e:

@@ -76,7 +76,7 @@ class _Table(Table):
         super().add_row(*(cell(r) for r in renderables), **kw)
 
 
-def _table(title: str | None = None, caption: str | None = None, **kw: Any) -> Table:
+def house_table(title: str | None = None, caption: str | None = None, **kw: Any) -> Table:
     """The house style: compact borders and padding, so tables fit an 80-column terminal."""
     return _Table(title=title, caption=caption, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
                   show_edge=False, **kw)
@@ -163,7 +163,7 @@ def shown_path(path: str) -> str:
 def profile_table(dev: Device) -> Table:
     """Every field of the device's execution profile with where its value comes from."""
     fam = family_profile(dev.family)
-    t = _table(title=f"execution profile: {fam.name} (family {dev.family})",
+    t = house_table(title=f"execution profile: {fam.name} (family {dev.family})",
               caption=f"Family file: {shown_path(fam.path)}. A device's [execution] table overrides a field; so does "
                       f"--set {dev.id}.execution.FIELD=VALUE.")
     for c in ("field", "value", "provenance"):
@@ -223,7 +223,7 @@ def _peak_cell(d: Device, classes: tuple[str, ...]) -> str:
 
 
 def devices_table(devices: list[Device]) -> Table:
-    t = _table(title="Devices", caption="Dense peaks of the native formats of each width (named when not bf16, "
+    t = house_table(title="Devices", caption="Dense peaks of the native formats of each width (named when not bf16, "
                                         "fp8, fp4), decimal units (TB/s = 1e12 B/s, GB = 1e9 B) as everywhere in the "
                                         "tool, with capacities' binary GiB in parentheses; one "
                                         "line per memory tier; 'unknown' = native but not published, — = none "
@@ -240,7 +240,7 @@ def devices_table(devices: list[Device]) -> Table:
 
 def device_table(dev: Device) -> Table:
     isa = f", {dev.isa}" if dev.isa else ""
-    t = _table(title=f"{dev.name} ({dev.id}{isa}, {dev.status})", caption=f"Spec file: {shown_path(dev.path)}")
+    t = house_table(title=f"{dev.name} ({dev.id}{isa}, {dev.status})", caption=f"Spec file: {shown_path(dev.path)}")
     t.add_column("field")
     t.add_column("value", justify="right")
     t.add_column("source")
@@ -298,7 +298,7 @@ def _b(n: float) -> str:
 
 
 def models_table(models: list[ModelSpec]) -> Table:
-    t = _table(title="Models", caption="Parameters derived from the architecture (exact counts and the family in "
+    t = house_table(title="Models", caption="Parameters derived from the architecture (exact counts and the family in "
                                       "`roofline show MODEL` and --json); active = all but unrouted experts (with the "
                                       "embedding table); KV per token for bf16 on full-attention layers, plus what "
                                       "the sliding-window layers hold once their window is full (windowed).")
@@ -320,7 +320,7 @@ def models_table(models: list[ModelSpec]) -> Table:
 
 
 def model_table(m: ModelSpec) -> Table:
-    t = _table(title=f"{m.id} ({m.family})", caption=f"Config: {m.source}")
+    t = house_table(title=f"{m.id} ({m.family})", caption=f"Config: {m.source}")
     t.add_column("component")
     t.add_column("parameters", justify="right")
     for k, v in m.param_breakdown().items():
@@ -382,7 +382,7 @@ def stage_dict(r: StageResult) -> dict[str, Any]:
             "memory_by_tier_s": {k: v for k, v in r.memory_by_tier_s.items()}, "rows": stage_rows(r)}
 
 
-def _ms(v: float) -> str:
+def ms_cell(v: float) -> str:
     return "—" if not math.isfinite(v) else (f"{v * 1e3:.3g}" if v * 1e3 < 1000 else f"{v * 1e3:,.0f}")
 
 
@@ -395,7 +395,7 @@ def _value(v: float) -> str:
     return f"{v:,.{digits}f}"
 
 
-def _rate(v: float) -> str:
+def rate_cell(v: float) -> str:
     """A rate in at most 7 characters: 2,205 / 34.4 / 349k / 1.38M (exact values are in --json and --csv)."""
     if not math.isfinite(v):
         return "—"
@@ -420,7 +420,7 @@ def stage_table(r: StageResult, caption: str | None) -> Table:
     rows = stage_rows(r)
     n, ctx = rows[0]["new_tokens"], rows[0]["context"]
     where = f"{n:.0f} new tokens/seq after {ctx:.0f} cached" if r.stage != "decode" else f"context {ctx:.0f}"
-    t = _table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption,
+    t = house_table(title=f"{r.stage}: {r.model_id} on {r.group}, {where} (times in ms)", caption=caption,
                caption_justify="left")
     comm = any(row["communication_s"] for row in rows if row["fits"])
     deq = any(row["dequant_s"] for row in rows if row["fits"])
@@ -430,13 +430,13 @@ def stage_table(r: StageResult, caption: str | None) -> Table:
     for c in cols:
         t.add_column(c, justify="left" if c == "bound" else "right", overflow="fold")
     for row in rows:
-        part = _ms if row["fits"] else (lambda v: "—")  # components of a point that does not fit: not shown
-        t.add_row(f"{row['batch']:.0f}", _ms(row["time_s"]), part(row["compute_s"]),
+        part = ms_cell if row["fits"] else (lambda v: "—")  # components of a point that does not fit: not shown
+        t.add_row(f"{row['batch']:.0f}", ms_cell(row["time_s"]), part(row["compute_s"]),
                   part(row["memory_s"]), *([part(row["dequant_s"])] if deq else []),
                   *([part(row["communication_s"])] if comm else []), part(row["overhead_s"]),
                   short_bound(row["bound"]), _intensity(row["intensity_flop_per_byte"]),
-                  _gb(row["memory_per_device_bytes"]), _rate(row["per_sequence_tokens_per_s"]),
-                  _rate(row["tokens_per_s"]))
+                  _gb(row["memory_per_device_bytes"]), rate_cell(row["per_sequence_tokens_per_s"]),
+                  rate_cell(row["tokens_per_s"]))
     return t
 
 
@@ -505,8 +505,8 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
     base_e = d["baseline_energy_per_token_j"]
     def joule(e: Any) -> str:
         return f", {e:.3g} J/token" if e is not None and math.isfinite(e) else ""
-    base = (f"{_rate(d['baseline_tokens_per_s_per_user'])} tok/s/user" + joule(base_e) if not several else "; ".join(
-        f"batch {b['batch']:.0f}: {_rate(b['tokens_per_s_per_user'])} tok/s/user{joule(b['energy_per_token_j'])}"
+    base = (f"{rate_cell(d['baseline_tokens_per_s_per_user'])} tok/s/user" + joule(base_e) if not several else "; ".join(
+        f"batch {b['batch']:.0f}: {rate_cell(b['tokens_per_s_per_user'])} tok/s/user{joule(b['energy_per_token_j'])}"
         for b in d["baseline_by_batch"]))
     sweep = d["alpha_sweep"]
 
@@ -530,7 +530,7 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
               if r.draft_group != r.target_group and any(row["gamma"] == 0 for row in d["rows"]) else "")
            + (f" What-if: {', '.join(overrides)}." if overrides else "")
            + (f" {r.energy_note}" if r.energy_note else "") + note)
-    t = _table(title=f"speculative decoding: {r.target} with {r.draft}, batch {','.join(map(str, batches))}",
+    t = house_table(title=f"speculative decoding: {r.target} with {r.draft}, batch {','.join(map(str, batches))}",
                caption=cap)
     lead = ("alpha",) * sweep + ("batch",) * several   # the rows' order
     for c in (*lead, "gamma", "draft\nms", "verify\nms", "xfer\nus", "tok/\nround", "tok/s\n/user", "speed-\nup",
@@ -540,10 +540,10 @@ def spec_table(r: SpecResult, best_gamma: Any, overrides: Sequence[str] = (), no
         mark = "*" if row["best"] else ""
         ok = row["fits"]
         t.add_row(*({"alpha": f"{row['alpha']:g}", "batch": f"{row['batch']:.0f}"}[c] for c in lead),
-                  f"{row['gamma']:.0f}{mark}", _ms(row["draft_s"]),
-                  _ms(row["verify_s"]), _ms(row["transfer_s"] * 1e3) if ok else "—",
+                  f"{row['gamma']:.0f}{mark}", ms_cell(row["draft_s"]),
+                  ms_cell(row["verify_s"]), ms_cell(row["transfer_s"] * 1e3) if ok else "—",
                   _sig3(row["expected_tokens"]) if ok else "—",
-                  _rate(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
+                  rate_cell(row["tokens_per_s_per_user"]), f"{row['speedup']:.2f}" if ok else "—",
                   _sig3(row["energy_per_token_j"]) if ok and math.isfinite(row["energy_per_token_j"] or math.nan) else "—",
                   f"{short_bound(row['draft_bound'])}/{short_bound(row['verify_bound'])}",
                   style="bold" if mark else None)
@@ -616,7 +616,7 @@ def formats_lines(by_name: Mapping[str, str], kind: str) -> list[str]:
 def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> list[Any]:
     """Feasible placements as a table, then one line per infeasible one with its reason (a footnote, not a
     one-word-wide cell). rows: (name, description, point or None, reason)."""
-    t = _table(title=title, caption=caption)
+    t = house_table(title=title, caption=caption)
     # several sets of formats: a key per row and each set said once under the table
     keys = {text: str(i) for i, text in enumerate(dict.fromkeys(
         formats_text(p) for _n, _d, p, _r in rows if p and p["fits"]), start=1)}
@@ -628,9 +628,9 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
         if p is None or not p["fits"]:
             failed.setdefault(reason or "does not fit", []).append(name)
             continue
-        t.add_row(name, *((keys[formats_text(p)],) if len(keys) > 1 else ()), f"{p['devices']:.3g}", _ms(p["ttft_s"]),
-                  _ms(p["tpot_s"]), _s(p["e2e_s"]), _rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]),
-                  _s(p["energy_per_token_j"]))
+        t.add_row(name, *((keys[formats_text(p)],) if len(keys) > 1 else ()), f"{p['devices']:.3g}",
+                  ms_cell(p["ttft_s"]), ms_cell(p["tpot_s"]), _s(p["e2e_s"]), rate_cell(p["tokens_per_s_per_user"]),
+                  rate_cell(p["tokens_per_s_per_kw"]), _s(p["energy_per_token_j"]))
     out: list[Any] = [t] if t.row_count else [f"{title}: no placement is feasible."]
     if len(keys) > 1:
         out += ["Formats (fmt; unless given: bf16, or the native format every device of a group computes):"] + [
@@ -644,12 +644,12 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
 
 
 def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "", workload: str = "") -> Table:
-    t = _table(title=f"frontier: {name}" + (f" ({workload})" if workload else ""), caption=caption or None)
+    t = house_table(title=f"frontier: {name}" + (f" ({workload})" if workload else ""), caption=caption or None)
     for c in ("tok/s\n/user", "tok/s\n/kW", "$/Mtok\nout", "E2E\ns", "TTFT\nms", "J/\ntoken", "batch", "gamma"):
         t.add_column(c, justify="right")
     for p in points:
-        t.add_row(_rate(p["tokens_per_s_per_user"]), _rate(p["tokens_per_s_per_kw"]),
-                  _usd(p.get("usd_per_million_output_tokens", math.nan)), _s(p["e2e_s"]), _ms(p["ttft_s"]),
+        t.add_row(rate_cell(p["tokens_per_s_per_user"]), rate_cell(p["tokens_per_s_per_kw"]),
+                  usd_cell(p.get("usd_per_million_output_tokens", math.nan)), _s(p["e2e_s"]), ms_cell(p["ttft_s"]),
                   _s(p["energy_per_token_j"]), f"{p['batch']:.0f}", f"{p['gamma']:.0f}")
     return t
 
@@ -657,7 +657,7 @@ def frontier_table(name: str, points: list[dict[str, Any]], caption: str = "", w
 def comparison_table(rows: list[dict[str, Any]], baseline: str, axis: str = "kw") -> Table:
     y = "tokens/s per kW" if axis == "kw" else "tokens per USD"
     best = "energy-optimised" if axis == "kw" else "cost-optimised"
-    t = _table(title=f"interactivity at equal {y}, against {baseline}",
+    t = house_table(title=f"interactivity at equal {y}, against {baseline}",
                caption=f"interactivity-optimised: at the {y} of the baseline's most interactive point; "
                        f"{best}: at the baseline's highest {y} (— when the configuration cannot reach it).")
     for c in ("configuration", "interactivity-\noptimised", best.replace("-", "-\n"), "best ratio\non shared\nrange"):
@@ -673,7 +673,7 @@ def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context
                   overrides: Sequence[str] = (), note: str = "") -> list[Any]:
     """One row per group and batch; groups that cannot run the model get one line each below the table. The
     caption names the what-ifs applied to every group and what each named variant changed."""
-    t = _table(title=f"{model_id}: side by side (decode at context {context}, prefill of {prompt})",
+    t = house_table(title=f"{model_id}: side by side (decode at context {context}, prefill of {prompt})",
                caption="tok/s/kW from the linear utilisation power model; $/Mtok: the group's devices at their "
                        "price per hour (plus its power at the electricity price, where one is set) over its decode "
                        "tokens; max batch at this context." + (f" What-if: {', '.join(overrides)}." if overrides else "")
@@ -691,11 +691,11 @@ def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context
         usd = r.get("usd_per_million_output_tokens") or [math.nan] * len(r["decode"])
         for i, d in enumerate(r["decode"]):
             first = i == 0
-            t.add_row(r["name"] if first else "", f"{d['batch']:.0f}", _ms(d["time_s"]),
-                      _rate(d["per_sequence_tokens_per_s"]), _rate(kw[i] if kw[i] is not None else math.nan),
-                      _usd(usd[i] if usd[i] is not None else math.nan),
+            t.add_row(r["name"] if first else "", f"{d['batch']:.0f}", ms_cell(d["time_s"]),
+                      rate_cell(d["per_sequence_tokens_per_s"]), rate_cell(kw[i] if kw[i] is not None else math.nan),
+                      usd_cell(usd[i] if usd[i] is not None else math.nan),
                       short_bound(d["bound"]),
-                      _ms(r["prefill"]["time_s"] if r["prefill"]["fits"] else math.nan) if first else "",
+                      ms_cell(r["prefill"]["time_s"] if r["prefill"]["fits"] else math.nan) if first else "",
                       str(r["max_batch"]) if first else "")
     return [t, *errors]
 
@@ -703,7 +703,7 @@ def compare_table(model_id: str, batch: Any, rows: list[dict[str, Any]], context
 def elasticity_table(name: str, el: dict[str, float], batch: int, context: int) -> Table:
     shown = {k: v for k, v in el.items() if round(v, 2) != 0}   # a field that moves nothing at the precision shown
     idle = len(el) - len(shown)
-    t = _table(title=f"{name}: elasticity of decode time (batch {batch}, context {context})",
+    t = house_table(title=f"{name}: elasticity of decode time (batch {batch}, context {context})",
               caption="d ln(time) / d ln(field): -1 = time inversely proportional to the field, 0 = irrelevant here."
                       + (f" {idle} field{'s' if idle != 1 else ''} with no effect here (|elasticity| < 0.005) left "
                          "out; --json lists every field." if idle else ""))
@@ -720,7 +720,7 @@ def _share(x: float) -> str:
 
 
 def diagnosis_table(d: dict[str, Any]) -> Table:
-    t = _table(title=f"diagnosis: {d['model']} on {d['group']}, batch {d['batch']:.0f}, "
+    t = house_table(title=f"diagnosis: {d['model']} on {d['group']}, batch {d['batch']:.0f}, "
                     f"{d['isl']:.0f} in / {d['osl']:.0f} out ({d['serving']})",
               caption=d["advice"] + (f". What-if: {', '.join(d['overrides'])}" if d.get("overrides") else ""))
     peak = "what-if" if d.get("overrides") else "datasheet"
@@ -761,7 +761,7 @@ def validation_table(v: Validation, path: str, shown: int | None = VALIDATE_ROWS
         f": no row listed (--rows N lists the N of {len(v.rows)} with the largest errors)" if shown == 0 else
         f": the {shown} of {len(v.rows)} rows with the largest errors (--rows all lists every one)"
         if shown < len(v.rows) else ": largest errors first (--rows all: the file's order)"))
-    t = _table(title=title, caption=cap)
+    t = house_table(title=title, caption=cap)
     for c in ("id", "metric", "device", "model", "g", "predicted", "measured", "error"):
         t.add_column(c, justify="right" if c in ("predicted", "measured", "error") else "left")
     for r in rows:
@@ -825,7 +825,7 @@ def validation_summary_table(v: Validation, fit: Mapping[str, Any] | None = None
     """Median |error|, median signed error and row count per kind, family, metric, device and stack, the
     calibration's own record (``fit``: the profile's ``[fit]`` table; ``same_data``: whether it was fitted on the
     rows validated) and how far the data's repeated measurements agree (``repeats``: :func:`repeat_summary`)."""
-    t = _table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
+    t = house_table(title="errors by group", caption="error = predicted / measured - 1: + is a throughput, power or "
                                                 "energy above the measured one, or a TTFT / ITL longer than measured. "
                                                 "in 80% = the rows whose shipped prediction's 80% interval (made from "
                                                 "the other publications' held-out errors) holds the measurement: "
@@ -850,7 +850,7 @@ def skipped_table(skipped: Sequence[dict[str, str]]) -> Table:
     by_reason: dict[str, list[str]] = {}
     for x in skipped:
         by_reason.setdefault(x["reason"], []).append(x["id"])
-    t = _table(title=f"{len(skipped)} rows not predicted", caption="--json lists every row with its reason",
+    t = house_table(title=f"{len(skipped)} rows not predicted", caption="--json lists every row with its reason",
                caption_justify="left")
     for c in ("rows", "ids", "reason"):
         t.add_column(c, justify="right" if c == "rows" else "left")
@@ -872,7 +872,7 @@ def params_dict(p: EngineParams) -> dict[str, float]:
 def calibration_table(d: dict[str, Any]) -> Table:
     fams = list(d["families"])
     checked = len(d.get("checked_rows") or ())
-    t = _table(title=f"calibration on {len(d['rows'])} rows of {d['data']}"
+    t = house_table(title=f"calibration on {len(d['rows'])} rows of {d['data']}"
                      + (f" ({checked} of grade C or D predicted, not fitted)" if checked else ""),
               caption=f"Median |error|: {fit_errors(d['record'])}"
                       + (f". Profile written to {d['profile']}." if d["profile"] else "."))
@@ -932,7 +932,7 @@ def model_view(m: ModelSpec) -> View:
 
 
 def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
-    t = _table(title="Number formats", caption="bits per element include block scales; weight-only formats are "
+    t = house_table(title="Number formats", caption="bits per element include block scales; weight-only formats are "
                                               "dequantised and multiplied at the activation format's rate; a format "
                                               "with activations 'as given' multiplies at the wider operand's rate "
                                               "(mxfp4 with bf16 activations: unpacked, bf16 rate; with mxfp8: fp8); "
@@ -946,7 +946,7 @@ def formats_view(formats: Sequence[Any], links: Sequence[Any]) -> View:
         rows.append({"format": f.name, "bits_per_element": f.bits_per_element, "compute": f.compute,
                      "weight_only": f.weight_only, "quantises_activations": f.quantises_activations,
                      "description": f.description})
-    lt = _table(title="Named links between device groups", caption="Any link can also be given as BANDWIDTH,LATENCY "
+    lt = house_table(title="Named links between device groups", caption="Any link can also be given as BANDWIDTH,LATENCY "
                                                                   "(e.g. 50GB/s,3us). Latencies are estimates.")
     for c in ("link", "bandwidth per direction", "latency"):
         lt.add_column(c, justify="left" if c == "link" else "right")
@@ -1078,7 +1078,7 @@ def calibration_view(d: dict[str, Any]) -> View:
 
 def layer_fit_view(fit: Any, path: str) -> View:
     """A family's fitted per-layer latencies, the rows they come from and the held-out errors."""
-    t = _table(title=f"{fit.family}: per-layer stage latency fitted on its smallest models ({path})",
+    t = house_table(title=f"{fit.family}: per-layer stage latency fitted on its smallest models ({path})",
               caption=f"layer_overhead = {fit.layer_overhead_s * 1e6:.1f} us"
                       + (f", moe_layer_overhead = {fit.moe_layer_overhead_s * 1e6:.1f} us"
                          if fit.moe_layer_overhead_s is not None else "")
@@ -1100,7 +1100,7 @@ def layer_fit_view(fit: Any, path: str) -> View:
 
 def family_fit_view(fit: Any, path: str) -> View:
     """A non-GPU family's fitted profile fields and its errors: blind (the estimates), in-sample, held out."""
-    t = _table(title=f"{fit.family}: execution profile fitted on {fit.rows} rows of {fit.sources} publications ({path})",
+    t = house_table(title=f"{fit.family}: execution profile fitted on {fit.rows} rows of {fit.sources} publications ({path})",
                caption=f"Held out: each publication predicted by a fit on the others. scripts/fit_families.py writes "
                        f"the values into hardware_specs/execution/{fit.family}.toml.")
     for c in ("field", "estimate", "fitted"):
@@ -1120,7 +1120,7 @@ def power_fit_view(fit: Any, path: str) -> View:
     """The GPU family's fitted busy-power floor: power rows before and after, J-per-token rows as a check."""
     after = np.abs(list(fit.fitted_rows.values()))
     check = np.abs(list(fit.checked_rows.values()))
-    t = _table(title=f"gpu: busy-power floor fitted on measured power ({path})",
+    t = house_table(title=f"gpu: busy-power floor fitted on measured power ({path})",
                caption=f"busy_floor_fraction = {fit.floor_fraction:.2f} of TDP (write it into "
                        "hardware_specs/execution/gpu.toml). Power rows were fitted; J-per-token rows were not.")
     for c in ("rows", "n", "median abs error"):
@@ -1140,7 +1140,7 @@ SIZE_FIELDS = ("device", "placement", "feasible", "replicas", "group", "devices"
                "tokens_per_s_per_user", "ttft_s", "tokens_per_s_per_kw", "usd_per_million_output_tokens", "reason")
 
 
-def _usd(v: float) -> str:
+def usd_cell(v: float) -> str:
     return "—" if not math.isfinite(v) else f"{v:.3g}" if v < 10 else f"{v:,.1f}" if v < 1000 else f"{v:,.0f}"
 
 
@@ -1165,15 +1165,15 @@ def _formats_used(options: Sequence[Any]) -> str:
 
 def size_table(title: str, options: Sequence[Any], caption: str) -> list[Any]:
     """Feasible options, best first, then one line per device kind that cannot meet the target."""
-    t = _table(title=title, caption=caption)
+    t = house_table(title=title, caption=caption)
     for c in ("group", "placement", "reps", "devices", "batch", "tok/s\n/user", "TTFT\nms", "tok/s\n/kW",
               "$/Mtok\nout"):
         t.add_column(c, justify="left" if c in ("group", "placement") else "right", no_wrap=c in ("group", "placement"))
     for o in options:
         if o.feasible:
             t.add_row(o.group, o.placement + (f" γ{o.gamma}" if o.gamma else ""), f"{o.replicas:,}", f"{o.devices:,}",
-                      f"{o.batch_per_replica:,}", _rate(o.tokens_per_s_per_user), _ms(o.ttft_s),
-                      _rate(o.tokens_per_s_per_kw), _usd(o.usd_per_million_output_tokens))
+                      f"{o.batch_per_replica:,}", rate_cell(o.tokens_per_s_per_user), ms_cell(o.ttft_s),
+                      rate_cell(o.tokens_per_s_per_kw), usd_cell(o.usd_per_million_output_tokens))
     out: list[Any] = [t] if t.row_count else [f"{title}: no option meets the target."]
     failed: dict[tuple[str, str], list[str]] = {}
     for o in options:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .render import View, _ms, _rate, _table, _usd, size_option_dict
+from .render import View, house_table, ms_cell, rate_cell, size_option_dict, usd_cell
 
 #: The figures a rate-sized option adds to a sized option's (JSON and CSV).
 LOAD_FIELDS = ("rate_per_s", "utilisation", "prefill_utilisation", "ttft_p50_s", "ttft_p99_s", "itl_p50_s",
@@ -27,7 +27,7 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
     L = target.workload.lengths
     title = (f"{model_id}: {target.rate_per_s:g} requests/s, {_limits_text(dict(target.limits))}; lengths "
              f"{L.name} (mean {L.mean_input_tokens:,.0f} in / {L.mean_output_tokens:,.0f} out)")
-    t = _table(title=title, caption=(
+    t = house_table(title=title, caption=(
         "Queues in closed form (docs/load.md): Poisson arrivals" + (
             f" (gap CV^2 {target.workload.arrival_cv2:g})" if target.workload.arrival_cv2 != 1 else "")
         + (f", {target.workload.prefix_hit:.0%} of each prompt cached" if target.workload.prefix_hit else "")
@@ -40,8 +40,8 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
         if o.feasible:
             t.add_row(o.group, o.placement, f"{o.replicas:,}", f"{o.prefill_groups:,}" if o.prefill_groups else "—",
                       f"{o.devices:,}", f"{o.utilisation:.0%}" if math.isfinite(o.utilisation) else "—",
-                      _ms(o.ttft_p50_s), _ms(o.ttft_p99_s), _ms(o.itl_p99_s), _ms(o.tpot_p99_s),
-                      _usd(o.usd_per_million_output_tokens))
+                      ms_cell(o.ttft_p50_s), ms_cell(o.ttft_p99_s), ms_cell(o.itl_p99_s), ms_cell(o.tpot_p99_s),
+                      usd_cell(o.usd_per_million_output_tokens))
     out: list[Any] = [t] if t.row_count else [f"{title}: no option meets the limits."]
     failed: dict[tuple[str, str], list[str]] = {}
     for o in options:
@@ -53,5 +53,5 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
             "lengths": {"name": L.name, "mean_input_tokens": L.mean_input_tokens,
                         "mean_output_tokens": L.mean_output_tokens},
             "arrival_cv2": target.workload.arrival_cv2, "prefix_hit": target.workload.prefix_hit,
-            "options": rows, "tokens_per_s": _rate(target.rate_per_s * L.mean_output_tokens)}
+            "options": rows, "tokens_per_s": rate_cell(target.rate_per_s * L.mean_output_tokens)}
     return View(tables=out, data=data, rows=rows)
