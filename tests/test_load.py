@@ -265,3 +265,17 @@ def test_size_rate_command(run_cli):
     code, out, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "30", "--p99-ttft-ms", "500",
                              "--lengths", "sharegpt")
     assert code == 1 and "shipped" in err
+
+
+def test_placements_rate_adds_each_placements_percentiles(run_cli):
+    import json
+    code, out, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm,b200", "--rate", "20",
+                             "--lengths", "lognormal:0.8", "--isl", "2000", "--osl", "300", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    loads = [p["load"] for p in data["placements"]]
+    assert data["rate_per_s"] == 20 and any("over capacity" in x.get("reason", "") for x in loads)
+    ok = [x for x in loads if "ttft_p99_s" in x]
+    assert ok and all(x["ttft_p99_s"] >= x["ttft_p50_s"] > 0 and 0 < x["utilisation"] < 1 for x in ok)
+    code, out, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "b200", "--rate", "20")
+    assert code == 0 and "one replica of each placement at 20 requests/s" in out

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import RooflineError, WorkloadError
 from ..physics.energy import DEFAULT_POWER
 from ..physics.speculative import Acceptance
+from ..serving.load import Workload
 from ..serving.serve import DEFAULT_TOKEN_BUDGET
 from ..serving.trust import intervals_for
 from ..serving.whatif import WhatIf
@@ -20,6 +21,7 @@ from ..specs.devices import Device
 from ..specs.formats import get_format
 from ..specs.hf_config import ARCHITECTURES
 from ..specs.intervals import DEFAULT_LEVEL
+from ..specs.lengths import Lengths, shipped_lengths
 from ..specs.params import (
     DEFAULT_STACK,
     EngineParams,
@@ -466,3 +468,35 @@ def shipped_inputs(args: argparse.Namespace) -> list[str]:
         from ..evidence.validate import shipped_data
         return [str(shipped_data())]
     return []
+
+
+def add_load_options(sp: argparse.ArgumentParser) -> None:
+    """The workload of a request rate: --lengths, --burstiness, --prefix-hit (size --rate, placements --rate)."""
+    sp.add_argument("--lengths", default="fixed", metavar="L",
+                    help="with --rate: request lengths: fixed (--isl/--osl), lognormal[:CV] (means --isl/--osl), a "
+                         "shipped histogram (mlperf-llama2-70b, mlperf-mixtral-8x7b, mlperf-llama3.1-405b, "
+                         "mlperf-deepseek-r1) or a histogram CSV (input_tokens,output_tokens,weight)")
+    sp.add_argument("--burstiness", default="1", metavar="CV2",
+                    help="with --rate: squared CV of the gaps between arrivals (1 Poisson, above 1 burstier)")
+    sp.add_argument("--prefix-hit", default="0", metavar="F",
+                    help="with --rate: the share of each prompt found in a prefix cache (0-0.99)")
+
+
+def load_workload(args: argparse.Namespace) -> Workload:
+    """The --lengths/--burstiness/--prefix-hit workload."""
+    return Workload(lengths=lengths_option(args.lengths, args.isl, args.osl),
+                    arrival_cv2=number(args.burstiness, "--burstiness", positive=True),
+                    prefix_hit=number(args.prefix_hit, "--prefix-hit"))
+
+
+def lengths_option(text: str, isl: int, osl: int) -> Lengths:
+    """--lengths: ``fixed`` (--isl/--osl), ``lognormal[:CV]`` (means --isl/--osl), a shipped histogram's name
+    (mlperf-llama2-70b) or a histogram CSV's path."""
+    if text == "fixed":
+        return Lengths.fixed(isl, osl)
+    if text.startswith("lognormal"):
+        cv = text.partition(":")[2]
+        return Lengths.lognormal(isl, osl, cv=number(cv, "--lengths lognormal:CV", positive=True) if cv else 1.0)
+    if text.endswith(".csv") or "/" in text:
+        return Lengths.from_file(text)
+    return shipped_lengths(text)

@@ -55,3 +55,22 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
             "arrival_cv2": target.workload.arrival_cv2, "prefix_hit": target.workload.prefix_hit,
             "options": rows, "tokens_per_s": rate_cell(target.rate_per_s * L.mean_output_tokens)}
     return View(tables=out, data=data, rows=rows)
+
+
+def with_load_table(view: View, items: list[dict[str, Any]], rate_per_s: float) -> View:
+    """A placements view with a second table: each placement's percentiles at ``rate_per_s`` (one replica)."""
+    t = house_table(title=f"one replica of each placement at {rate_per_s:g} requests/s", caption=(
+        "Queues in closed form (docs/load.md); a disaggregated placement with the fewest prefill groups that keep "
+        "its pool below saturation, plus one."))
+    for c in ("placement", "+prefill", "util", "TTFT\np50 ms", "TTFT\np99 ms", "ITL\np99 ms", "TPOT\np99 ms"):
+        t.add_column(c, justify="left" if c == "placement" else "right", no_wrap=c == "placement")
+    for i in items:
+        load = i.get("load") or {}
+        if "reason" in load:
+            t.add_row(i["name"], "", "", load["reason"], "", "", "")
+        elif load:
+            t.add_row(i["name"], str(load["prefill_groups"] or "—"), f"{load['utilisation']:.0%}",
+                      ms_cell(load["ttft_p50_s"]), ms_cell(load["ttft_p99_s"]), ms_cell(load["itl_p99_s"]),
+                      ms_cell(load["tpot_p99_s"]))
+    rows = [{**r, **{f"load_{k}": v for k, v in (i.get("load") or {}).items()}} for r, i in zip(view.rows, items)]
+    return View(tables=[*view.tables, t], data=view.data, rows=rows, script=view.script)

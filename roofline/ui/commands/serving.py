@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
+import attrs
 import numpy as np
 from rich.console import Console
 
 from ...errors import RooflineError
 from ...serving.frontier import compare_frontiers, pareto_frontier
+from ...serving.load import deployment
 from ...serving.placements import enumerate_placements
 from ...serving.serve import Placement, Request, evaluate_serving
 from ...serving.whatif import WhatIf
@@ -24,6 +27,7 @@ from ..options import (
     acceptance,
     add_acceptance,
     add_formats,
+    add_load_options,
     add_prices,
     add_request,
     add_what_if,
@@ -31,7 +35,9 @@ from ..options import (
     engine_params,
     formats,
     idle_note,
+    load_workload,
     nonnegative,
+    number,
     parse_ints,
     positive,
     price_list,
@@ -42,6 +48,7 @@ from ..options import (
     what_if,
 )
 from ..output import emit
+from ..render_load import with_load_table
 
 PLACEMENT_KEYS = {"decode", "verify", "prefill", "draft", "draft-kind", "head-layers", "kv-link", "draft-link"}
 PLACEMENT_SYNTAX = "'NAME: decode=GROUP[, prefill=GROUP][, draft=GROUP|target][, kv-link=L][, draft-link=L]'"
@@ -137,8 +144,11 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                 reason = r.energy_note or r.why_infeasible(0)
             except RooflineError as e:  # a placement that cannot be evaluated is listed with why
                 reason = str(e)
-        items.append({"name": c.name, "description": c.placement.describe() if c.placement else None,
-                      "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point})
+        item = {"name": c.name, "description": c.placement.describe() if c.placement else None,
+                "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point}
+        if args.rate is not None and c.placement is not None:
+            item["load"] = load_at_rate(args, c.placement, formats(args), params)
+        items.append(item)
     title = (f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}"
              + (f", gamma {gamma} (speculative)" if args.draft else "") + f", {args.mode}" + scheduler_note(args))
     caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
@@ -148,11 +158,36 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                + context_note(load_model(args.target), args.isl + args.osl) + idle_note(devices))
     unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
                    for (dev, reason), stages in cannot.items()]
-    emit(console, render.serving_rows_view(title, caption, items, {
+    view = render.serving_rows_view(title, caption, items, {
         "target": args.target, "request": _request_dict(args), "batch": args.batch,
-        "gamma": gamma if args.draft else None,
-        "overrides": wi.describe(), "infeasible_devices": unplaceable}), args)
+        "gamma": gamma if args.draft else None, "rate_per_s": number(args.rate, "--rate") if args.rate else None,
+        "overrides": wi.describe(), "infeasible_devices": unplaceable})
+    if args.rate is not None:
+        view = with_load_table(view, items, number(args.rate, "--rate"))
+    emit(console, view, args)
     return 0
+
+
+def load_at_rate(args: argparse.Namespace, placement: Placement, fmt: Any, params: Any) -> dict[str, Any]:
+    """One replica of ``placement`` at --rate (a disaggregated one with the fewest prefill groups that keep its
+    pool below saturation, plus one), as a dict of its percentiles, or why none."""
+    if placement.speculative:
+        return {"reason": "speculative decoding under load is not modelled"}
+    rate = number(args.rate, "--rate", positive=True)
+    try:
+        d = deployment(args.target, placement, load_workload(args), token_budget=args.token_budget, params=params,
+                       formats=fmt)
+        if placement.prefill is not None:
+            d = attrs.evolve(d, prefill_groups=math.floor(rate * d.workload.lengths.mean(d.prefill_s)) + 1)
+        r = d.at([rate])
+    except RooflineError as e:
+        return {"reason": str(e)}
+    if not bool(r.stable[0]):
+        return {"reason": f"over capacity: one replica sustains {r.capacity_per_s:.3g} requests/s"}
+    keys = ("utilisation", "prefill_utilisation", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s",
+            "tpot_p99_s", "e2e_p99_s")
+    return {"prefill_groups": d.prefill_groups if placement.prefill is not None else 0,
+            **{k: float(getattr(r, k)[0]) for k in keys}}
 
 
 def _request_dict(args: argparse.Namespace) -> dict[str, Any]:
@@ -280,6 +315,10 @@ def register(add: Adder) -> None:
     sp.add_argument("--gamma", type=nonnegative, default=None,
                     help="draft length for speculative placements (default 5; needs --draft)")
     add_prices(sp)
+    sp.add_argument("--rate", default=None, metavar="R",
+                    help="also the p50/p99 TTFT, ITL and TPOT of one replica of each placement at R requests/s, "
+                         "through queues (docs/load.md)")
+    add_load_options(sp)
 
     sp = add("pareto", cmd_pareto, "tokens/s per kW against tokens/s per user: frontiers and their comparison",
              profile=True)

@@ -9,12 +9,10 @@ from rich.console import Console
 
 from ...errors import RooflineError
 from ...serving.emit import ENGINES, launch_command
-from ...serving.load import Workload
 from ...serving.load_sizing import LoadTarget, size_at_rate
 from ...serving.serve import Request
 from ...serving.sizing import Target, size
 from ...specs.hf_config import load_model
-from ...specs.lengths import Lengths, shipped_lengths
 from ...specs.resolve import resolve_device, resolve_group
 from .. import render
 from ..options import (
@@ -24,11 +22,13 @@ from ..options import (
     acceptance,
     add_acceptance,
     add_formats,
+    add_load_options,
     add_prices,
     add_what_if,
     engine_params,
     formats,
     idle_note,
+    load_workload,
     number,
     positive,
     price_list,
@@ -100,19 +100,6 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 
-def lengths_option(text: str, isl: int, osl: int) -> Lengths:
-    """--lengths: ``fixed`` (--isl/--osl), ``lognormal[:CV]`` (means --isl/--osl), a shipped histogram's name
-    (mlperf-llama2-70b) or a histogram CSV's path."""
-    if text == "fixed":
-        return Lengths.fixed(isl, osl)
-    if text.startswith("lognormal"):
-        cv = text.partition(":")[2]
-        return Lengths.lognormal(isl, osl, cv=number(cv, "--lengths lognormal:CV", positive=True) if cv else 1.0)
-    if text.endswith(".csv") or "/" in text:
-        return Lengths.from_file(text)
-    return shipped_lengths(text)
-
-
 def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, devices: list[Any], wi: Any) -> int:
     limits = {key: number(v, flag, positive=True) / 1e3 for key, flag, v in (
         ("ttft_p99_s", "--p99-ttft-ms", args.p99_ttft_ms), ("itl_p99_s", "--p99-itl-ms", args.p99_itl_ms),
@@ -121,10 +108,8 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
         raise UsageError("--rate needs at least one latency limit: --p99-ttft-ms, --p99-itl-ms or --p99-tpot-ms")
     if args.draft or args.emit or args.confidence is not None:
         raise UsageError("--rate sizes without --draft, --emit or --confidence (those size --users)")
-    work = Workload(lengths=lengths_option(args.lengths, args.isl, args.osl),
-                    arrival_cv2=number(args.burstiness, "--burstiness", positive=True),
-                    prefix_hit=number(args.prefix_hit, "--prefix-hit"))
-    target = LoadTarget(rate_per_s=number(args.rate, "--rate", positive=True), workload=work, limits=limits)
+    target = LoadTarget(rate_per_s=number(args.rate, "--rate", positive=True), workload=load_workload(args),
+                        limits=limits)
     prices = price_list(args, [getattr(d, 'device', d) for d in devices])
     params = engine_params(args, [getattr(d, 'device', d) for d in devices])
     options = size_at_rate(model, devices, target, formats=formats(args), params=params, prices=prices,
@@ -151,14 +136,7 @@ def register(add: Adder) -> None:
     for flag, what in (("ttft", "time to first token"), ("itl", "gap between tokens"),
                        ("tpot", "a request's mean gap between tokens")):
         sp.add_argument(f"--p99-{flag}-ms", default=None, metavar="MS", help=f"with --rate: the 99th percentile {what}")
-    sp.add_argument("--lengths", default="fixed", metavar="L",
-                    help="with --rate: request lengths: fixed (--isl/--osl), lognormal[:CV] (means --isl/--osl), a "
-                         "shipped histogram (mlperf-llama2-70b, mlperf-mixtral-8x7b, mlperf-llama3.1-405b, "
-                         "mlperf-deepseek-r1) or a histogram CSV (input_tokens,output_tokens,weight)")
-    sp.add_argument("--burstiness", default="1", metavar="CV2",
-                    help="with --rate: squared CV of the gaps between arrivals (1 Poisson, above 1 burstier)")
-    sp.add_argument("--prefix-hit", default="0", metavar="F",
-                    help="with --rate: the share of each prompt found in a prefix cache (0-0.99)")
+    add_load_options(sp)
     sp.add_argument("--max-seqs", type=positive, default=None, metavar="N",
                     help="with --rate: the scheduler's cap on running requests (vLLM's --max-num-seqs)")
     sp.add_argument("--ttft-ms", default=None, metavar="T", help="longest acceptable time to first token (ms)")
