@@ -28,6 +28,7 @@ class Simulated:
     batch_mean: float
 
     def itl_quantile(self, q: float) -> float:
+        """The q-quantile of the gaps between a request's tokens (each step's gap counted once per running token)."""
         order = np.argsort(self.itl_s)
         cum = np.cumsum(self.itl_weight[order]) / self.itl_weight.sum()
         return float(self.itl_s[order][np.searchsorted(cum, q)])
@@ -46,6 +47,7 @@ def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarra
     split; a step takes whole prompts FCFS while they fit its room, and always at least one."""
     rng = np.random.default_rng(seed)
     arrive = arrivals(rng, rate_per_s, n, cv2)
+    steady_until = arrive[int((1 - warmup / 2) * n) - 1]
     pick = rng.integers(0, len(inputs), size=n)
     left = inputs[pick].astype(float)
     first, done = np.full(n, np.nan), np.full(n, np.nan)
@@ -76,7 +78,7 @@ def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarra
             cost += take * token_cost_s[pick[r]]
             started.append(r)
         dt = step_s(max(running, 1)) + cost
-        if running:
+        if running and t <= steady_until:   # the drain after the last arrivals is no steady state
             itl.append(dt)
             weight.append(running)
             batches.append(running)
@@ -96,7 +98,7 @@ def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarra
                 else:
                     running += 1
                     finish_at[step + rest].append(r)
-    keep = slice(int(warmup * n), n)
+    keep = slice(int(warmup * n), int((1 - warmup / 2) * n))   # no warm-up from empty, no drain at the end
     ttft = (first - arrive)[keep]
     e2e = (done - arrive)[keep]
     o = outputs[pick][keep]
@@ -104,7 +106,8 @@ def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarra
         tpot = np.where(o > 1, (done - first)[keep] / (o - 1), np.nan)
     cut = int(warmup * len(itl))
     return Simulated(ttft_s=ttft, tpot_s=tpot[np.isfinite(tpot)], e2e_s=e2e, itl_s=np.array(itl[cut:]),
-                     itl_weight=np.array(weight[cut:], dtype=float), batch_mean=float(np.mean(batches[cut:])))
+                     itl_weight=np.array(weight[cut:], dtype=float),
+                     batch_mean=float(np.average(batches[cut:], weights=itl[cut:])))
 
 
 def simulate_pool(*, rate_per_s: float, service_s: np.ndarray, servers: int, n: int = 40000, cv2: float = 1.0,
