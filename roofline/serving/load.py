@@ -89,6 +89,13 @@ class Engine:
     #: the serving stack's fixed time per request (its API server, tokenizer): added to TTFT and E2E
     overhead_s: float = 0.0
 
+    def capacity_per_s(self, lengths: Lengths) -> float:
+        """The largest rate the engine sustains: every slot running, lambda = c / (d(c) (E[osl] - 1) + c E[a])
+        (Little's law at the full batch; :func:`_steady` uses the same)."""
+        c = float(self.slots)
+        ea = float(np.sum(lengths.weights * self.prompt_cost_s))
+        return c / (float(self.d(c)) * max(lengths.mean_output_tokens - 1.0, 1e-9) + c * ea)
+
     def d(self, b: ArrayLike) -> Array:
         """The decode step time at (mean) batch b, linear between the tabulated batches, d(1) below 1."""
         return np.interp(np.maximum(np.asarray(b, dtype=float), 1.0), self.batch, self.step_s)
@@ -169,7 +176,7 @@ def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _
     ok = rho_a < 1
     t_k = engine.d(k)[None, :] / np.where(ok, 1 - rho_a, 1.0)[:, None]
     mu = k / (t_k * decode_tokens)                                            # departures/s with k running
-    capacity = float(c / (float(engine.d(float(c))) * decode_tokens + c * ea))
+    capacity = engine.capacity_per_s(lengths)
     ratio_c = lam / mu[:, -1]
     stable = ok & (ratio_c < 1)
     # prompts make steps longer, so arrivals in step time cluster (a branching process with mean offspring
@@ -573,7 +580,7 @@ class Deployment:
     @property
     def capacity_per_s(self) -> float:
         """The largest rate the decode replicas (and the prefill pool) sustain."""
-        top = engine_load(self.engine, self.workload.lengths, [1e-9]).capacity_per_s * self.replicas
+        top = self.engine.capacity_per_s(self.workload.lengths) * self.replicas
         if self.prefill_s.size:
             top = min(top, self.prefill_groups / self.workload.lengths.mean(self.prefill_s))
         return float(top)

@@ -111,14 +111,23 @@ def _why_not(d: Deployment, limits: Mapping[str, float]) -> str:
     return "even at a vanishing load " + ", ".join(missed) if missed else "no replica count meets the limits"
 
 
-def _sized(model: ModelSpec, g: DeviceGroup, kind: str, target: LoadTarget, *, formats: Mapping[str, Any],
-           params: EngineParams | None, prices: Prices, max_slots: int | None) -> Option:
+def _priced(model: ModelSpec, g: DeviceGroup, kind: str, target: LoadTarget, *, formats: Mapping[str, Any],
+            params: EngineParams | None, max_slots: int | None) -> tuple[Deployment, int]:
+    """The deployment of one shape and placement kind, and the fewest devices it could possibly need: the decode
+    replicas its capacity asks for at the rate (the search's start and a bound to skip shapes by)."""
     placement = Placement(name=f"{kind} on {g.shape}", decode=g, prefill=g if kind == "disaggregated" else None)
     d = deployment(model, placement, target.workload, formats=formats, params=params, max_slots=max_slots)
+    start = max(1, math.ceil(target.rate_per_s / max(engine_capacity(d), 1e-300) * (1 + 1e-9)))
+    return d, start
+
+
+def _sized(model: ModelSpec, d: Deployment, start: int, target: LoadTarget, *, formats: Mapping[str, Any],
+           params: EngineParams | None, prices: Prices) -> Option:
+    """The fewest replicas (and prefill groups) of one priced shape whose percentiles meet the limits."""
+    g, kind = d.placement.decode, "disaggregated" if d.placement.prefill is not None else "aggregated"
     limits = dict(target.limits)
     decode_limits = {k: v for k, v in limits.items() if not k.startswith(("ttft", "e2e"))} if kind == "disaggregated" \
         else limits
-    start = max(1, math.ceil(target.rate_per_s / max(engine_capacity(d), 1e-300) * (1 + 1e-9)))
     found = _first_meeting(d, target.rate_per_s, decode_limits or {"itl_p99_s": math.inf}, start)
     if found is None:
         return Option(device=g.device.id, placement=kind, reason=_why_not(d, decode_limits))
@@ -128,8 +137,35 @@ def _sized(model: ModelSpec, g: DeviceGroup, kind: str, target: LoadTarget, *, f
         pools, r = _prefill_pool(attrs.evolve(d, replicas=replicas), target.rate_per_s, limits) or (0, r)
         if not pools:
             return Option(device=g.device.id, placement=kind, reason=_why_not(d, limits))
-    return _option(model, placement, target, r, replicas, pools, formats=formats, params=params, prices=prices,
+    return _option(model, d.placement, target, r, replicas, pools, formats=formats, params=params, prices=prices,
                    slots=d.engine.slots)
+
+
+def _kind(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: LoadTarget, **kw: Any) -> Option:
+    """The fewest devices over the shapes for one placement kind: shapes tried from the fewest devices they could
+    need, skipping those whose bound already exceeds the best found."""
+    priced, found = [], []
+    for g in shapes:
+        try:
+            priced.append(_priced(model, g, kind, target, formats=kw["formats"], params=kw["params"],
+                                  max_slots=kw["max_slots"]))
+        except RooflineError as e:
+            found.append(Option(device=g.device.id, placement=kind, reason=str(e)))
+    best = math.inf
+    for d, start in sorted(priced, key=lambda p: p[1] * p[0].placement.decode.count):
+        if start * d.placement.decode.count >= best:
+            continue
+        try:
+            o = _sized(model, d, start, target, formats=kw["formats"], params=kw["params"], prices=kw["prices"])
+        except RooflineError as e:
+            o = Option(device=d.placement.decode.device.id, placement=kind, reason=str(e))
+        found.append(o)
+        best = min(best, o.devices) if o.feasible else best
+    ok = [o for o in found if o.feasible]
+    if ok:
+        return min(ok, key=lambda o: (o.devices, o.ttft_p99_s))
+    dev = shapes[0].device.id
+    return next((o for o in found if o.reason), Option(device=dev, placement=kind, reason="no shape holds the model"))
 
 
 def engine_capacity(d: Deployment) -> float:
@@ -199,15 +235,6 @@ def size_at_rate(model: ModelLike, devices: Sequence[Device | DeviceGroup | str]
         except RooflineError as e:
             out += [Option(device=dev.id, placement=k, reason=str(e)) for k in ("aggregated", "disaggregated")]
             continue
-        for kind in ("aggregated", "disaggregated"):
-            found = []
-            for g in shapes:
-                try:
-                    found.append(_sized(m, g, kind, target, formats=fmt, params=params, prices=prices,
-                                        max_slots=max_slots))
-                except RooflineError as e:
-                    found.append(Option(device=dev.id, placement=kind, reason=str(e)))
-            ok = [o for o in found if o.feasible]
-            out.append(min(ok, key=lambda o: (o.devices, o.ttft_p99_s)) if ok else
-                       next((o for o in found if o.reason), Option(device=dev.id, placement=kind, reason="none")))
+        out += [_kind(m, shapes, kind, target, formats=fmt, params=params, prices=prices, max_slots=max_slots)
+                for kind in ("aggregated", "disaggregated")]
     return sorted(out, key=lambda o: (not o.feasible, o.devices, getattr(o, "ttft_p99_s", math.inf)))
