@@ -23,6 +23,7 @@ EPILOG = """examples:
       --alpha 0.926 --gamma 1..40
   roofline compare llama-3.1-8b h100-sxm:2 h200-sxm b200 'fast=h200-sxm.hbm.bandwidth=9.6TB/s'
   roofline size gpt-oss-120b --devices b200,h200-sxm --users 500 --min-tokens-per-s-per-user 50
+  roofline size llama-3.1-70b --devices h100-sxm --rate 20 --p99-ttft-ms 1000 --p99-itl-ms 50
   roofline validate
 a device group is ID, ID:N (N devices in tensor parallel) or ID:TPxPP; every command takes --json and --csv;
 `roofline COMMAND --help` for its options"""

@@ -1210,7 +1210,7 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
     priced = sorted({o.device for o in options} & set(prices.by_device))
     used = _formats_used(options)
     caption = ("A lower bound: steady-state continuous batching with every user active, no queueing or arrival "
-               "bursts. devices = replicas x group (+ whole prefill groups of the same shape, shared by the replicas, "
+               "bursts (size --rate sizes a request rate through queues). devices = replicas x group (+ whole prefill groups of the same shape, shared by the replicas, "
                "when disaggregated); tok/s/kW and $/Mtok are the whole deployment's. "
                + (f"Formats: {used}. " if used else "")
                + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h"
