@@ -83,7 +83,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--users needs --min-tokens-per-s-per-user (or size for a request rate: --rate)")
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
                                                                        "--min-tokens-per-s-per-user", positive=True),
-                    max_ttft_s=number(args.ttft_ms, "--max-ttft-ms", positive=True) / 1e3 if args.ttft_ms is not None
+                    max_ttft_s=number(args.ttft_ms, "--max-ttft-ms (--ttft-ms)", positive=True) / 1e3 if args.ttft_ms is not None
                     else float("inf"),
                     request=Request(input_tokens=args.isl, output_tokens=args.osl))
     draft = load_model(args.draft) if args.draft else None
