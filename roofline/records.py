@@ -1,8 +1,13 @@
-"""What every result record of broadcasting arrays offers: a compact ``repr``, ``to_dict()`` and notebook HTML.
+"""What every result record of broadcasting arrays offers: a compact ``repr``, ``to_dict()``, ``to_frame()`` and
+notebook HTML.
 
 A result of a 1000 x 1000 sweep should not print a million numbers: ``repr`` gives the shape and the range of
-its headline fields; ``to_dict()`` gives plain JSON-ready values (arrays as nested lists, NaN as None);
-``_repr_html_`` renders the first points as a table in Jupyter.
+its headline fields; ``to_dict()`` gives plain JSON-ready values in the record's shape (each array as nested lists
+of the workload's shape, constants once, tables such as ``formats`` as nested dicts, NaN as None);
+``to_dict(flat=True)`` gives tidy columns instead, one flat list per column and one entry per point (constants
+repeated, nested tables as ``formats.weights``), which ``pandas.DataFrame`` takes as it is; ``to_frame()`` is that
+DataFrame (pandas is an optional extra: ``pip install 'roofline[pandas]'``); ``_repr_html_`` renders the first
+points as a table in Jupyter.
 
 Records keep their tables as read-only ``MappingProxyType`` views, which the standard library cannot pickle;
 importing this module (``import roofline`` does) registers a reduction to a plain dict, so devices, groups,
@@ -14,11 +19,14 @@ from __future__ import annotations
 import copyreg
 import html
 import math
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import attrs
 import numpy as np
+
+from .errors import RooflineError
 
 
 def _mapping_proxy(d: dict[Any, Any]) -> MappingProxyType:
@@ -64,11 +72,29 @@ class ArrayRecord:
     def _shape(self) -> tuple[int, ...]:
         return np.shape(getattr(self, self.headline[0])) if self.headline else ()
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every field (and the headline properties) as plain JSON-ready values."""
-        out = {f.name: plain(getattr(self, f.name)) for f in attrs.fields(type(self)) if f.repr}
-        out.update({k: plain(getattr(self, k)) for k in self.headline if k not in out})
+    #: the workload's columns, first in :meth:`to_frame` (where the record has them)
+    workload: ClassVar[tuple[str, ...]] = ()
+
+    def _fields(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.repr}
+        out.update({k: getattr(self, k) for k in self.headline if k not in out})
         return out
+
+    def to_dict(self, *, flat: bool = False) -> dict[str, Any]:
+        """Every field (and the headline properties) as plain JSON-ready values, in the record's shape (arrays as
+        nested lists); ``flat``: tidy columns of equal length, one entry per point (:func:`columns`), which
+        ``pandas.DataFrame(r.to_dict(flat=True))`` reads as it is."""
+        if flat:
+            return {k: plain(v) for k, v in self.columns().items()}
+        return {k: plain(v) for k, v in self._fields().items()}
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """One flat array per column and one entry per point of the workload grid, the workload first."""
+        return tidy_columns(self._fields(), self.workload)
+
+    def to_frame(self) -> Any:
+        """A ``pandas.DataFrame``: one row per point, the workload and every figure as columns (:meth:`columns`)."""
+        return frame(self.columns())
 
     def __repr__(self) -> str:
         parts = [f"shape={self._shape()}"]
@@ -91,3 +117,50 @@ class ArrayRecord:
         head = "".join(f"<th>{html.escape(k)}</th>" for k in cols)
         body = "".join("<tr>" + "".join(f"<td>{cell(flat[k][i])}</td>" for k in cols) + "</tr>" for i in range(n))
         return f"<table><tr>{head}</tr>{body}</table><p>{html.escape(repr(self))}</p>"
+
+
+def leaves(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``values`` with nested tables flattened: ``{"formats": {"kv": "fp8"}}`` -> ``{"formats.kv": "fp8"}`` (a record
+    with ``as_dict`` and an attrs record as their fields)."""
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        if hasattr(v, "as_dict"):
+            v = v.as_dict()
+        elif attrs.has(type(v)):
+            v = {f.name: getattr(v, f.name) for f in attrs.fields(type(v)) if f.repr}
+        if isinstance(v, Mapping):
+            out.update(leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def tidy_columns(values: Mapping[str, Any], first: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Flat columns of equal length from a record's fields: every array broadcast to the grid the arrays span and
+    raveled, constants repeated, ``first`` (the workload) first. A value of another shape than the grid (a table
+    along an axis of its own) is left out: it is not one value per point."""
+    flat = {k: np.asarray(v) if not isinstance(v, (list, tuple)) else np.asarray(v, dtype=object)
+            for k, v in leaves(values).items()}
+    shapes = [a.shape for a in flat.values() if a.dtype != object or a.ndim]
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:   # a side table of its own length: the grid is the largest shape the others broadcast to
+        shape = max(shapes, key=lambda s: (int(np.prod(s)), len(s)))
+    out: dict[str, np.ndarray] = {}
+    for k in [*(k for k in first if k in flat), *(k for k in flat if k not in first)]:
+        a = flat[k]
+        try:
+            out[k] = np.broadcast_to(a if a.ndim else a.reshape(()), shape).ravel()
+        except ValueError:
+            continue
+    return out
+
+
+def frame(columns: Mapping[str, Any]) -> Any:
+    """A ``pandas.DataFrame`` of ``columns``; pandas is imported here, on use (an optional extra)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise RooflineError("to_frame needs pandas: pip install 'roofline[pandas]' (or pass r.to_dict(flat=True) to "
+                            "any table library)") from None
+    return pd.DataFrame(dict(columns))

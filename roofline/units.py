@@ -93,6 +93,25 @@ def parse_quantity(text: str | float | int, kind: str, *, what: str = "value") -
     return value
 
 
+#: Count suffixes: decimal k and M (``128k`` = 128,000), binary Ki and Mi where a benchmark's "8k" means 8,192.
+COUNT_SUFFIX = {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000, "Ki": 1_024, "ki": 1_024,
+                "Mi": 1_048_576, "mi": 1_048_576}
+#: A count as the command line and the Python workload arguments both write it: ``8192``, ``128k``, ``8Ki``, ``1.5M``
+COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]i?)?\s*$", re.ASCII)   # ASCII: "٣" is a digit to \d otherwise
+
+
+def parse_count(text: str, *, what: str = "value") -> float:
+    """A token or sequence count written as the CLI takes it: ``8192``, ``128k`` (128,000), ``1M``, ``8Ki`` (8,192).
+    Raises :class:`UnitError` naming ``what`` for anything else (the caller checks range and wholeness)."""
+    m = COUNT.match(text) if isinstance(text, str) else None
+    if not m:
+        raise UnitError(f"{what}: expected a count such as 8192, 128k or 8Ki, got {text!r}")
+    value = float(m.group(1)) * COUNT_SUFFIX[m.group(2) or ""]
+    if not math.isfinite(value):
+        raise UnitError(f"{what}: {text!r} is not a finite number")
+    return value
+
+
 _NAMES = {"bytes": "size", "bytes_per_s": "bandwidth", "flop_per_s": "compute-rate",
           "w": "power", "s": "time", "count": "count"}
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .errors import WorkloadError
+from .errors import UnitError, WorkloadError
+from .units import parse_count
 
 Array = NDArray[np.float64]
 
@@ -54,9 +55,23 @@ def as_array(name: str, value: ArrayLike) -> Array:
     return a
 
 
-def check_count(name: str, value: ArrayLike, *, minimum: float = 0, integer: bool = True) -> Array:
-    """A token or sequence count: finite, >= ``minimum``, whole unless ``integer`` is False (mean-field)."""
-    a = as_array(name, value)
+def counts(name: str, value: Any) -> Any:
+    """``value`` with count strings read as the command line reads them (``"8k"`` = 8,000, ``"8Ki"`` = 8,192,
+    :func:`~roofline.units.parse_count`): a string, or a list or tuple of them; anything else as given."""
+    try:
+        if isinstance(value, str):
+            return parse_count(value, what=name)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            return [parse_count(v, what=name) for v in value]
+    except UnitError as e:
+        raise WorkloadError(str(e)) from None
+    return value
+
+
+def check_count(name: str, value: ArrayLike | str, *, minimum: float = 0, integer: bool = True) -> Array:
+    """A token or sequence count: finite, >= ``minimum``, whole unless ``integer`` is False (mean-field); written as
+    a number, an array, or a count string as the CLI takes it (``context="8k"``, ``batch=["1", "8Ki"]``)."""
+    a = as_array(name, counts(name, value))
     if a.ndim == 0:   # one number: the same checks without the array machinery
         v = float(a)
         if math.isfinite(v) and minimum <= v <= MAX_TOKENS and (not integer or v == round(v)):
@@ -218,3 +233,14 @@ def check_items(name: str, value: Any, single: tuple[type, ...] = (str,)) -> lis
     if value is None or isinstance(value, (bytes, dict)) or not hasattr(value, "__iter__"):
         raise WorkloadError(f"{name} must be a list (or one item), got {show(value)}")
     return list(value)
+
+
+def check_devices(value: Any, single: tuple[type, ...] = (str,)) -> list[Any]:
+    """A ``devices`` argument as a list: one string of comma-separated entries as the command line's ``--devices``
+    takes them (``"b200,h200-sxm:8"``), one of ``single`` (a record, a path) alone, or a list of them."""
+    if isinstance(value, str):
+        parts = [d.strip() for d in value.split(",")]
+        if not all(parts):
+            raise WorkloadError(f"devices: an empty entry in {value!r} (write ids between commas: b200,h200-sxm)")
+        return parts
+    return check_items("devices", value, single)

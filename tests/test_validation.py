@@ -976,3 +976,38 @@ def test_repeated_measurements_pair_one_configuration_across_publications():
     summary = repeat_summary(reps)
     assert summary["pairs"] == 2 and summary["median_difference"] == pytest.approx((0.25 + 125 / 90 - 1) / 2)
     assert repeat_summary([]) == {"pairs": 0}
+
+
+def test_repeated_measurements_are_linear_in_rows_of_one_configuration(tmp_path, monkeypatch):
+    """A measurements CSV of 3,000 rows of one configuration, each from its own publication (or all from one),
+    pairs each row with at most PARTNERS earlier ones: the rows' columns are read a bounded number of times per row
+    (every pair of the rows was 4.5 million pairs, and a 3.5 MB file exhausted 8 GB), and a configuration of a few
+    rows still makes every pair."""
+    from roofline.evidence import repeats
+    from roofline.evidence.validate import read_rows
+    line = next(r for r in ROWS if r.get("stack").startswith("TensorRT-LLM v0.17") and r.get("hardware") == "h100-sxm")
+    header = open(shipped_data()).readline().strip().split(",")
+
+    def csv_row(i: int, source: str) -> str:
+        fields = {**line.fields, "id": f"r{i}", "source": source, "value": str(100 + i % 7), "notes": ""}
+        return ",".join(f'"{fields.get(k, "")}"' for k in header)
+    def written(sources: list[str]) -> list[Row]:
+        path = tmp_path / "many.csv"
+        path.write_text(",".join(header) + "\n" + "\n".join(csv_row(i, s) for i, s in enumerate(sources)) + "\n")
+        return read_rows(path)
+    n = 3000
+    calls = {"get": 0}
+    real_get = Row.get
+
+    def counted(self, key):
+        calls["get"] += 1
+        return real_get(self, key)
+    monkeypatch.setattr(Row, "get", counted)
+    for sources in ([f"https://example.com/{i}" for i in range(n)], ["https://example.com/one"] * n):
+        rows = written(sources)
+        calls["get"] = 0
+        reps = repeats.repeated_measurements(rows)
+        assert len(reps) <= repeats.PARTNERS * n and calls["get"] < 60 * n   # linear: about 25 reads a row
+    assert not reps   # one publication: no pair
+    few = written([f"s{i}" for i in range(repeats.PARTNERS + 1)])
+    assert len(repeats.repeated_measurements(few)) == (repeats.PARTNERS + 1) * repeats.PARTNERS // 2   # every pair

@@ -192,6 +192,7 @@ class StageResult(ArrayRecord):
 
     headline: ClassVar[tuple[str, ...]] = ("time_s", "batch", "context", "compute_s", "memory_s", "communication_s",
                                            "overhead_s", "bound", "fits")
+    workload: ClassVar[tuple[str, ...]] = ("batch", "context", "new_tokens")
 
     stage: str
     model_id: str

@@ -108,6 +108,7 @@ class LoadResult(ArrayRecord):
 
     headline: ClassVar[tuple[str, ...]] = ("rate_per_s", "utilisation", "batch_mean", "ttft_p50_s", "ttft_p99_s",
                                            "itl_p50_s", "itl_p99_s", "tpot_p99_s", "e2e_p99_s", "stable")
+    workload: ClassVar[tuple[str, ...]] = ("rate_per_s",)
 
     rate_per_s: Array
     #: the load over the capacity: lambda / lambda_max of the decode side, or the prompt server's busy share

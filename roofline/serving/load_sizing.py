@@ -16,6 +16,7 @@ fewest replicas that could carry the load, which overstates it for larger counts
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import ModelLike, resolve_model
+from ..workload import check_devices
 from .load import Deployment, LoadResult, Workload, check_limits, deployment, meets
 from .serve import Placement, Request, check_context, evaluate_serving
 from .sizing import Option, deployed_rates, device_formats, device_or_group, group_shapes
@@ -222,7 +224,7 @@ def size_at_rate(model: ModelLike, devices: Sequence[Device | DeviceGroup | str]
     check_context(m, Request(input_tokens=int(L.input_tokens.max()), output_tokens=int(L.output_tokens.max())))
     given = check_format_keys(formats)
     prices = prices if prices is not None else shipped_prices()
-    items = [devices] if isinstance(devices, (str, Device, DeviceGroup)) else list(devices)
+    items = check_devices(devices, (str, os.PathLike, Device, DeviceGroup))
     if not items:
         raise WorkloadError("give at least one device (an id, a Device or a group) to size")
     out: list[Option] = []

@@ -13,6 +13,7 @@ cannot be built are returned with the reason, never dropped.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.resolve import DeviceLike, ModelLike, resolve_device, resolve_model
+from ..workload import check_devices
 from .round import draft_formats
 from .serve import Placement, Request, check_context
 
@@ -94,7 +96,7 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
     dm = resolve_model(draft_model) if draft_model is not None else None
     for checked in (m, dm) if dm is not None else (m,):
         check_context(checked, request)   # no placement serves a request longer than the model's context
-    kinds = [resolve_device(d) for d in devices]
+    kinds = [resolve_device(d) for d in check_devices(devices, (str, os.PathLike, Device))]
     tf = dict(target_formats or {})
     end = request.input_tokens + request.output_tokens
     nan = dict(params=params, on_infeasible="nan")

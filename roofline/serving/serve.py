@@ -54,23 +54,41 @@ from ..specs.params import EngineParams, default_params
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..units import format_quantity
-from ..workload import check_count, check_gamma, check_grid, check_instance, check_whole, record_of
+from ..workload import check_count, check_gamma, check_grid, check_instance, check_whole, counts, record_of
 from .round import DRAFT_KINDS, Drafter, Round, RoundPlan, run_round
 
 Array = NDArray[np.float64]
 MODES = ("continuous", "static")
 
 
-def _tokens(_inst: object, attribute: attrs.Attribute, value: Any) -> None:
-    check_whole(attribute.name, value, minimum=1, maximum=10**9)
+def _tokens(name: str) -> Any:
+    """A converter: a request's token count, a whole number in [1, 1e9] or a count string (``"8k"``)."""
+    return lambda value: check_whole(name, counts(name, value), minimum=1, maximum=10**9)
 
 
-@attrs.frozen(kw_only=True)
+def _alias(name: str, value: Any, alias: str, other: Any) -> Any:
+    """One value given by its name or its alias (``isl`` for ``input_tokens``), not both, not neither."""
+    if value is not None and other is not None:
+        raise WorkloadError(f"give {name} or its alias {alias}, not both")
+    if value is None and other is None:
+        raise WorkloadError(f"Request needs {name} (alias {alias})")
+    return other if value is None else value
+
+
+@attrs.frozen(kw_only=True, init=False)
 class Request:
-    """One request: input (prompt) and output tokens, whole numbers >= 1."""
+    """One request: input (prompt) and output tokens, whole numbers >= 1 (or count strings: ``"8k"``, ``"8Ki"``).
 
-    input_tokens: int = attrs.field(validator=_tokens)
-    output_tokens: int = attrs.field(validator=_tokens)
+    ``isl`` and ``osl`` (the command line's ``--isl``/``--osl``) are aliases of ``input_tokens`` and
+    ``output_tokens``."""
+
+    input_tokens: int = attrs.field(converter=_tokens("input_tokens"))
+    output_tokens: int = attrs.field(converter=_tokens("output_tokens"))
+
+    def __init__(self, *, input_tokens: int | str | None = None, output_tokens: int | str | None = None,
+                 isl: int | str | None = None, osl: int | str | None = None) -> None:
+        self.__attrs_init__(input_tokens=_alias("input_tokens", input_tokens, "isl", isl),
+                            output_tokens=_alias("output_tokens", output_tokens, "osl", osl))
 
 
 def check_context(model: ModelSpec, request: Request) -> None:
@@ -169,6 +187,7 @@ class ServingResult(ArrayRecord):
 
     headline: ClassVar[tuple[str, ...]] = ("tokens_per_s_per_user", "batch", "gamma", "ttft_s", "e2e_s", "tokens_per_s",
                                            "tokens_per_s_per_kw", "energy_per_token_j", "fits")
+    workload: ClassVar[tuple[str, ...]] = ("batch", "gamma", "alpha", "request.input_tokens", "request.output_tokens")
 
     placement: str
     description: str

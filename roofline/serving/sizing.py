@@ -20,12 +20,12 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..errors import RooflineError, UnknownSpecError, WorkloadError
+from ..errors import RooflineError, UnitError, UnknownSpecError, WorkloadError
 from ..physics.energy import DEFAULT_POWER, idle_w
 from ..physics.memory import stored_weight_bytes
 from ..physics.speculative import Acceptance
 from ..physics.stages import decode_step, max_batch, setup
-from ..records import plain
+from ..records import frame, plain, tidy_columns
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats, check_format_keys, native_default
@@ -34,7 +34,8 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import ModelLike, resolve_device, resolve_group, resolve_model
-from ..workload import check_instance, check_items, check_whole, record_of
+from ..units import parse_quantity
+from ..workload import check_devices, check_instance, check_whole, record_of
 from .serve import Placement, Request, ServingResult, check_context, evaluate_serving
 from .trust import interval
 
@@ -47,12 +48,23 @@ MAX_GROUP_DEVICES = 16384
 
 @attrs.frozen(kw_only=True)
 class Target:
-    """What must be served: concurrent users, each at least this fast, first token within ``max_ttft_s``."""
+    """What must be served: concurrent users, each at least this fast, first token within ``max_ttft_s``
+    (seconds, or a time with its unit: ``"200 ms"``, as the command line's ``--max-ttft-ms`` gives it in ms)."""
 
     users: int = attrs.field(converter=lambda v: check_whole("users", v, maximum=10**9))
     min_tokens_per_s_per_user: float = attrs.field(converter=lambda v: _positive("min tokens/s per user", v))
     request: Request = attrs.field(validator=record_of(Request))
-    max_ttft_s: float = attrs.field(default=math.inf, converter=lambda v: _positive("max TTFT (s)", v, inf=True))
+    max_ttft_s: float = attrs.field(default=math.inf, converter=lambda v: _positive("max_ttft_s", _time(v), inf=True))
+
+
+def _time(v: Any) -> Any:
+    """A time string (``"200 ms"``, ``"0.2 s"``) in seconds; anything else as given."""
+    if not isinstance(v, str):
+        return v
+    try:
+        return parse_quantity(v, "s", what="max_ttft_s")
+    except UnitError as e:
+        raise WorkloadError(str(e)) from None
 
 
 def _positive(what: str, v: Any, inf: bool = False) -> float:
@@ -101,6 +113,11 @@ class Option:
         out = {f.name: plain(getattr(self, f.name)) for f in attrs.fields(Option) if f.name != "placement_record"}
         placement = self.placement_record.describe() if self.placement_record is not None else None
         return {"feasible": self.feasible, **out, "placement_description": placement}
+
+    def to_frame(self) -> Any:
+        """A one-row ``pandas.DataFrame`` (nested formats as ``formats.weights`` columns); a list of options:
+        ``pandas.concat([o.to_frame() for o in options])``, or ``DataFrame([o.to_dict() for o in options])``."""
+        return frame(tidy_columns(self.to_dict()))
 
 
 def device_formats(device: Device, given: Mapping[str, Any] | None, model: ModelSpec | None = None) -> dict[str, Any]:
@@ -296,10 +313,12 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
     prediction interval (:func:`pessimistic_target`: the upper ``confidence`` quantile of the errors on
     publications the fit never saw, for ``stack``'s predictions on that device, default the default stack).
 
-    A :class:`Device` (or an id) is searched over the group shapes of its family's layout; a :class:`DeviceGroup`
-    (or ``ID:N``) is sized on that shape only. ``prices`` default to the shipped ones. Options come back best first
-    (fewest devices, then fastest); a kind that cannot meet the target is listed with the reason. With ``draft``,
-    speculative placements (the draft on the decode devices) are sized too.
+    ``devices``: a list, or one string of comma-separated entries as the command line's ``--devices`` takes them
+    (``"b200,h200-sxm:8"``). A :class:`Device` (or an id) is searched over the group shapes of its family's
+    layout; a :class:`DeviceGroup` (or ``ID:N``) is sized on that shape only. ``prices`` default to the shipped
+    ones. Options come back best first (fewest devices, then fastest); a kind that cannot meet the target is
+    listed with the reason. With ``draft``, speculative placements (the draft on the decode devices) are sized
+    too.
     """
     if draft is not None and acceptance is None:
         raise WorkloadError("sizing speculative placements needs an acceptance (alpha)")
@@ -318,7 +337,7 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
     prices = check_instance("prices", prices, Prices) or shipped_prices()   # as evaluate_serving prices the replicas
     check_instance("params", params, EngineParams)
     kinds = PLACEMENT_KINDS if draft is not None else PLACEMENT_KINDS[:2]
-    items = check_items("devices", devices, (str, os.PathLike, Device, DeviceGroup))
+    items = check_devices(devices, (str, os.PathLike, Device, DeviceGroup))
     if not items:
         raise WorkloadError("give at least one device (an id, a Device or a group) to size")
     out = []

@@ -40,6 +40,7 @@ class SpecResult(ArrayRecord):
 
     headline: ClassVar[tuple[str, ...]] = ("tokens_per_s_per_user", "gamma", "batch", "speedup", "round_s", "draft_s",
                                            "verify_s", "energy_per_token_j", "fits")
+    workload: ClassVar[tuple[str, ...]] = ("batch", "context", "gamma", "alpha")
 
     target: str
     draft: str

@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..errors import RooflineError, WorkloadError
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
 from ..physics.stages import decode_step
-from ..records import plain
+from ..records import frame, plain
 from ..specs.devices import Device
 from ..specs.formats import check_format_keys
 from ..specs.groups import DeviceGroup
@@ -31,7 +31,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
-from ..workload import check_count, check_instance, check_items
+from ..workload import check_count, check_devices, check_instance, check_items
 from .sizing import device_formats
 
 Array = NDArray[np.float64]
@@ -100,6 +100,11 @@ class SweepResult:
                           {"group": self.groups[g], "batch": b, "context": c,
                            **{k: self.metrics[k][i] for k in self.metrics}}
                           for i, (g, b, c) in enumerate(zip(self.group_index, self.batch, self.context))]})
+
+    def to_frame(self) -> Any:
+        """A ``pandas.DataFrame`` of the frontier: one row per point (group, batch, context and every metric)."""
+        return frame({"group": np.array(self.group, dtype=object), "batch": self.batch, "context": self.context,
+                      **self.metrics})
 
     def __repr__(self) -> str:
         return (f"SweepResult({len(self)} frontier points of {self.points:,} ({self.infeasible:,} infeasible), "
@@ -227,8 +232,7 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: 
     if not B.size or not L.size:
         raise WorkloadError("batch and context each need at least one value")
     m = resolve_model(model)
-    one = isinstance(devices, (str, os.PathLike, Device, DeviceGroup))   # one group, not the letters of its name
-    groups = [resolve_group(d) for d in ([devices] if one else check_items("devices", devices))]
+    groups = [resolve_group(d) for d in check_devices(devices, (str, os.PathLike, Device, DeviceGroup))]
     if not groups:
         raise WorkloadError("give at least one device group")
     common = dict(objective=obj, formats=check_format_keys(formats), params=params, power=power,

@@ -33,6 +33,7 @@ from ..specs.params import (
 )
 from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import resolve_device
+from ..units import COUNT, COUNT_SUFFIX
 
 #: How every command that takes a model names it, with the architectures a config.json may have.
 MODEL_HELP = ("a preset id (`roofline models`), a preset's Hugging Face repo id (meta-llama/Llama-3.1-70B-Instruct), "
@@ -44,22 +45,18 @@ class UsageError(RooflineError):
     """A command-line usage error (exit status 2)."""
 
 
-#: Count suffixes: decimal k and M (``128k`` = 128,000), binary Ki and Mi where a benchmark's "8k" means 8,192.
-_SUFFIX = {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000, "Ki": 1_024, "ki": 1_024,
-           "Mi": 1_048_576, "mi": 1_048_576}
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]i?)?\s*$", re.ASCII)   # "٣" is a digit to \d otherwise
 #: The largest count a command accepts (tokens, batch, devices): beyond it nothing is a workload.
 MAX_COUNT = 10**12
 
 
 def count(text: str, *, minimum: int = 0) -> int:
     """A whole count with an optional suffix: ``128k`` = 128,000, ``1M`` = 1,000,000, ``8Ki`` = 8,192, ``8192``."""
-    m = _COUNT.match(str(text))
+    m = COUNT.match(str(text))
     if not m:
         if _below(text, minimum):   # a number, out of range: say so, not that it cannot be read
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
         raise argparse.ArgumentTypeError(f"expected a whole number such as 8192 or 128k, got {text!r}")
-    value = float(m.group(1)) * _SUFFIX[m.group(2) or ""]
+    value = float(m.group(1)) * COUNT_SUFFIX[m.group(2) or ""]
     if value != int(value) or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
     if value < minimum:
@@ -91,10 +88,10 @@ def positive(text: str) -> int:
 def mean_count(text: str) -> float:
     """A positive mean count (a measured run's mean tokens per request or concurrency), with an optional k/M
     suffix: ``1k``, ``512.4``."""
-    m = _COUNT.match(str(text))
+    m = COUNT.match(str(text))
     if not m:
         raise argparse.ArgumentTypeError(f"expected a positive number such as 512, 512.4 or 8k, got {text!r}")
-    value = float(m.group(1)) * _SUFFIX[m.group(2) or ""]
+    value = float(m.group(1)) * COUNT_SUFFIX[m.group(2) or ""]
     if not 0 < value <= MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be > 0 and at most {MAX_COUNT:.0e}, got {text}")
     return value
@@ -191,7 +188,8 @@ def add_formats(sp: argparse.ArgumentParser, *, activations: bool = True) -> Non
 
 
 def add_acceptance(sp: argparse.ArgumentParser, several: bool = False) -> None:
-    sp.add_argument("--alpha", default=None, help="per-token acceptance probability in [0, 1]" + (
+    sp.add_argument("--alpha", "--acceptance", dest="alpha", default=None, metavar="ALPHA",
+                    help="per-token acceptance probability in [0, 1] (the Python API's acceptance=ALPHA)" + (
         "; several (0.6,0.8,0.926) sweep it, each with its own best gamma" if several else ""))
     sp.add_argument("--acceptance-length", default=None, metavar="G:TAU,...",
                     help="measured mean acceptance length (bonus token included) per draft length, e.g. 2:2.58")
@@ -209,9 +207,16 @@ def refuse_speculation_without_draft(args: argparse.Namespace) -> None:
         raise UsageError("--gamma (a draft length) needs a draft model (--draft)")
 
 
+def add_lengths(sp: argparse.ArgumentParser, isl: int, osl: int) -> None:
+    """--input-tokens and --output-tokens (aliases --isl and --osl), the names of :class:`Request`'s fields."""
+    sp.add_argument("--input-tokens", "--isl", dest="isl", type=positive, default=isl, metavar="N",
+                    help=f"input (prompt) tokens per request (default {isl}; 8k = 8000, 8Ki = 8192)")
+    sp.add_argument("--output-tokens", "--osl", dest="osl", type=positive, default=osl, metavar="N",
+                    help=f"output tokens per request (default {osl})")
+
+
 def add_request(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--isl", type=positive, default=8192, help="input tokens per request (default 8192; 8k = 8000, 8Ki = 8192)")
-    sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
+    add_lengths(sp, 8192, 1024)
     sp.add_argument("--mode", choices=["continuous", "static"], default="continuous",
                     help="continuous batching (steady state) or static batches (default continuous)")
     sp.add_argument("--token-budget", type=positive, default=DEFAULT_TOKEN_BUDGET, metavar="TOKENS",

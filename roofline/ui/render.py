@@ -82,11 +82,12 @@ def house_table(title: str | None = None, caption: str | None = None, **kw: Any)
                   show_edge=False, **kw)
 
 
-_BOUND = {"communication": "comm", "overhead": "fixed", "does not fit": "no fit"}
+_BOUND = {"communication": "comm", "does not fit": "no fit"}
 
 
 def short_bound(bound: Any) -> str:
-    """A binding term as a table shows it: ``memory:hbm`` -> ``mem:hbm``, ``communication`` -> ``comm``."""
+    """A binding term as a table shows it: ``memory:hbm`` -> ``mem:hbm``, ``communication`` -> ``comm``; ``compute``,
+    ``overhead`` and ``dequant`` as :attr:`StageResult.bound` names them (docs/design.md, "One vocabulary")."""
     text = str(bound)
     return _BOUND.get(text, text.replace("memory:", "mem:"))
 
@@ -424,7 +425,7 @@ def stage_table(r: StageResult, caption: str | None) -> Table:
                caption_justify="left")
     comm = any(row["communication_s"] for row in rows if row["fits"])
     deq = any(row["dequant_s"] for row in rows if row["fits"])
-    cols = ["batch", "time", "comp", "mem", *(["dequant"] if deq else []), *(["comm"] if comm else []), "fixed",
+    cols = ["batch", "time", "comp", "mem", *(["dequant"] if deq else []), *(["comm"] if comm else []), "over\nhead",
             "bound", "FLOP\n/B",
             "mem/\ndev", "tok/s\n/user" if per_user else "tok/s\n/seq", "tok/s"]
     for c in cols:
@@ -1210,8 +1211,9 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
     priced = sorted({o.device for o in options} & set(prices.by_device))
     used = _formats_used(options)
     caption = ("A lower bound: steady-state continuous batching with every user active, no queueing or arrival "
-               "bursts (size --rate sizes a request rate through queues). devices = replicas x group (+ whole prefill groups of the same shape, shared by the replicas, "
-               "when disaggregated); tok/s/kW and $/Mtok are the whole deployment's. "
+               "bursts (size --rate sizes a request rate through queues). devices = replicas x group (+ whole "
+               "prefill groups of the same shape, shared by the replicas, when disaggregated); tok/s/kW and $/Mtok "
+               "are the whole deployment's. "
                + (f"Formats: {used}. " if used else "")
                + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h"
                                           + (f" ({prices.by_device[d].date})" if prices.by_device[d].date else " (given)")

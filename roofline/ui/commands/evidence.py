@@ -201,8 +201,10 @@ def register(add: Adder) -> None:
     sp.add_argument("device", metavar="GROUP", help="the measured device group, e.g. h100-sxm:2")
     sp.add_argument("--vllm-json", default=None, metavar="FILE", help="a benchmark_serving --save-result file")
     sp.add_argument("--batch", type=mean_count, default=None, help="concurrent sequences (a mean may be fractional)")
-    sp.add_argument("--isl", type=mean_count, default=None, help="input tokens per request (mean; 1k = 1,000)")
-    sp.add_argument("--osl", type=mean_count, default=None, help="output tokens per request (mean; 1k = 1,000)")
+    sp.add_argument("--input-tokens", "--isl", dest="isl", type=mean_count, default=None, metavar="N",
+                    help="input tokens per request (mean; 1k = 1,000)")
+    sp.add_argument("--output-tokens", "--osl", dest="osl", type=mean_count, default=None, metavar="N",
+                    help="output tokens per request (mean; 1k = 1,000)")
     rate = sp.add_mutually_exclusive_group()   # one measured rate: two would contradict each other or say nothing
 
     def measured(flag: str) -> Any:

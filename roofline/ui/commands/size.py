@@ -22,6 +22,7 @@ from ..options import (
     acceptance,
     add_acceptance,
     add_formats,
+    add_lengths,
     add_load_options,
     add_prices,
     add_what_if,
@@ -82,7 +83,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--users needs --min-tokens-per-s-per-user (or size for a request rate: --rate)")
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
                                                                        "--min-tokens-per-s-per-user", positive=True),
-                    max_ttft_s=number(args.ttft_ms, "--ttft-ms", positive=True) / 1e3 if args.ttft_ms is not None
+                    max_ttft_s=number(args.ttft_ms, "--max-ttft-ms (--ttft-ms)", positive=True) / 1e3 if args.ttft_ms is not None
                     else float("inf"),
                     request=Request(input_tokens=args.isl, output_tokens=args.osl))
     draft = load_model(args.draft) if args.draft else None
@@ -139,12 +140,12 @@ def register(add: Adder) -> None:
     add_load_options(sp)
     sp.add_argument("--max-seqs", type=positive, default=None, metavar="N",
                     help="with --rate: the scheduler's cap on running requests (vLLM's --max-num-seqs)")
-    sp.add_argument("--ttft-ms", default=None, metavar="T", help="longest acceptable time to first token (ms)")
+    sp.add_argument("--max-ttft-ms", "--ttft-ms", dest="ttft_ms", default=None, metavar="MS",
+                    help="longest acceptable time to first token, ms (Target.max_ttft_s in the Python API)")
     sp.add_argument("--confidence", default=None, type=float, metavar="C",
                     help="size so the targets hold at the pessimistic end of the prediction interval: the upper C "
                          "quantile (0.5-0.99) of the errors on publications the fit never saw, per device kind")
-    sp.add_argument("--isl", type=positive, default=1024, help="input tokens per request (default 1024)")
-    sp.add_argument("--osl", type=positive, default=1024, help="output tokens per request (default 1024)")
+    add_lengths(sp, 1024, 1024)
     sp.add_argument("--draft", default=None, help="draft model: also size speculative decoding on the decode devices")
     add_acceptance(sp)
     add_formats(sp)

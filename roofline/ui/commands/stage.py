@@ -99,9 +99,9 @@ def _caption(results: list[StageResult], params: EngineParams, device_path: str,
     f, family = results[0].formats, params.family
     ridge = "what-if" if what_if else "datasheet"
     return (f"Formats: {f.brief()}.\n"
-            f"time = {_overlap(params)} + comm + fixed{_roof(params)}; fixed = per-pass, per-layer and per-kernel "
-            "costs; unpacking weight-only formats (dequant) runs in the weight stream, m = the longer of the two "
-            "(--json: overhead_s, dequant_s; bound mem:, comm, fixed there: memory:, communication, overhead; "
+            f"time = {_overlap(params)} + comm + overhead{_roof(params)}; overhead = per-pass, per-layer and "
+            "per-kernel fixed costs; unpacking weight-only formats (dequant) runs in the weight stream, m = the longer "
+            "of the two (--json: overhead_s, dequant_s; bound mem:, comm there: memory:, communication; "
             "the serial upper bound is time_serial_s).\n"
             f"{family} profile: {params.memory_bandwidth_fraction:.0%} of peak bandwidth{_tiers(params)}, "
             f"{params.compute_fraction:.0%} of peak FLOP/s"
