@@ -3,8 +3,10 @@
 Each row is served as the publication describes it: ``tp`` devices in one
 group (``ep`` expert-parallel), ``static`` or ``continuous`` batching
 (:mod:`roofline.serving.serve`), ``batch = max`` meaning the largest batch that fits
-at isl + osl, MTP/EAGLE speculation with the reported acceptance length. A
-row the model cannot express is skipped with the reason, never dropped.
+at isl + osl, speculation (a named draft model, an EAGLE/MTP/Medusa head, n-gram
+lookup; a chain or a tree) with the published acceptance, a ``speedup`` as the ratio
+of two predictions. A row the model cannot express is skipped with the reason, never
+dropped.
 """
 
 from __future__ import annotations
