@@ -80,6 +80,12 @@ def tail_from(text: str, marker: str | None) -> str:
     return text
 
 
+def timed(r: dict) -> bool:
+    """Whether a result row is a time row of the accuracy tables: plain decoding, or a speculative setup's time
+    (kind ``spec``) in a time metric; speculative ``speedup`` ratios are reported in docs/validation.md."""
+    return r["kind"] == "time" or (r["kind"] == "spec" and r["metric"] != "speedup")
+
+
 def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[str, float]],
                    loo: dict[str, float], fits: dict[str, dict] | None = None) -> str:
     """Median |error| per metric: in-sample, leave-one-out (``loo``: one Newton step per row from the shipped
@@ -111,17 +117,17 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         return (f"{len(mine)} | {med([r['error'] for r in mine])} | {med([loo.get(r['id']) for r in mine])} | "
                 f"{med([held.get(r['id']) for r in mine])} | {cover(mine, held)} |")
     for key, name in METRIC_NAMES.items():
-        mine = [r for r in gpu if r["metric"] == key and r["kind"] == "time"]
+        mine = [r for r in gpu if r["metric"] == key and timed(r)]
         if mine:
             rows.append(f"| GPU: {name} | {three(mine)}")
-    rows.append(f"| **GPU: all time rows** | {three([r for r in gpu if r['kind'] == 'time'])}")
-    rest = [r for r in gpu if r["kind"] == "time" and not r["id"].startswith(PERF_TABLES)]
+    rows.append(f"| **GPU: all time rows** | {three([r for r in gpu if timed(r)])}")
+    rest = [r for r in gpu if timed(r) and not r["id"].startswith(PERF_TABLES)]
     rows.append(f"| GPU time rows outside TensorRT-LLM's offline perf tables (TL, TR, TQ, TV) | {three(rest)}")
     left_out = set(json.loads(UNSEEN_FILE.read_text())) if UNSEEN_FILE.exists() else set()
     for name, unseen in (("other publications measured", False), ("only its own publication measured", True)):
-        mine = [r for r in gpu if r["kind"] == "time" and r["id"] in held and (r["id"] in left_out) == unseen]
+        mine = [r for r in gpu if timed(r) and r["id"] in held and (r["id"] in left_out) == unseen]
         rows.append(f"| GPU time rows whose stack build {name} | {three(mine)}")
-    amd = [r for r in gpu if r["kind"] == "time" and r["hardware"].startswith("mi")]
+    amd = [r for r in gpu if timed(r) and r["hardware"].startswith("mi")]
     rows.append(f"| GPU time rows on AMD MI300X / MI325X / MI355X | {three(amd)}")
     load = [r for r in v["rows"] if r["kind"] == "load"]
     rows.append(f"| GPU served load: MLPerf Server / Interactive (queues, never fitted) | {len(load)} | "
@@ -156,7 +162,7 @@ DEVICE_ROWS = (("H100", (("h100-sxm",),)), ("H200", (("h200-sxm",),)), ("B200 / 
 
 def stack_device_table(v: dict, held: dict[str, float]) -> str:
     """Median |error| in-sample and held out by publication of the GPU time rows, per serving stack and device."""
-    gpu = [r for r in v["rows"] if r["family"] == "gpu" and r["kind"] == "time"]
+    gpu = [r for r in v["rows"] if r["family"] == "gpu" and timed(r)]
 
     def cells(key: str, parts: tuple[tuple[str, ...], ...]) -> list[str]:
         groups = [[r for r in gpu if r[key] in part] for part in parts]

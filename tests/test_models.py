@@ -425,3 +425,42 @@ def test_presets_win_over_a_folder_of_the_same_name(tmp_path, monkeypatch, run_c
             rl.load_model(empty)
     code, _, err = run_cli("stage", "", "h100-sxm")
     assert code == 1 and "empty model name" in err
+
+
+#: Draft and small-target presets against their model cards, which round to the digits shown: (preset, total
+#: parameters, non-embedding parameters or None, the card's last digit, source).
+DRAFT_CARDS = [
+    ("llama-3.2-1b", 1.23e9, None, 0.01e9, "https://huggingface.co/meta-llama/Llama-3.2-1B"),   # "1.23B"
+    ("llama-3.2-3b", 3.21e9, None, 0.01e9, "https://huggingface.co/meta-llama/Llama-3.2-3B"),   # "3.21B"
+    ("tinyllama-1.1b", 1.1e9, None, 0.1e9, "https://huggingface.co/TinyLlama/TinyLlama-1.1B-Chat-v1.0"),
+    ("qwen3-0.6b", 0.6e9, 0.44e9, 0.01e9, "https://huggingface.co/Qwen/Qwen3-0.6B"),   # 0.6B, 0.44B non-embedding
+    ("qwen3-1.7b", 1.7e9, 1.4e9, 0.1e9, "https://huggingface.co/Qwen/Qwen3-1.7B"),     # 1.7B, 1.4B non-embedding
+    ("qwen3-8b", 8.2e9, 6.95e9, 0.01e9, "https://huggingface.co/Qwen/Qwen3-8B"),       # 8.2B, 6.95B non-embedding
+    ("qwen2.5-0.5b", 0.49e9, 0.36e9, 0.01e9, "https://huggingface.co/Qwen/Qwen2.5-0.5B"),   # 0.49B, 0.36B
+    ("qwen2.5-7b", 7.61e9, 6.53e9, 0.01e9, "https://huggingface.co/Qwen/Qwen2.5-7B"),       # 7.61B, 6.53B
+    ("vicuna-7b", 6.7e9, None, 0.1e9, "https://arxiv.org/abs/2302.13971"),    # LLaMA-7B's 6.7B (Table 2)
+    ("vicuna-13b", 13.0e9, None, 0.1e9, "https://arxiv.org/abs/2302.13971"),  # LLaMA-13B's 13.0B
+    ("vicuna-33b", 32.5e9, None, 0.1e9, "https://arxiv.org/abs/2302.13971"),  # LLaMA-33B's 32.5B
+    ("vicuna-68m", 68e6, None, 1e6, "https://huggingface.co/double7/vicuna-68m"),
+]
+
+
+@pytest.mark.parametrize("model,total,non_embedding,digit,source", DRAFT_CARDS, ids=lambda v: str(v))
+def test_draft_presets_match_their_model_cards(model, total, non_embedding, digit, source):
+    """Each draft preset's parameters round to its card's figure (Qwen counts non-embedding parameters without
+    either vocabulary table: its untied targets have two)."""
+    m = rl.load_model(model)
+    assert abs(m.total_params - total) <= digit / 2 + 1e-3 * total, source
+    if non_embedding is not None:
+        tables = 1 if m.tied_embeddings else 2
+        assert abs(m.total_params - tables * m.embedding_params() - non_embedding) <= digit / 2 + 1e-3 * total, source
+
+
+def test_draft_presets_share_their_targets_tokenizer():
+    """The drafts speculative decoding pairs with their targets (Spec-Bench's vicuna-68m for Vicuna, Qwen2.5-0.5B
+    for Qwen2.5-7B, Llama-3.2-1B for Llama-3.1-8B) pass the shared-tokenizer check."""
+    from roofline.serving.round import Drafter
+    for draft, target in (("vicuna-68m", "vicuna-7b"), ("qwen2.5-0.5b", "qwen2.5-7b"), ("qwen3-0.6b", "qwen3-8b"),
+                          ("llama-3.2-1b", "llama-3.1-8b"), ("llama-3.2-3b", "llama-3.3-70b")):
+        d = rl.load_model(draft)
+        assert Drafter(kind="model", model=d).for_target(rl.load_model(target)) is d

@@ -424,3 +424,21 @@ def test_diagnose_suggests_formats_the_device_runs():
     assert _narrower_formats(dev("a100-sxm-80gb"), 16) == ["w8a8-int8", "int4-g128"]
     assert _narrower_formats(dev("b200"), 16) == ["fp8", "w8a8-int8", "nvfp4", "int4-g128"]
     assert _narrower_formats(dev("corsair"), 8.25) == ["mxint4"]
+
+
+def test_ngram_medusa_and_tree_drafts_cost_what_they_run():
+    """n-gram lookup runs no draft pass; Medusa's heads run once per round whatever the draft length; a tree of
+    tokens verified costs the target more than a chain of gamma + 1 (and an array of gammas equals the scalars)."""
+    req, acc = Request(input_tokens=500, output_tokens=200), Acceptance.geometric(0.7)
+
+    def run(kind, gamma, tree=None):
+        p = Placement.build("p", decode="h100-sxm:1", draft_kind=kind)
+        p = attrs.evolve(p, tree_tokens=tree)
+        return evaluate_serving("llama-3.1-8b", p, req, batch=4, gamma=gamma, acceptance=acc, mode="static")
+    ngram = run("ngram", np.array([2, 5]))
+    assert np.all(ngram.draft_s == 0) and np.all(ngram.verify_s > 0)
+    medusa = run("medusa", np.array([2, 5]))
+    assert medusa.draft_s[0] == pytest.approx(medusa.draft_s[1]) and medusa.draft_s[0] > 0
+    eagle = run("eagle", np.array([2, 5]))
+    assert eagle.draft_s[1] > eagle.draft_s[0]
+    assert float(run("eagle", 5, tree=60).verify_s) > float(run("eagle", 5).verify_s) == pytest.approx(eagle.verify_s[1])

@@ -304,7 +304,7 @@ def test_shipped_profile_reproduces_its_recorded_fit():
             assert lo - 1e-12 <= getattr(params, k) <= hi + 1e-12, k
     assert rl.DEFAULT_PARAMS == shipped.for_stack("vllm")   # the default stack's fitted set
     ids = {r.id for r in ROWS if rl.load_device(r.get("hardware")).family == "gpu"
-           and r.get("metric") not in ENERGY_METRICS and r.get("batch") != "slo"}   # the calibration's rows
+           and r.get("metric") not in (*ENERGY_METRICS, "speedup") and r.get("batch") != "slo"}   # the calibration's
     fitted = [abs(r["error"]) for r in validate(ROWS, shipped).rows if r["id"] in ids]   # each row on its own
     assert len(fitted) == _recorded_fit()["rows"]
     assert float(np.median(fitted)) == pytest.approx(_recorded_fit()["median_abs_error"], abs=5e-4)
@@ -1011,3 +1011,75 @@ def test_repeated_measurements_are_linear_in_rows_of_one_configuration(tmp_path,
     assert not reps   # one publication: no pair
     few = written([f"s{i}" for i in range(repeats.PARTNERS + 1)])
     assert len(repeats.repeated_measurements(few)) == (repeats.PARTNERS + 1) * repeats.PARTNERS // 2   # every pair
+
+
+#: Columns of the speculative rows written by the tests below (the optional draft columns at the end).
+SPEC_HEADER = ",".join(["id", "source", "stack", "hardware", "tp", "model", "weight_dtype", "kv_dtype", "batch",
+                        "serving", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric", "value",
+                        "grade", "notes", "draft_model", "tree_tokens", "acceptance_rate"])
+
+
+def _spec_rows(tmp_path, *rows: str):
+    p = tmp_path / "spec.csv"
+    p.write_text(SPEC_HEADER + "\n" + "\n".join(rows) + "\n")
+    return validate(read_rows(p))
+
+
+def test_speculative_rows_name_their_draft_and_predict_a_speedup(tmp_path):
+    """draft_model names a separate draft (a preset) or a head; tree_tokens the tokens a tree verifies; the speedup
+    metric is the ratio of the setup's two predictions (with and without speculation); the rows are kind spec."""
+    base = "https://x,Spec-Bench (HF Transformers),a100-sxm-80gb,1,vicuna-7b,fp16,fp16,1,static,400,400"
+    v = _spec_rows(tmp_path,
+                   f"S1,{base},draft,5,2.28,speedup,1.49,B,,vicuna-68m,,",
+                   f"S2,{base},eagle,5,3.61,speedup,2.29,B,,eagle:1,26,",
+                   f"S3,{base},medusa,4,2.32,speedup,1.78,B,,medusa:5,64,",
+                   f"S4,{base},ngram,10,1.73,speedup,1.59,B,,,,",
+                   f"S5,{base},draft,5,,speedup,1.49,B,,vicuna-68m,,0.6",
+                   f"S6,{base},none,,,decode_tokens_per_s_per_user,40,B,,,,")
+    got = {r["id"]: r for r in v.rows}
+    assert set(got) == {"S1", "S2", "S3", "S4", "S5", "S6"}, v.skipped
+    assert {got[k]["kind"] for k in ("S1", "S2", "S3", "S4", "S5")} == {"spec"} and got["S6"]["kind"] == "time"
+    for k in ("S1", "S2", "S3", "S4"):   # a speculative round that accepts tau tokens is faster, never tau times
+        tau = float({"S1": 2.28, "S2": 3.61, "S3": 2.32, "S4": 1.73}[k])
+        assert 1.0 < got[k]["predicted"] < tau
+    # the i.i.d. acceptance rate 0.6 at gamma 5 gives (1 - 0.6^6) / 0.4 = 2.38 tokens per round: close to S1's 2.28
+    assert got["S5"]["predicted"] == pytest.approx(got["S1"]["predicted"], rel=0.1)
+    assert not fitted_row(read_rows(tmp_path / "spec.csv")[0])   # a ratio is predicted, never fitted
+
+
+def test_tree_verification_costs_the_target_more_than_a_chain(tmp_path):
+    """The same acceptance verified as a 64-token tree is slower than as a chain of draft_len + 1 tokens (the
+    target's pass grows with the tokens it verifies), and n-gram drafting is cheaper than a draft model."""
+    base = "https://x,vLLM,h100-sxm,1,llama-3.1-8b,bf16,bf16,64,static,1000,500"
+    v = _spec_rows(tmp_path, f"C,{base},eagle,4,3.0,speedup,2,B,,eagle:1,,",
+                   f"T,{base},eagle,4,3.0,speedup,2,B,,eagle:1,64,",
+                   f"N,{base},ngram,4,3.0,speedup,2,B,,,,",
+                   f"D,{base},draft,4,3.0,speedup,2,B,,llama-3.2-1b,,")
+    got = {r["id"]: r["predicted"] for r in v.rows}
+    assert got["T"] < got["C"] < got["N"] and got["D"] < got["N"]
+
+
+@pytest.mark.parametrize("fields,needle", [
+    ("draft,5,2.2,speedup,1.5,B,,,,", "draft model in draft_model"),
+    ("eagle,5,,speedup,1.5,B,,eagle:1,26,0.7", "published acceptance"),
+    ("hydra,5,3.2,speedup,1.5,B,,,,", "spec_method 'hydra'"),
+    ("eagle,5,3.6,speedup,1.5,B,,mtp:1,,", "not a eagle draft"),
+    ("ngram,5,1.7,speedup,1.5,B,,vicuna-68m,,", "drafts with no model"),
+    ("eagle,5,3.6,speedup,1.5,B,,eagle:1,4,", "fewer than a chain"),
+    ("none,,,speedup,1.5,B,,,,", "needs a spec_method"),
+    ("draft,5,2.2,speedup,1.5,B,,qwen3-0.6b,,", "do not share a tokenizer"),
+])
+def test_speculative_rows_that_cannot_be_predicted_say_why(tmp_path, fields, needle):
+    v = _spec_rows(tmp_path, f"R,https://x,Spec-Bench,a100-sxm-80gb,1,vicuna-7b,fp16,fp16,1,static,400,400,{fields}")
+    assert not v.rows and needle in v.skipped[0]["reason"]
+
+
+def test_shipped_speculative_rows_are_reported_apart():
+    """The SD rows (Spec-Bench's A100 leaderboard) are predicted as speedups of kind spec, each with its pinned
+    source; methods the model has no draft kind for (Hydra, REST, Lookahead) are listed with the reason."""
+    sd = [r for r in ROWS if r.id.startswith("SD")]
+    assert len(sd) >= 21 and all("/blob/" in r.get("source") for r in sd)
+    v = validate(sd)
+    assert len(v.rows) >= 12 and {r["kind"] for r in v.rows} == {"spec"}
+    assert all("not one of" in s["reason"] for s in v.skipped)
+    assert v.summary["by_kind"]["spec"]["median_abs_error"] < 0.15   # docs/validation.md reports it

@@ -344,9 +344,11 @@ EARLY_BUILDS = re.compile(r"staging", re.IGNORECASE)
 def fitted_row(row: Row) -> bool:
     """Whether the fit uses ``row`` (its grade is in :data:`FITTED_GRADES` and its build is not an early one,
     :data:`EARLY_BUILDS`), rather than only predicting it. Rows at a latency-bound load (``batch = slo``) are
-    predicted, never fitted: they test the queues of :mod:`roofline.serving.load` on the fitted physics."""
+    predicted, never fitted: they test the queues of :mod:`roofline.serving.load` on the fitted physics. So are
+    ``speedup`` rows: a ratio of two predictions on one stack, which tests the speculative round, not the stack's
+    constants."""
     return (row.get("grade") in FITTED_GRADES and not EARLY_BUILDS.search(row.get("stack"))
-            and row.get("batch") != "slo")
+            and row.get("batch") != "slo" and row.get("metric") != "speedup")
 
 
 def approximate_loo(res: Any, f_scale: float = F_SCALE, n_rows: int | None = None) -> np.ndarray:

@@ -3,8 +3,10 @@
 Each row is served as the publication describes it: ``tp`` devices in one
 group (``ep`` expert-parallel), ``static`` or ``continuous`` batching
 (:mod:`roofline.serving.serve`), ``batch = max`` meaning the largest batch that fits
-at isl + osl, MTP/EAGLE speculation with the reported acceptance length. A
-row the model cannot express is skipped with the reason, never dropped.
+at isl + osl, speculation (a named draft model, an EAGLE/MTP/Medusa head, n-gram
+lookup; a chain or a tree) with the published acceptance, a ``speedup`` as the ratio
+of two predictions. A row the model cannot express is skipped with the reason, never
+dropped.
 """
 
 from __future__ import annotations
@@ -52,11 +54,19 @@ from .workers import check_jobs, workers
 COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model",
            "weight_dtype", "expert_dtype", "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget",
            "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
-           "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill")
+           "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill", "draft_model",
+           "tree_tokens", "acceptance_rate")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
-           "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w")
+           "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w", "speedup")
+#: ``spec_method`` values and the draft kind each runs (:data:`roofline.serving.round.DRAFT_KINDS`): EAGLE-3's head
+#: is one decoder layer on the target's fused features with the target's LM head, as EAGLE's (Li et al. 2025,
+#: https://arxiv.org/abs/2503.01840 §3.1), so both run as an EAGLE head.
+SPEC_METHODS = {"none": None, "draft": "model", "eagle": "eagle", "eagle3": "eagle", "medusa": "medusa", "mtp": "mtp",
+                "ngram": "ngram"}
+#: The metric a ``speedup`` row's two predictions (with and without speculation) are taken in.
+SPEEDUP_BASIS = "output_tokens_per_s_total"
 #: How sure a row's setup is (roofline/validation/README.md): A first-party with its setup, B one or two details
 #: inferred, C partly assumed (predicted, not fitted), D second-hand.
 GRADES = ("A", "B", "C", "D")
@@ -194,17 +204,60 @@ def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, str], bat
     return smallest_group(fits, device, max_tp=max_tp), 1
 
 
+def _draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
+    """(draft kind, draft model, head layers or heads) from ``draft_model``: a preset id or config path for a
+    separate draft, or a head ``eagle:1``, ``mtp:1``, ``medusa:4`` (its layers; Medusa's count is its heads, all
+    run in one step); empty for a head of one layer (and for n-gram lookup, which drafts with no model)."""
+    kind, text = SPEC_METHODS[method], row.get("draft_model")
+    if kind == "ngram":
+        if text:
+            raise RooflineError(f"spec_method ngram drafts with no model: draft_model = {text!r} is not used")
+        return kind, None, 1
+    head = re.fullmatch(r"(eagle3?|mtp|medusa):(\d+)", text)
+    if head:
+        if SPEC_METHODS[head.group(1)] != kind:
+            raise RooflineError(f"draft_model {text!r} is not a {method} draft")
+        return kind, None, int(head.group(2))
+    if kind == "model":
+        if not text:
+            raise RooflineError("a draft-model row needs the draft model in draft_model (a preset id or config path): "
+                                "the publication does not name it")
+        return kind, resolve_model(text), 1
+    if text:
+        raise RooflineError(f"draft_model = {text!r} for spec_method {method}: give its head as {method}:N")
+    return kind, None, 1
+
+
+def _acceptance(row: Row, gamma: int) -> Acceptance:
+    """The row's measured acceptance: ``acceptance_length`` (mean tokens per round, the bonus token included), else
+    ``acceptance_rate`` (the per-token alpha, read as i.i.d.: Leviathan et al. 2023, https://arxiv.org/abs/2211.17192
+    eq. 1); a tree's rounds need the length (a per-token alpha does not say how a tree's branches accept)."""
+    tau, alpha = row.get("acceptance_length"), row.get("acceptance_rate")
+    if tau:
+        return Acceptance.measured({gamma: float(tau)})
+    if alpha and not row.get("tree_tokens"):
+        return Acceptance.geometric(float(alpha))
+    raise RooflineError("speculative row without a published acceptance (acceptance_length, or acceptance_rate for "
+                        "a chain draft): the speed it predicts hangs on it")
+
+
 def _placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Acceptance | None]:
-    spec = row.get("spec_method") or "none"
-    gamma = _int(row, "draft_len", 0) if spec != "none" else 0
-    if spec in ("mtp", "eagle"):
-        tau = row.get("acceptance_length")
-        if not tau:
-            raise RooflineError("speculative row without a measured acceptance length")
-        return Placement(name=row.id, decode=group, draft_kind=spec), gamma, Acceptance.measured({gamma: float(tau)})
-    if spec == "draft":
-        raise RooflineError("draft-model rows need the draft model, which the format does not name")
-    return Placement(name=row.id, decode=group), 0, None
+    method = row.get("spec_method") or "none"
+    if method not in SPEC_METHODS:
+        raise RooflineError(f"spec_method {method!r} is not one of {', '.join(SPEC_METHODS)}")
+    if method == "none":
+        return Placement(name=row.id, decode=group), 0, None
+    kind, draft, layers = _draft_column(row, method)
+    default = layers if kind == "medusa" else None   # Medusa drafts one token per head
+    gamma = _int(row, "draft_len", default) if default is not None else _int(row, "draft_len")
+    if gamma < 1:
+        raise RooflineError(f"draft_len = {gamma}: a speculative row drafts at least one token")
+    tree = _int(row, "tree_tokens") if row.get("tree_tokens") else None
+    if tree is not None and tree < gamma + 1:
+        raise RooflineError(f"tree_tokens {tree} is fewer than a chain of draft_len {gamma} and its bonus token")
+    placement = Placement(name=row.id, decode=group, draft_kind=kind, draft_model=draft,
+                          head_layers=1 if kind == "medusa" else layers, tree_tokens=tree)
+    return placement, gamma, _acceptance(row, gamma)
 
 
 #: Largest batches found for ``batch = max`` rows, by (row, usable memory, group): fitting depends on memory only.
@@ -357,6 +410,8 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
         raise RooflineError(f"{metric}: {UNMODELLED[metric]}")
     if metric not in METRICS:
         raise RooflineError(f"unknown metric {metric!r}")
+    if metric == "speedup":
+        return _predict_speedup(row, params, what_if, memory_scale)
     slo = row.get("batch") == "slo"
     if slo and not (row.get("p99_ttft_ms") and row.get("p99_tpot_ms")):
         raise RooflineError("the load is the largest that meets the publication's latency limits: give them in "
@@ -383,6 +438,17 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     if not results:
         raise last or RooflineError("no layout holds the model")
     return max(results)[1]
+
+
+def _predict_speedup(row: Row, params: EngineParams, what_if: dict[str, Any] | None, memory_scale: float) -> float:
+    """A ``speedup`` row: the throughput of its setup with speculation over the same setup without (the ratio of two
+    predictions of :data:`SPEEDUP_BASIS`, at the row's batch, lengths and devices)."""
+    if (row.get("spec_method") or "none") == "none":
+        raise RooflineError("a speedup row needs a spec_method: it is the speculative setup over the plain one")
+    spec = attrs.evolve(row, fields={**row.fields, "metric": SPEEDUP_BASIS})
+    plain = attrs.evolve(spec, fields={**spec.fields, "spec_method": "none", "draft_len": "", "draft_model": "",
+                                       "tree_tokens": "", "acceptance_length": "", "acceptance_rate": ""})
+    return (predict_row(spec, params, what_if, memory_scale) / predict_row(plain, params, what_if, memory_scale))
 
 
 def _submitter_layouts(row: Row, model: ModelSpec, device: Device, params: EngineParams) -> list[tuple[DeviceGroup, int]]:
@@ -615,10 +681,14 @@ def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
 
 def row_kind(row: Row) -> str:
     """What a row tests: ``energy``, ``load`` (a latency-bound load: MLPerf Server and Interactive, predicted by
-    the queues) or ``time`` (a stated batch or concurrency, or the largest that fits)."""
+    the queues), ``spec`` (a speculative setup's time or speedup: the draft, the verify pass and the measured
+    acceptance, reported apart from plain decoding) or ``time`` (a stated batch or concurrency, or the largest
+    that fits)."""
     if row.get("metric") in ENERGY_METRICS:
         return "energy"
-    return "load" if row.get("batch") == "slo" else "time"
+    if row.get("batch") == "slo":
+        return "load"
+    return "spec" if (row.get("spec_method") or "none") != "none" else "time"
 
 
 def _memory_sensitivity(row: Row, params: EngineParams, predicted: float) -> float | None:

@@ -32,7 +32,16 @@ from ..specs.params import EngineParams
 from ..workload import check_whole, one_of
 
 Array = NDArray[np.float64]
-DRAFT_KINDS = ("model", "mtp", "eagle")
+DRAFT_KINDS = ("model", "mtp", "eagle", "medusa", "ngram")
+#: Draft kinds that draft with no model of their own: n-gram (prompt-lookup) drafting copies the tokens that
+#: followed the last n tokens' earlier occurrence in the context, a string search on the host with no forward pass
+#: (Saxena 2023, https://github.com/apoorvumang/prompt-lookup-decoding; vLLM's ``ngram`` method,
+#: https://docs.vllm.ai/en/latest/features/spec_decode.html): its draft costs nothing on the accelerator.
+MODEL_FREE_KINDS = ("ngram",)
+#: Draft kinds whose heads all run once per round, in parallel, on the verify pass's last hidden state (Medusa's
+#: K heads each predict the token K positions ahead: Cai et al. 2024, https://arxiv.org/abs/2401.10774 §2.1):
+#: one draft step whatever the draft length, not one per drafted token.
+PARALLEL_HEAD_KINDS = ("medusa",)
 SAMPLING = ("greedy", "lossless")
 TOKEN_ID_BYTES = 4       # int32 token ids, as vLLM and TensorRT-LLM pass them
 PROBABILITY_BYTES = 4    # fp32 probabilities for lossless (rejection-sampling) verification
@@ -58,7 +67,9 @@ def shares_tokenizer(draft: ModelSpec, target: ModelSpec) -> bool:
 
 @attrs.frozen(kw_only=True)
 class Drafter:
-    """What drafts: a separate model (``kind="model"``), or ``head_layers`` of the target as an MTP/EAGLE head."""
+    """What drafts: a separate model (``kind="model"``), ``head_layers`` of the target as an MTP/EAGLE head, Medusa
+    heads (one step of a ``head_layers`` head per round: a residual block and an LM head each, as costly to read as
+    a one-layer head's LM head and layer), or n-gram lookup (``kind="ngram"``: no model, no draft pass)."""
 
     kind: str = attrs.field(default="model", validator=attrs.validators.in_(DRAFT_KINDS))
     model: ModelSpec | None = None
@@ -72,8 +83,18 @@ class Drafter:
             raise WorkloadError(f"draft kind {kind!r} drafts with head layers of the target, not with the draft model "
                                 f"{self.model.id}: give no draft model, or draft kind 'model'")
 
+    def draft_steps(self, gamma: Any) -> Any:
+        """Sequential draft passes per round for ``gamma`` drafted tokens (depth): gamma for a draft model and an
+        MTP/EAGLE head, one for Medusa's parallel heads, none for n-gram lookup."""
+        g = np.asarray(gamma, dtype=float)
+        if self.kind in MODEL_FREE_KINDS:
+            return np.zeros_like(g)
+        return np.minimum(g, 1.0) if self.kind in PARALLEL_HEAD_KINDS else g
+
     def for_target(self, target: ModelSpec) -> ModelSpec:
         """The model that runs the draft steps; a separate draft must share the target's tokenizer."""
+        if self.kind in MODEL_FREE_KINDS:
+            raise WorkloadError(f"draft kind {self.kind!r} drafts with no model")
         if self.kind != "model":
             return head_model(target, self.head_layers)
         if self.model is None:  # excluded by the validator; kept for type checkers
@@ -88,6 +109,8 @@ class Drafter:
     def describe(self, target: ModelSpec) -> str:
         if self.kind == "model" and self.model is not None:
             return self.model.id
+        if self.kind in MODEL_FREE_KINDS:
+            return f"{self.kind} lookup (no draft model)"
         s = "s" if self.head_layers > 1 else ""
         absent = ", not in the checkpoint" if self.kind == "mtp" and target.num_mtp_layers == 0 else ""
         return f"{target.id} {self.kind} head ({self.head_layers} layer{s}{absent})"
@@ -196,6 +219,11 @@ class RoundPlan:
     sampling: str = attrs.field(default="greedy", validator=one_of(SAMPLING))
     #: the draft runs on the target's own devices (no transfer; both must fit in its memory)
     shared: bool = True
+    #: tokens the target verifies per round when the draft is a tree (EAGLE's and Medusa's token trees, verified
+    #: in one pass under a tree attention mask: Miao et al. 2024, https://arxiv.org/abs/2305.09781); None: a chain
+    #: of gamma drafted tokens and the bonus token (gamma + 1)
+    tree_tokens: int | None = attrs.field(default=None, validator=attrs.validators.optional(
+        lambda _i, _a, v: check_whole("tree_tokens", v, minimum=1)))
 
     def draft_setup(self, drafter: Drafter, params: EngineParams) -> Setup:
         group = self.target_group if self.shared or self.draft_group is None else self.draft_group
@@ -245,9 +273,11 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
     tg, fmt = plan.target_group, plan.target_formats
     stage = "verify" if plan.drafter is not None else "decode"
 
+    verified = G + 1 if plan.tree_tokens is None else np.where(G > 0, float(plan.tree_tokens), 1.0)
+
     def verify_at(ctx: Any, chunks: Any = 0.0, extra: Any = 0.0) -> StageResult:
-        return evaluate_pass(plan.target, tg, fmt, batch=batch, new_tokens=G + 1 + extra, prefix_tokens=ctx,
-                             logits_per_seq=G + 1, mla_absorbed=True, stage=stage, params=params, chunks=chunks,
+        return evaluate_pass(plan.target, tg, fmt, batch=batch, new_tokens=verified + extra, prefix_tokens=ctx,
+                             logits_per_seq=verified, mla_absorbed=True, stage=stage, params=params, chunks=chunks,
                              chunk_tokens=0.0 if chunk_tokens is None else chunk_tokens, chunk_prefix=chunk_prefix)
 
     chunk_s: Any = 0.0
@@ -262,10 +292,11 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
     shape = np.broadcast_shapes(v.time_s.shape, G.shape)
     fits = v.fits & v_end.fits
     d = None
-    if plan.drafter is not None:
-        ds = plan.draft_setup(plan.drafter, params)
-        d = draft_steps(ds, batch=batch, context=context, gamma=G)
-        d_end = d if fit_context is None else draft_steps(ds, batch=batch, context=fit_context, gamma=np.minimum(G, 1))
+    if plan.drafter is not None and plan.drafter.kind not in MODEL_FREE_KINDS:
+        ds, steps = plan.draft_setup(plan.drafter, params), plan.drafter.draft_steps(G)
+        d = draft_steps(ds, batch=batch, context=context, gamma=steps)
+        d_end = d if fit_context is None else draft_steps(ds, batch=batch, context=fit_context,
+                                                          gamma=np.minimum(steps, 1))
         fits = fits & d.fits & d_end.fits
         if plan.shared:   # draft and target share the devices: both sets of weights, KV and workspace must fit
             fits = fits & (v_end.memory_per_device_bytes + d_end.memory_per_device_bytes <= v_end.usable_per_device_bytes)

@@ -114,6 +114,8 @@ class Placement:
     draft_model: ModelSpec | None = attrs.field(default=None, validator=record_of(ModelSpec, optional=True))
     draft_kind: str | None = attrs.field(default=None)
     head_layers: int = 1
+    #: tokens verified per round when the draft is a tree (:class:`~roofline.serving.round.RoundPlan`); None: a chain
+    tree_tokens: int | None = None
     kv_link: GroupLink = attrs.field(factory=lambda: get_link("nvlink"))
     draft_link: GroupLink = attrs.field(factory=lambda: get_link("pcie5"))
 
@@ -533,7 +535,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     mixed = placement.prefill is None and mode == "continuous"
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
-                     shared=placement.draft is None)
+                     shared=placement.draft is None, tree_tokens=placement.tree_tokens if placement.speculative else None)
     whole = p.chunked_prefill is False
     chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, whole=whole) if mixed else None
     budget = _token_budget(placement, request, chunk, B=B, G=G, E=E, whole=whole) if mixed else None
