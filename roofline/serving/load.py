@@ -658,40 +658,36 @@ def serve_at_rate(model: ModelLike, placement: Placement, workload: Workload, ra
     return deployment(model, placement, workload, **kw).at(rate_per_s)
 
 
-#: Rates tried per pass of :func:`max_rate` (two passes: the whole range, then between the last two that met).
-RATE_POINTS = 20
+#: Bisection steps of :func:`best_rate` over [capacity / 1000, capacity] in log space (2^-12 of a factor 1000:
+#: the rate to 0.17%).
+RATE_BISECTIONS = 12
 
 
 def max_rate(model: ModelLike, placement: Placement, workload: Workload, limits: Mapping[str, float],
              **kw: Any) -> tuple[float, LoadResult]:
     """The largest request rate whose percentiles meet ``limits`` (``{"ttft_p99_s": 2.0, "tpot_p99_s": 0.2}``)
-    and its result: rates up to the capacity tried on a geometric grid, then refined between the last that
-    meets the limits and the first that does not. 0 (and the result at the lowest rate) where none does."""
+    and its result (:func:`best_rate`); 0 (and the result at the lowest rate tried) where none does."""
     want = check_limits(limits)
     d = deployment(model, placement, workload, **kw)
     return best_rate(d, want)
 
 
 def best_rate(d: Deployment, limits: Mapping[str, float]) -> tuple[float, LoadResult]:
-    """:func:`max_rate` on a priced deployment."""
-    top = d.capacity_per_s
-    lo, hi = top * 1e-3, top * 0.9999
-    best, best_r = 0.0, d.at([lo])
-    for _ in range(2):
-        rates = np.geomspace(lo, hi, RATE_POINTS)
-        r = d.at(rates)
-        ok = meets(r, limits)
-        if not ok.any():
-            break
-        i = int(np.flatnonzero(ok)[-1])
-        best, best_r = float(rates[i]), _pick(r, i)
-        if i == rates.size - 1:
-            break
-        lo, hi = rates[i], rates[i + 1]
-    return best, best_r
-
-
-def _pick(r: LoadResult, i: int) -> LoadResult:
-    """The result at one rate (index ``i``) of a swept result."""
-    return attrs.evolve(r, **{f.name: np.asarray(getattr(r, f.name))[i:i + 1] for f in attrs.fields(LoadResult)
-                              if isinstance(getattr(r, f.name), np.ndarray) and np.ndim(getattr(r, f.name)) == 1})
+    """:func:`max_rate` on a priced deployment: the limits checked at a thousandth of the capacity and at the
+    capacity, then bisected in log space between the last rate that meets them and the first that does not (a
+    higher rate never lowers a percentile)."""
+    top = d.capacity_per_s * 0.9999
+    lo, hi = top * 1e-3, top
+    r_lo, r_hi = d.at([lo]), d.at([hi])
+    if not bool(meets(r_lo, limits)[0]):
+        return 0.0, r_lo
+    if bool(meets(r_hi, limits)[0]):
+        return hi, r_hi
+    for _ in range(RATE_BISECTIONS):
+        mid = math.sqrt(lo * hi)
+        r = d.at([mid])
+        if bool(meets(r, limits)[0]):
+            lo, r_lo = mid, r
+        else:
+            hi = mid
+    return lo, r_lo

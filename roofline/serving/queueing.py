@@ -307,13 +307,22 @@ def step_chain(rate_per_s: Array, decode_s: Array, room: Array, cost_per_token_s
 
 
 def _stationary(p: Array) -> Array:
-    """The stationary law of row-stochastic matrices (stacked): pi (P - I) = 0, sum pi = 1."""
-    g = p.shape[-1]
-    a = np.swapaxes(p, -1, -2) - np.eye(g)
-    a[..., -1, :] = 1.0
-    b = np.zeros(p.shape[:-1])
-    b[..., -1] = 1.0
-    pi = np.linalg.solve(a, b[..., None])[..., 0]
+    """The stationary law of row-stochastic matrices (stacked over the leading axes) by the GTH state reduction
+    (Grassmann, Taksar and Heyman, Operations Research 33(5), 1985, https://doi.org/10.1287/opre.33.5.1107):
+    no subtractions, so it is exact to rounding even near capacity, and elementwise numpy only, so worker
+    processes sharing the cores do not contend for a threaded BLAS (a LAPACK solve did: 2.6x slower under
+    ``validate --jobs 2`` on two cores)."""
+    a = np.array(p, dtype=float, copy=True)
+    g = a.shape[-1]
+    sums = np.ones(a.shape[:-1])
+    for n in range(g - 1, 0, -1):
+        s = np.maximum(a[..., n, :n].sum(axis=-1), 1e-300)
+        sums[..., n] = s
+        a[..., :n, :n] += a[..., :n, n, None] * (a[..., None, n, :n] / s[..., None, None])
+    pi = np.zeros(a.shape[:-1])
+    pi[..., 0] = 1.0
+    for j in range(1, g):
+        pi[..., j] = np.sum(pi[..., :j] * a[..., :j, j], axis=-1) / sums[..., j]
     pi = np.clip(pi, 0.0, None)
     return pi / pi.sum(axis=-1, keepdims=True)
 
