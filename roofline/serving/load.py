@@ -10,26 +10,29 @@ holds, the step's token budget, what each prompt token adds to a step) and the e
   cost) Little's law B = lambda (E[osl] - 1) E[T] gives the rate that sustains a mean batch B:
   lambda(B) = B / ((E[osl] - 1) d(B) + B E[a]), increasing in B; inverted on a grid. The capacity is
   lambda at the largest batch memory holds (Little, https://doi.org/10.1287/opre.9.3.383).
-* **Slots.** A request holds a slot from its prefill to its last token; the slot queue is M/M/c with
-  c = the slots memory holds and offered load B (Erlang C; :func:`queueing.erlang_c`).
-* **Prompts.** Prompt tokens ride the steps (Sarathi-Serve's chunked prefill,
-  https://arxiv.org/abs/2403.02310): a step carries up to budget - B of them, FCFS. The prompt queue is a
-  GI/G/1 queue whose server works through room = budget - B tokens per step of d(B): a prompt of n tokens
-  holds it for n d / room + a. A prompt's TTFT = the rest of the step running when it arrives (uniform on
-  [0, E[T]]) + its wait + max(1, n / room) steps + its own cost a.
-* **ITL** (the gaps between a request's tokens, as vLLM's benchmark and MLPerf define ITL): a step lasts
-  d(B) plus the cost of the prompt tokens it carries, which are those that arrived during the step before it
-  (a compound Poisson number of tokens, capped at room), computed by FFT on a token grid.
+* **Slots and the batch's spread.** The number of requests in the engine is a birth-death process
+  (processor sharing in tokens, :func:`_steady`), widened by the clustering prompts cause; a request that finds
+  every slot taken waits an exponential time. Every step an arrival waits through is d(N) - d(mean) longer for
+  the batch N it finds.
+* **Steps.** Prompt tokens ride the decode steps (Sarathi-Serve's chunked prefill,
+  https://arxiv.org/abs/2403.02310): a step carries min(backlog, room) of them, room = budget - B, FCFS, and
+  lasts d(B) plus their cost. The backlog at each step's start is a Markov chain (:func:`queueing.step_chain`)
+  whose stationary law gives the step law: the **ITL** (the gaps between a request's tokens, as vLLM's benchmark
+  and MLPerf define ITL) is the step each running request waits through.
+* **TTFT**: an arrival lands in a step (length-biased: long steps catch more arrivals) at a uniform point, waits
+  for its end, then for the tokens ahead of it (the step's leftover and the prompts that arrived earlier in the
+  step, Palm counts: :func:`queueing.backward_counts`), then ceil((ahead + n) / room) steps, the last also
+  carrying those that arrived behind it; plus the slot wait and the stack's fixed per-request time.
 * **TPOT** (per request, excluding the first token: (E2E - TTFT) / (osl - 1), the benchmarks' definition):
   d(B) plus the prompt cost that landed in the request's own osl - 1 steps, a compound Poisson sum
-  approximated by a Gamma of the same mean and variance (with its atom at zero).
-* **E2E** = TTFT + (osl - 1) x the request's mean gap (the prompt cost it meets taken at its mean).
+  approximated by a Gamma of the same mean and variance (with its atom at zero: :class:`_Life`).
+* **E2E** = TTFT + (osl - 1) d(B) + that cost.
 
 Disaggregated placements run the prompts on a pool of prefill groups (a GI/G/c queue of whole prefills,
 then the KV transfer) and decode on the decode group, whose steps then carry no prompts.
 
-Not modelled: the batch's spread around its mean (d(B) is taken at the mean; it is nearly flat where weights
-dominate), preemption, priorities other than FCFS, speculative decoding under load.
+Not modelled: preemption, priorities other than FCFS, speculative decoding under load. docs/load.md compares
+every percentile with a simulation of the same engine and says where the closed forms are wrong.
 """
 
 from __future__ import annotations

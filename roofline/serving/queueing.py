@@ -31,7 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..errors import WorkloadError
 
 Array = NDArray[np.float64]
-#: Bisection steps of the quantile and root solvers (2^-44 of the bracket).
+#: Bisection steps of the root solver (2^-44 of the bracket).
 BISECTIONS = 44
 
 
@@ -90,13 +90,6 @@ class WaitTail:
     mean_s: Array
     rho: Array
 
-    def survival(self, x: Array) -> Array:
-        """P(W > x), x broadcasting against the rates."""
-        x = np.asarray(x, dtype=float)
-        with np.errstate(over="ignore", invalid="ignore"):
-            s = self.p * np.exp(-self.theta_per_s * np.maximum(x, 0.0))
-        return np.where(x < 0, 1.0, np.where(self.rho >= 1, 1.0, s))
-
 
 def wait_tail(rate_per_s: ArrayLike, service_s: ArrayLike, weights: ArrayLike, *, servers: int = 1,
               arrival_cv2: float = 1.0) -> WaitTail:
@@ -143,39 +136,6 @@ def _lundberg(lam: Array, s: Array, w: Array, cv2: float, stable: NDArray[np.boo
     return np.where(stable, _bisect(f, np.zeros(lam.shape), hi), 0.0)
 
 
-def sum_survival(a: WaitTail, b: WaitTail, x: Array) -> Array:
-    """P(W_a + W_b > x) for independent waits of the :class:`WaitTail` form (exact for that form)."""
-    x_given = np.asarray(x, dtype=float)
-    x = np.maximum(x_given, 0.0)
-    pa, pb, ta, tb = a.p, b.p, a.theta_per_s, b.theta_per_s
-    same = np.isclose(ta, tb, rtol=1e-6)
-    tb = np.where(same, tb * (1 + 1e-6) + 1e-12, tb)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        both = pa * pb * (tb * np.exp(-ta * x) - ta * np.exp(-tb * x)) / (tb - ta)
-        out = both + pa * (1 - pb) * np.exp(-ta * x) + pb * (1 - pa) * np.exp(-tb * x)
-    unstable = (a.rho >= 1) | (b.rho >= 1)
-    return np.where(unstable | (x_given < 0), 1.0, np.clip(np.nan_to_num(out, nan=1.0), 0.0, 1.0))
-
-
-def quantile(survival: Callable[[Array], Array], q: float, hi: Array) -> Array:
-    """The q-quantile of a distribution given its survival function (vectorised over the rates' shape of
-    ``hi``, an upper bracket): the smallest t with P(T > t) <= 1 - q, by bisection."""
-    hi = np.asarray(hi, dtype=float)
-    for _ in range(64):   # widen the bracket where it is short
-        short = survival(hi) > 1 - q
-        if not short.any():
-            break
-        hi = np.where(short, hi * 2.0, hi)
-    return _bisect(lambda t: (1 - q) - survival(t), np.zeros(hi.shape), hi)
-
-
-def compound_poisson_moments(count_mean: Array, values: Array, weights: Array) -> tuple[Array, Array]:
-    """Mean and variance of the sum of N ~ Poisson(count_mean) draws from the atoms (E[N] E[X], E[N] E[X^2])."""
-    ex = float(np.sum(weights * values))
-    ex2 = float(np.sum(weights * values * values))
-    return count_mean * ex, count_mean * ex2
-
-
 #: States of the step chain's backlog grid (tokens waiting at a step's start).
 CHAIN_STATES = 160
 
@@ -197,11 +157,6 @@ class StepChain:
     one: Array
     width: Array
     arrival_cv2: float = 1.0
-
-    def arrivals(self, count_mean: Array) -> Array:
-        """pmf on the grid of the prompt tokens arriving with ``count_mean`` prompts on average (Poisson)."""
-        one = np.expand_dims(self.one, tuple(range(1, count_mean.ndim - self.one.ndim + 2)))
-        return _arrivals_pmf(count_mean, one, self.arrival_cv2)
 
     def arrivals_before(self, window_s: Array, rate_per_s: Array) -> Array:
         """pmf on the grid of the prompt tokens that arrived within ``window_s`` before an arrival (Palm: the
