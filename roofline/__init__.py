@@ -16,7 +16,8 @@ The public API (``import roofline as rl``):
   sweeps on any executor), :class:`Prices` and :func:`shipped_prices` (USD per device-hour)
 * served load: :class:`Workload` (arrival burstiness, :class:`Lengths`, prefix hits), :func:`serve_at_rate`
   (p50/p90/p99 TTFT, ITL, TPOT and E2E and each pool's utilisation at request rates), :func:`max_rate` (the
-  largest rate meeting percentile limits)
+  largest rate meeting percentile limits), :func:`size_at_rate` with a :class:`LoadTarget` (the fewest devices
+  whose p99s meet limits at a rate)
 * how far to trust a figure: :func:`interval` (split-conformal, from errors on publications the fit never
   saw), :func:`with_intervals` (``<name>_low`` / ``<name>_high`` beside a result's figures); GPUs run
   :data:`DEFAULT_STACK` (vLLM) unless ``params=`` says otherwise
@@ -50,6 +51,7 @@ from .physics.work import forward_work
 from .serving.emit import LaunchCommand, launch_command
 from .serving.frontier import compare_frontiers, pareto_frontier
 from .serving.load import LoadResult, Workload, max_rate, serve_at_rate
+from .serving.load_sizing import LoadOption, LoadTarget, size_at_rate
 from .serving.serve import Placement, Request, ServingResult, evaluate_serving
 from .serving.sizing import Option, Target, size
 from .serving.speculation import SpecResult, optimal_gamma, speculative_round
@@ -86,7 +88,7 @@ __all__ = [
     "ExecutionProfile", "speculative_round", "speedup_closed_form",
     "verify", "LaunchCommand", "launch_command", "Option", "Target", "size", "SweepResult", "pareto_mask", "sweep",
     "Price", "Prices", "shipped_prices", "DEFAULT_STACK", "Interval", "interval", "with_intervals",
-    "Lengths", "LoadResult", "Workload", "max_rate", "serve_at_rate",
+    "Lengths", "LoadResult", "Workload", "max_rate", "serve_at_rate", "LoadOption", "LoadTarget", "size_at_rate",
 ]
 
 

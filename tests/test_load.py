@@ -235,7 +235,7 @@ def test_shipped_histograms_keep_their_means():
 
 
 def test_public_api_exports():
-    for name in ("serve_at_rate", "max_rate", "Workload", "Lengths", "LoadResult"):
+    for name in ("serve_at_rate", "max_rate", "Workload", "Lengths", "LoadResult", "size_at_rate", "LoadTarget"):
         assert hasattr(rl, name)
 
 
