@@ -1041,3 +1041,20 @@ def test_format_help_names_the_chips_defaults(capsys):
         main(["stage", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "fp8 on groq-3-lpu" in help_text and "mxint8 on corsair" in help_text
+
+
+def test_show_prints_every_source_url_whole_at_80_columns():
+    """A device's sources are note numbers in the table and whole URLs under it: at 80 columns a URL folded into
+    the table's column broke mid-word and no longer opened."""
+    import io
+
+    from rich.console import Console
+
+    from roofline.ui.cli import main
+    buf = io.StringIO()
+    code = main(["show", "h100-sxm"], console=Console(file=buf, width=80, color_system=None),
+                err_console=Console(file=io.StringIO()))
+    out = buf.getvalue()
+    assert code == 0
+    for url in set(rl.load_device("h100-sxm").sources.values()):
+        assert any(line.endswith(url) and line.startswith("[") for line in out.splitlines()), url

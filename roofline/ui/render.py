@@ -239,12 +239,15 @@ def devices_table(devices: list[Device]) -> Table:
     return t
 
 
-def device_table(dev: Device) -> Table:
+def device_table(dev: Device) -> tuple[Table, Text]:
+    """The device's spec fields, each source as a note number ([1]), and the notes' URLs, one whole line each (a
+    URL folded into a narrow column breaks mid-word and no longer opens)."""
     isa = f", {dev.isa}" if dev.isa else ""
     t = house_table(title=f"{dev.name} ({dev.id}{isa}, {dev.status})", caption=f"Spec file: {shown_path(dev.path)}")
     t.add_column("field")
     t.add_column("value", justify="right")
     t.add_column("source")
+    notes: dict[str, int] = {}
     for f in fields(dev):
         value = f.read(dev)
         if f.path.startswith("compute."):
@@ -265,8 +268,10 @@ def device_table(dev: Device) -> Table:
             shown = f"{value:.3g}"
         else:
             shown = _q(value, f.kind)
-        t.add_row(f.path, shown, Text(dev.sources.get(f.path, "")))
-    return t
+        src = dev.sources.get(f.path, "")
+        t.add_row(f.path, shown, f"[{notes.setdefault(src, len(notes) + 1)}]" if src else "")
+    urls = Text("\n".join(f"[{n}] {src}" for src, n in notes.items()), no_wrap=True, overflow="ignore")
+    return t, urls
 
 
 # ------------------------------------------------------------------- models
@@ -919,7 +924,8 @@ def device_view(dev: Device) -> View:
             if not f.path.startswith("execution.")]
     profile = [{"field": f"execution.{k}", "value": v, "source": d["execution_provenance"].get(k, "")}
                for k, v in d["execution"].items()]
-    return View(tables=[device_table(dev), profile_table(dev)], data=d, rows=spec + profile)
+    table, urls = device_table(dev)
+    return View(tables=[table, urls, profile_table(dev)], data=d, rows=spec + profile)
 
 
 def models_view(models: Sequence[ModelSpec]) -> View:
