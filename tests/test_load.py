@@ -290,3 +290,19 @@ def test_placements_rate_adds_each_placements_percentiles(run_cli):
     assert ok and all(x["ttft_p99_s"] >= x["ttft_p50_s"] > 0 and 0 < x["utilisation"] < 1 for x in ok)
     code, out, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "b200", "--rate", "20")
     assert code == 0 and "one replica of each placement at 20 requests/s" in out
+
+
+def test_vllm_serves_with_its_own_scheduler_defaults():
+    """vLLM's server caps running requests at 1024 (8,192 tokens a step) on GPUs of 70 GiB or more but A100s,
+    at 256 (2,048) on others; sizing under that stack holds them, other stacks are left to memory."""
+    from roofline.serving.load_sizing import engine_defaults
+    assert engine_defaults("vllm", rl.load_device("h100-sxm")) == (1024, 8192)
+    assert engine_defaults("vllm", rl.load_device("a100-sxm-80gb")) == (256, 2048)
+    assert engine_defaults("vllm", rl.load_device("l40s")) == (256, 2048)
+    assert engine_defaults("trtllm", rl.load_device("h100-sxm")) == (None, None)
+    target = rl.LoadTarget(rate_per_s=5.0, workload=Workload(lengths=Lengths.fixed(512, 128)),
+                           limits={"ttft_p99_s": 2.0})
+    vllm = [o for o in rl.size_at_rate("llama-3.1-8b", "a100-sxm-80gb", target, stack="vllm") if o.feasible]
+    free = [o for o in rl.size_at_rate("llama-3.1-8b", "a100-sxm-80gb", target) if o.feasible]
+    assert vllm and all(o.batch_per_replica <= 256 for o in vllm)
+    assert free and max(o.batch_per_replica for o in free) > 256

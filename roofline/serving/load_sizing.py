@@ -33,11 +33,26 @@ from ..specs.prices import Prices, shipped_prices
 from ..specs.resolve import ModelLike, resolve_model
 from ..workload import check_devices
 from .load import Deployment, LoadResult, Workload, check_limits, deployment, meets
-from .serve import Placement, Request, check_context, evaluate_serving
+from .serve import DEFAULT_TOKEN_BUDGET, Placement, Request, check_context, evaluate_serving
 from .sizing import Option, deployed_rates, device_formats, device_or_group, group_shapes
 
 #: The most replicas (and prefill groups) a search tries.
 MAX_REPLICAS = 100_000
+#: vLLM's scheduler defaults for `vllm serve` (the OpenAI API server): on a GPU with at least 70 GiB that is not an
+#: A100 (H100, H200, MI300X, B200, ...), max_num_seqs 1024 and max_num_batched_tokens 8192; on others 256 and
+#: 2048 (``EngineArgs._set_default_args``,
+#: https://github.com/vllm-project/vllm/blob/99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b/vllm/engine/arg_utils.py).
+VLLM_SERVE_DEFAULTS = {"large": (1024, 8192), "other": (256, 2048)}
+
+
+def engine_defaults(stack: str, device: Device) -> tuple[int | None, int | None]:
+    """(max running requests, tokens per step) the stack's server runs with when not told otherwise, or None
+    where no default is sourced here (the caller's own then apply): vLLM's by device (:data:`VLLM_SERVE_DEFAULTS`)."""
+    if stack != "vllm" or device.family != "gpu":
+        return None, None
+    memory = sum(t.capacity_bytes or 0 for t in device.memory[:1])
+    large = memory >= 70 * 2**30 and "a100" not in device.id.lower()
+    return VLLM_SERVE_DEFAULTS["large" if large else "other"]
 
 
 @attrs.frozen(kw_only=True)
@@ -114,11 +129,12 @@ def _why_not(d: Deployment, limits: Mapping[str, float]) -> str:
 
 
 def _priced(model: ModelSpec, g: DeviceGroup, kind: str, target: LoadTarget, *, formats: Mapping[str, Any],
-            params: EngineParams | None, max_slots: int | None) -> tuple[Deployment, int]:
+            params: EngineParams | None, max_slots: int | None, token_budget: int) -> tuple[Deployment, int]:
     """The deployment of one shape and placement kind, and the fewest devices it could possibly need: the decode
     replicas its capacity asks for at the rate (the search's start and a bound to skip shapes by)."""
     placement = Placement(name=f"{kind} on {g.shape}", decode=g, prefill=g if kind == "disaggregated" else None)
-    d = deployment(model, placement, target.workload, formats=formats, params=params, max_slots=max_slots)
+    d = deployment(model, placement, target.workload, formats=formats, params=params, max_slots=max_slots,
+                   token_budget=token_budget)
     start = max(1, math.ceil(target.rate_per_s / max(engine_capacity(d), 1e-300) * (1 + 1e-9)))
     return d, start
 
@@ -150,7 +166,7 @@ def _kind(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: Lo
     for g in shapes:
         try:
             priced.append(_priced(model, g, kind, target, formats=kw["formats"], params=kw["params"],
-                                  max_slots=kw["max_slots"]))
+                                  max_slots=kw["max_slots"], token_budget=kw["token_budget"]))
         except RooflineError as e:
             found.append(Option(device=g.device.id, placement=kind, reason=str(e)))
     best = math.inf
@@ -212,11 +228,14 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
 
 def size_at_rate(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, target: LoadTarget, *,
                  formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
-                 prices: Prices | None = None, max_slots: int | None = None) -> list[Option]:
+                 prices: Prices | None = None, max_slots: int | None = None, token_budget: int | None = None,
+                 stack: str | None = None) -> list[Option]:
     """The fewest devices per device kind and placement kind (aggregated, disaggregated) whose percentiles meet
     ``target``'s limits at its rate (module docstring). Devices as :func:`roofline.size` takes them; options
     best first (fewest devices, then the lowest p99 TTFT); a kind that cannot meet the limits is listed with
-    the reason. ``max_slots``: the scheduler's cap on running requests (vLLM's max_num_seqs)."""
+    the reason. ``max_slots``: the scheduler's cap on running requests (vLLM's max_num_seqs); ``token_budget``:
+    the tokens a step may carry; where unset, ``stack``'s server defaults on each device (:func:`engine_defaults`),
+    else what memory holds and 8,192 tokens."""
     if not isinstance(target, LoadTarget):
         raise WorkloadError(f"target must be a LoadTarget, got {type(target).__name__}")
     m = resolve_model(model)
@@ -237,6 +256,8 @@ def size_at_rate(model: ModelLike, devices: Sequence[Device | DeviceGroup | str]
         except RooflineError as e:
             out += [Option(device=dev.id, placement=k, reason=str(e)) for k in ("aggregated", "disaggregated")]
             continue
-        out += [_kind(m, shapes, kind, target, formats=fmt, params=params, prices=prices, max_slots=max_slots)
+        seqs, budget = engine_defaults(stack or "", dev)
+        out += [_kind(m, shapes, kind, target, formats=fmt, params=params, prices=prices,
+                      max_slots=max_slots or seqs, token_budget=token_budget or budget or DEFAULT_TOKEN_BUDGET)
                 for kind in ("aggregated", "disaggregated")]
     return sorted(out, key=lambda o: (not o.feasible, o.devices, getattr(o, "ttft_p99_s", math.inf)))

@@ -13,6 +13,7 @@ from ...serving.load_sizing import LoadTarget, size_at_rate
 from ...serving.serve import Request
 from ...serving.sizing import Target, size
 from ...specs.hf_config import load_model
+from ...specs.params import DEFAULT_STACK
 from ...specs.resolve import resolve_device, resolve_group
 from .. import render
 from ..options import (
@@ -113,8 +114,9 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
                         limits=limits)
     prices = price_list(args, [getattr(d, 'device', d) for d in devices])
     params = engine_params(args, [getattr(d, 'device', d) for d in devices])
+    stack = stack_option(args.stack) if args.stack is not None else DEFAULT_STACK
     options = size_at_rate(model, devices, target, formats=formats(args), params=params, prices=prices,
-                           max_slots=args.max_seqs)
+                           max_slots=args.max_seqs, stack=stack)
     note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
         getattr(d, "device", d) for d in devices)
     emit(console, size_load_view(model.id, target, options, note), args)
@@ -139,7 +141,8 @@ def register(add: Adder) -> None:
         sp.add_argument(f"--p99-{flag}-ms", default=None, metavar="MS", help=f"with --rate: the 99th percentile {what}")
     add_load_options(sp)
     sp.add_argument("--max-seqs", type=positive, default=None, metavar="N",
-                    help="with --rate: the scheduler's cap on running requests (vLLM's --max-num-seqs)")
+                    help="with --rate: the scheduler's cap on running requests (vLLM's --max-num-seqs; default: the "
+                         "stack's own, vLLM's 1024 on GPUs of 70 GiB or more but A100, else 256; others: memory)")
     sp.add_argument("--max-ttft-ms", "--ttft-ms", dest="ttft_ms", default=None, metavar="MS",
                     help="longest acceptable time to first token, ms (Target.max_ttft_s in the Python API)")
     sp.add_argument("--confidence", default=None, type=float, metavar="C",
