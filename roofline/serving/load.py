@@ -66,7 +66,7 @@ from .queueing import (
     wait_tail,
     weighted_quantiles,
 )
-from .serve import DEFAULT_TOKEN_BUDGET, Placement
+from .serve import DEFAULT_TOKEN_BUDGET, Placement, kv_transfer_s
 
 Array = NDArray[np.float64]
 #: Percentiles every load result reports.
@@ -558,15 +558,6 @@ def split_cv2(cv2: float, replicas: int) -> float:
     return p * cv2 + 1.0 - p
 
 
-def kv_transfer_s(model: ModelSpec, placement: Placement, formats: Formats, input_tokens: Array,
-                  prefill_s: Array) -> Array:
-    """Time a prompt's KV adds on its way to the decode group: link latency + bytes / bandwidth, all but the last
-    layer's share hidden behind the prefill by layer-wise streaming (as :func:`evaluate_serving` prices it)."""
-    raw = placement.kv_link.latency_s + np.asarray(
-        [model.kv_cache_bytes(int(n), formats.kv) for n in input_tokens]) / placement.kv_link.bandwidth_bytes_per_s
-    return np.maximum(0.0, raw - prefill_s * (1 - 1 / model.num_layers))
-
-
 @attrs.frozen(kw_only=True)
 class Deployment:
     """A placement's replicas (and prefill pool) priced once for a workload: :meth:`at` answers any rates."""
@@ -645,7 +636,7 @@ def deployment(model: ModelLike, placement: Placement, workload: Workload, *, re
     new = np.maximum(np.round(L.input_tokens * (1 - workload.prefix_hit)), 1.0)
     pre = np.asarray(prefill(m, placement.prefill, prompt=new, prefix=L.input_tokens - new, params=p,
                              **fmt.names()).time_s, dtype=float)
-    own = (pre + kv_transfer_s(m, placement, fmt, L.input_tokens, pre)
+    own = (pre + kv_transfer_s(m, placement, fmt.kv, L.input_tokens, pre)
            + resolve_profile(placement.prefill.device, p).request_overhead_s)
     return attrs.evolve(out, prefill_s=pre, prompt_s=own)
 

@@ -433,10 +433,20 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
     r = prefill(model, placement.prefill or placement.decode, prompt=isl, batch=p_batch, **kw)
     kv = np.zeros(batch.shape)
     if not aggregated:   # layer-wise streaming hides all but the last layer's transfer (docs/theory.md §5.6)
-        raw = placement.kv_link.latency_s + p_batch * model.kv_cache_bytes(isl, fmt.kv) / placement.kv_link.bandwidth_bytes_per_s
-        kv = np.maximum(0.0, raw - r.time_s * (1 - 1 / model.num_layers))
+        kv = kv_transfer_s(model, placement, fmt.kv, isl, r.time_s, batch=p_batch)
     return _Prefill(result=r, mixed=False, time_s=r.time_s, kv_transfer_s=kv, ttft_s=r.time_s + kv, fits=r.fits,
                     batch=p_batch)
+
+
+def kv_transfer_s(model: ModelSpec, placement: Placement, kv_format: str, input_tokens: ArrayLike, prefill_s: Any,
+                  batch: Any = 1.0) -> Array:
+    """Time the KV of ``batch`` prompts of ``input_tokens`` adds on its way to the decode group: the link's latency
+    + bytes / bandwidth, all but the last layer's share hidden behind the prefill by layer-wise streaming
+    (docs/theory.md §5.6)."""
+    tokens = np.asarray(input_tokens)
+    kv_bytes = np.reshape([model.kv_cache_bytes(int(n), kv_format) for n in tokens.ravel()], tokens.shape)
+    raw = placement.kv_link.latency_s + batch * kv_bytes / placement.kv_link.bandwidth_bytes_per_s
+    return np.maximum(0.0, raw - np.asarray(prefill_s) * (1 - 1 / model.num_layers))
 
 
 def _devices_by_group(placement: Placement, pre: _Prefill, *, mode: str, tokens_per_s: Array, osl: int,
