@@ -17,7 +17,7 @@ import roofline as rl
 from roofline.serving.placements import smallest_group
 from roofline.serving.serve import Placement, Request, evaluate_serving
 from roofline.ui.output import run_example
-from roofline.ui.render import serving_point
+from roofline.ui.render_serving import serving_point
 
 MODEL = "llama-3.1-70b"
 REQUEST = Request(input_tokens=8192, output_tokens=1024)

@@ -124,7 +124,7 @@ def test_stage_command_matches_python_api(run_cli):
     assert code == 0 and json.loads(out)["group"] == "h100-sxm:4"   # the group, not only its device
     code, out, _ = run_cli("stage", "gpt-oss-120b", "h200-sxm", "--batch", "1,64,256", "--context", "8192")
     assert code == 0 and "decode" in out and "prefill" in out
-    from roofline.ui.render import short_bound
+    from roofline.ui.render_common import short_bound
     for bound in {str(b) for b in api.bound}:   # the table shows each bound, abbreviated
         assert short_bound(bound) in out
     from roofline.specs.params import shipped_profile
@@ -657,7 +657,7 @@ def test_models_names_the_attention_kind():
 
     from rich.console import Console
 
-    from roofline.ui.render import models_table
+    from roofline.ui.render_inspect import models_table
     buf = io.StringIO()
     Console(file=buf, width=200).print(models_table([rl.load_model("llama-2-7b"), rl.load_model("llama-3.1-8b")]))
     rows = {line.split()[0]: line for line in buf.getvalue().splitlines() if line.strip()}

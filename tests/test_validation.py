@@ -26,7 +26,7 @@ from roofline.evidence.validate import (
 )
 from roofline.evidence.workers import default_jobs
 from roofline.specs.params import load_profile, shipped_profile, shipped_profile_path, stack_family
-from roofline.ui import render
+from roofline.ui.render_evidence import calibration_table, fit_errors
 
 ROWS = read_rows(shipped_data())
 
@@ -403,7 +403,7 @@ def test_calibrate_command_writes_a_profile(run_cli, tmp_path, monkeypatch):
     assert data["record"].get("not_identified", []) == sorted(
         f"{name}.{k}" for name, notes in data["uncertainty"].items() for k, n in notes.items()
         if n.startswith(("not identified", "hidden under")))
-    caption = str(render.calibration_table(data).caption)
+    caption = str(calibration_table(data).caption)
     # the record keeps 5 decimals: the caption shows that number, as the raw median would print to one decimal
     assert data["record"]["median_abs_error"] == pytest.approx(data["median_abs_error"], abs=5e-6)
     assert f"in-sample {data['record']['median_abs_error']:.1%}" in caption and "leave-one-out" in caption
@@ -746,7 +746,7 @@ def test_held_out_error_says_which_rows_left_with_their_whole_stack_build():
                                    "unseen": {"median_abs_error": pytest.approx(0.6), "rows": 1}}
     record = fit_record(fit, data="x.csv")
     assert (record["heldout_seen_build_rows"], record["heldout_unseen_build_rows"]) == (3, 1)
-    assert "60.0% on 1 of builds only their own publication measured" in render.fit_errors(record)
+    assert "60.0% on 1 of builds only their own publication measured" in fit_errors(record)
 
 
 def _gpu_time_rows(build: str) -> list:

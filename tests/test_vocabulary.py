@@ -80,7 +80,7 @@ def test_cli_takes_the_api_names(run_cli, capsys):
 
 def test_bound_is_named_as_python_names_it(run_cli):
     """The stage table's column and bound say ``overhead`` (StageResult.bound's name), not ``fixed``."""
-    from roofline.ui.render import short_bound
+    from roofline.ui.render_common import short_bound
     assert short_bound("overhead") == "overhead" and short_bound("memory:hbm") == "mem:hbm"
     code, out, _ = run_cli("stage", "llama-3.1-8b", "h100", "--batch", "1")
     assert code == 0 and "fixed" not in out.split("Formats:")[0]

@@ -15,7 +15,7 @@ from ..errors import RooflineError
 from ..version import __version__
 from .options import Command, UsageError, add_output, add_profile, check_outputs, shipped_inputs
 from .output import silence_stdout, stdout_console
-from .render import safe
+from .render_common import safe
 
 EPILOG = """examples:
   roofline stage gpt-oss-120b h200-sxm --batch 1,64,256 --context 8192

@@ -1,4 +1,4 @@
-"""Printing a :class:`~roofline.ui.render.View` as a table, JSON or CSV."""
+"""Printing a :class:`~roofline.ui.render_common.View` as a table, JSON or CSV."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rich.text import Text
 from ..records import plain
 from ..serving.trust import with_bounds
 from ..specs.params import WEIGHT_ONLY_KERNELS
-from .render import View, cell, safe
+from .render_common import View, cell, safe
 
 #: numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null): the records' own conversion.
 jsonable = plain

@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .render import View, house_table, ms_cell, rate_cell, size_option_dict, usd_cell
+from .render_common import View, house_table, ms_cell, rate_cell, usd_cell
+from .render_size import size_option_dict
 
 #: The figures a rate-sized option adds to a sized option's (JSON and CSV).
 LOAD_FIELDS = ("rate_per_s", "utilisation", "prefill_utilisation", "ttft_p50_s", "ttft_p99_s", "itl_p50_s",

@@ -29,7 +29,6 @@ from ...evidence.workers import cap_jobs, default_jobs, usable_cores
 from ...specs.files import check_writable
 from ...specs.params import Profile, shipped_profile_path
 from ...specs.resolve import resolve_group
-from .. import render
 from ..options import (
     MODEL_HELP,
     Adder,
@@ -45,6 +44,16 @@ from ..options import (
     what_if,
 )
 from ..output import emit
+from ..render_evidence import (
+    VALIDATE_ROWS_SHOWN,
+    calibration_view,
+    diagnosis_view,
+    family_fit_view,
+    layer_fit_view,
+    params_dict,
+    power_fit_view,
+    validation_view,
+)
 
 SHIPPED_DATA_NAME = "roofline/validation/measurements.csv"
 
@@ -73,7 +82,7 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     wi.check_used([group.device])
     d = diagnose(args.model, wi.apply_group(group), m, formats=formats(args),
                  params=engine_params(args, [group.device]))
-    emit(console, render.diagnosis_view(d, wi.describe()), args)
+    emit(console, diagnosis_view(d, wi.describe()), args)
     return 0
 
 
@@ -103,18 +112,18 @@ def cmd_validate(args: argparse.Namespace, console: Console) -> int:
         o = v.summary["overall"]
         plot_validation(v.rows, args.plot, title=f"roofline against {o.get('n', 0)} published measurements "
                                                  f"(median |error| {o.get('median_abs_error', 0):.0%})")
-    emit(console, render.validation_view(v, path, prof.fit, _fitted_on(prof, path),
-                                         repeat_summary(repeated_measurements(rows)), shown=args.rows), args)
+    emit(console, validation_view(v, path, prof.fit, _fitted_on(prof, path),
+                                  repeat_summary(repeated_measurements(rows)), shown=args.rows), args)
     return 0
 
 
 def cmd_calibrate_family(args: argparse.Namespace, console: Console) -> int:
     path = args.data or str(shipped_data())
     if args.family in PROFILE_FIT_FAMILIES:   # compiled-graph accelerators: five profile fields, held out by publication
-        emit(console, render.family_fit_view(fit_family(read_rows(path), args.family), path), args)
+        emit(console, family_fit_view(fit_family(read_rows(path), args.family), path), args)
         return 0
     fit = fit_layer_overhead(read_rows(path), args.family)
-    emit(console, render.layer_fit_view(fit, path), args)
+    emit(console, layer_fit_view(fit, path), args)
     return 0
 
 
@@ -129,7 +138,7 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
         path = args.data or str(shipped_data())
         rows = read_rows(path)
         fit = fit_power_floor(rows, profile(args), jobs=cap_jobs(args.jobs or usable_cores(), len(rows)))
-        emit(console, render.power_fit_view(fit, path), args)
+        emit(console, power_fit_view(fit, path), args)
         return 0
     if args.family:
         if args.family == "gpu":
@@ -166,11 +175,11 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             "heldout_errors": fit.loo_errors, "heldout_unseen_builds": sorted(fit.heldout_unseen_builds),
             "heldout_by_build": fit.heldout_split() if fit.loo_errors else None,
             "loo_approx_median_abs_error": fit.approx_loo_median_abs_error, "loo_approx_errors": fit.approx_loo_errors,
-            "default": render.params_dict(fit.profile.default),
-            "families": {k: render.params_dict(v) for k, v in fit.profile.families.items()},
+            "default": params_dict(fit.profile.default),
+            "families": {k: params_dict(v) for k, v in fit.profile.families.items()},
             "standard_errors": fit.standard_errors, "uncertainty": uncertainty(fit), "profile": args.out,
             "record": fit_record(fit, data=path)}
-    emit(console, render.calibration_view(data), args)
+    emit(console, calibration_view(data), args)
     return 0
 
 
@@ -223,9 +232,9 @@ def register(add: Adder) -> None:
              stack=False)
     sp.add_argument("--data", default=None, metavar="FILE.csv", help="measurements (default: the shipped copy)")
     sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the errors (needs the plot extra)")
-    sp.add_argument("--rows", type=_rows_shown, default=render.VALIDATE_ROWS_SHOWN, metavar="N|all",
+    sp.add_argument("--rows", type=_rows_shown, default=VALIDATE_ROWS_SHOWN, metavar="N|all",
                     help=f"rows the terminal lists: the N with the largest errors, or all in the file's order "
-                         f"(default {render.VALIDATE_ROWS_SHOWN}; --json and --csv carry every row)")
+                         f"(default {VALIDATE_ROWS_SHOWN}; --json and --csv carry every row)")
     sp.add_argument("--jobs", type=positive, default=None, metavar="N",
                     help="share the rows among N processes (the same numbers; default: one per core, at most one "
                          "per 200 rows)")

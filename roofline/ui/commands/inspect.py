@@ -12,30 +12,30 @@ from ...specs.devices import device_index, list_devices, load_device
 from ...specs.formats import get_format, list_formats
 from ...specs.hf_config import HUB_PREFIX, list_models, load_model, names_shipped_model
 from ...specs.links import LINKS
-from .. import render
 from ..options import MODEL_HELP, Adder, UsageError
 from ..output import emit
+from ..render_inspect import device_view, devices_view, formats_view, formula_view, model_view, models_view
 
 
 def cmd_devices(args: argparse.Namespace, console: Console) -> int:
-    emit(console, render.devices_view([load_device(d) for d in list_devices()]), args)
+    emit(console, devices_view([load_device(d) for d in list_devices()]), args)
     return 0
 
 
 def cmd_models(args: argparse.Namespace, console: Console) -> int:
-    emit(console, render.models_view([load_model(m) for m in list_models()]), args)
+    emit(console, models_view([load_model(m) for m in list_models()]), args)
     return 0
 
 
 def cmd_formats(args: argparse.Namespace, console: Console) -> int:
-    emit(console, render.formats_view([get_format(f) for f in list_formats()], list(LINKS.values())), args)
+    emit(console, formats_view([get_format(f) for f in list_formats()], list(LINKS.values())), args)
     return 0
 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     name = args.name
     if names_shipped_model(name):   # a preset (by id or repo id) wins over a folder or file of that name
-        emit(console, render.model_view(load_model(name)), args)
+        emit(console, model_view(load_model(name)), args)
         return 0
     if ":" in name and not os.path.exists(name) and not name.startswith(HUB_PREFIX):
         raise UsageError(f"{name!r} is a device group; show takes one device or model: roofline show "
@@ -44,7 +44,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     repo_id = "/" in name and not os.path.exists(name) and not name.endswith(".toml")   # owner/name: no device
     if not name.endswith(".json") and not model_dir and not repo_id and not name.startswith(HUB_PREFIX):
         try:
-            emit(console, render.device_view(load_device(name)), args)
+            emit(console, device_view(load_device(name)), args)
             return 0
         except NotFoundError:
             if name.endswith(".toml"):
@@ -57,7 +57,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         hint = did_you_mean(name, [*device_index(), *list_models()])
         raise NotFoundError(f"{name!r} is neither a device nor a model id{hint} "
                             "(`roofline devices`, `roofline models` list them)") from None
-    emit(console, render.model_view(model), args)
+    emit(console, model_view(model), args)
     return 0
 
 
@@ -70,8 +70,8 @@ def cmd_formula(args: argparse.Namespace, console: Console) -> int:
     if args.latex and not (args.json or args.csv):
         console.file.write(symbolic.latex(expr) + "\n")
         return 0
-    emit(console, render.formula_view(args.name, str(expr), symbolic.latex(expr), symbolic.legend(expr),
-                                      symbolic.describe(args.name)), args)
+    emit(console, formula_view(args.name, str(expr), symbolic.latex(expr), symbolic.legend(expr),
+                               symbolic.describe(args.name)), args)
     return 0
 
 

@@ -19,7 +19,6 @@ from ...serving.whatif import WhatIf
 from ...specs.hf_config import load_model
 from ...specs.links import get_link
 from ...specs.resolve import resolve_device, resolve_group
-from .. import render
 from ..options import (
     MODEL_HELP,
     Adder,
@@ -48,7 +47,9 @@ from ..options import (
     what_if,
 )
 from ..output import emit
+from ..render_common import formats_fields
 from ..render_load import with_load_table
+from ..render_serving import pareto_view, serving_point, serving_rows_view
 
 PLACEMENT_KEYS = {"decode", "verify", "prefill", "draft", "draft-kind", "head-layers", "kv-link", "draft-link"}
 PLACEMENT_SYNTAX = "'NAME: decode=GROUP[, prefill=GROUP][, draft=GROUP|target][, kv-link=L][, draft-link=L]'"
@@ -140,7 +141,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                                      gamma=gamma if c.placement.speculative else 0, acceptance=acc,
                                      mode=args.mode, target_formats=formats(args), params=params, prices=prices,
                                      **knobs)
-                point = render.serving_point(r, 0)
+                point = serving_point(r, 0)
                 reason = r.energy_note or r.why_infeasible(0)
             except RooflineError as e:  # a placement that cannot be evaluated is listed with why
                 reason = str(e)
@@ -158,7 +159,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                + context_note(load_model(args.target), args.isl + args.osl) + idle_note(devices))
     unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
                    for (dev, reason), stages in cannot.items()]
-    view = render.serving_rows_view(title, caption, items, {
+    view = serving_rows_view(title, caption, items, {
         "target": args.target, "request": _request_dict(args), "batch": args.batch,
         "gamma": gamma if args.draft else None, "rate_per_s": number(args.rate, "--rate") if args.rate else None,
         "overrides": wi.describe(), "infeasible_devices": unplaceable})
@@ -271,9 +272,9 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         f = pareto_frontier(r.tokens_per_s_per_user, y, r.fits)
         frontiers.append(f)
         results.append(r)
-        configs.append({"name": p.name, "description": p.describe(), **render.formats_fields(r),
+        configs.append({"name": p.name, "description": p.describe(), **formats_fields(r),
                         "energy_note": r.energy_note or None,
-                        "frontier": [render.serving_point(r, int(i)) for i in f.index]})
+                        "frontier": [serving_point(r, int(i)) for i in f.index]})
         if not configs[-1]["frontier"]:   # an empty frontier says why, as the command does when all are empty
             configs[-1]["why_empty"] = _why_empty(r)
     if not any(c["frontier"] for c in configs):
@@ -281,7 +282,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     if args.plot:
         from ..plot import plot_frontiers
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
-    emit(console, render.pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
+    emit(console, pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
         "target": args.target, "request": _request_dict(args), "axis": args.axis,
         "overrides": wi.describe()}, note=(context_note(load_model(args.target), args.isl + args.osl)
                                            + _pool_note(placements)

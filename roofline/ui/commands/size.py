@@ -15,7 +15,6 @@ from ...serving.sizing import Target, size
 from ...specs.hf_config import load_model
 from ...specs.params import DEFAULT_STACK
 from ...specs.resolve import resolve_device, resolve_group
-from .. import render
 from ..options import (
     MODEL_HELP,
     Adder,
@@ -40,6 +39,7 @@ from ..options import (
 )
 from ..output import emit
 from ..render_load import size_load_view
+from ..render_size import size_view
 
 
 def _launch(engine: str, model: Any, option: Any, request: Request, params: Any) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     if args.confidence is not None:
         note = (f" Sized at confidence {args.confidence:g}: each device kind's speed and TTFT targets tightened by the "
                 "upper end of its prediction interval (errors on publications the fit never saw)." + note)
-    emit(console, render.size_view(model.id, target, options, prices, commands, wi.describe(), note), args)
+    emit(console, size_view(model.id, target, options, prices, commands, wi.describe(), note), args)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 

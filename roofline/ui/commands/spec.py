@@ -14,7 +14,6 @@ from ...physics.speculative import Acceptance
 from ...serving.speculation import optimal_gamma, speculative_round
 from ...specs.hf_config import load_model
 from ...specs.resolve import resolve_group
-from .. import render
 from ..options import (
     MODEL_HELP,
     Adder,
@@ -36,6 +35,7 @@ from ..options import (
     what_if,
 )
 from ..output import emit
+from ..render_spec import spec_view
 
 
 def cmd_spec(args: argparse.Namespace, console: Console) -> int:
@@ -71,7 +71,7 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           params=engine_params(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
     note = (context_note(target, args.context + int(gammas.max()))
             + idle_note([verify_on.device, *([draft_on.device] if draft_on else [])]))
-    view = render.spec_view(r, optimal_gamma(r), wi.describe(), note)
+    view = spec_view(r, optimal_gamma(r), wi.describe(), note)
     _price_rows(view.data["rows"], [verify_on, *([draft_on] if draft_on and draft_on != verify_on else [])],
                 price_list(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
     emit(console, view, args)

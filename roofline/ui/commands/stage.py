@@ -20,7 +20,6 @@ from ...specs.hf_config import load_model
 from ...specs.params import EngineParams
 from ...specs.resolve import resolve_group
 from ...units import format_quantity
-from .. import render
 from ..options import (
     MODEL_HELP,
     Adder,
@@ -39,6 +38,8 @@ from ..options import (
     what_if,
 )
 from ..output import emit
+from ..render_common import shown_path
+from ..render_stage import compare_view, stage_rows, stage_view
 
 
 def _fixed_costs(params: EngineParams) -> str:
@@ -162,9 +163,9 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
                      "two are separate points, not one request (a request's decode context is at least its prompt).")
     notes += [n.strip() for n in (_beyond_domain(group, params), context_note(
         model, max(float(prompt), float(args.context) + (args.gamma or 0)))) if n.strip()]
-    caption = _caption(results, resolve_profile(group.device, params), render.shown_path(group.device.path), bool(wi),
+    caption = _caption(results, resolve_profile(group.device, params), shown_path(group.device.path), bool(wi),
                        notes)
-    emit(console, render.stage_view(model.id, group, results, caption, wi.describe(), notes), args)
+    emit(console, stage_view(model.id, group, results, caption, wi.describe(), notes), args)
     return 0
 
 
@@ -225,7 +226,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
             d["error"] = r.error
         else:
             d.update(formats=r.decode.formats.as_dict(),
-                     decode=render.stage_rows(r.decode), prefill=render.stage_rows(r.prefill)[0], max_batch=r.max_batch,
+                     decode=stage_rows(r.decode), prefill=stage_rows(r.prefill)[0], max_batch=r.max_batch,
                      tokens_per_s_per_kw=None if r.tokens_per_s_per_kw is None else np.ravel(r.tokens_per_s_per_kw).tolist(),
                      usd_per_million_output_tokens=np.ravel(r.usd_per_million_output_tokens).tolist(),
                      power_note=r.power_note or None, elasticity=dict(r.elasticity) if r.elasticity else None)
@@ -235,7 +236,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         raise InfeasibleError(f"no group runs {model.id}: " + ("; ".join(f"{d['name']}: {d['error']}" for d in data)
                                                               if len(reasons) > 1 else reasons[0]))
     note = context_note(model, max(args.context, args.prompt))
-    emit(console, render.compare_view(model.id, batch, data, args.context, args.prompt, what_if(args).describe(),
+    emit(console, compare_view(model.id, batch, data, args.context, args.prompt, what_if(args).describe(),
                                       note=note), args)
     return 0
 
