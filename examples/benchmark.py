@@ -7,11 +7,14 @@
   hundred times per fit), in this process and shared among every core (``--jobs``; the same numbers);
 * `roofline.sweep` of 8 device groups x batch x context reduced to its Pareto frontier in chunks, in this
   process and on a process pool of every core (the same answer; the speed-up says when a pool pays);
-* `import roofline`, `roofline --help` and `roofline devices` wall time (fresh interpreters).
+* `import roofline`, `roofline --help` and `roofline devices` wall time (fresh interpreters);
+* `roofline spec --batch 1..300 --gamma 1..300 --json` (90,000 rows, written to /dev/null): wall time and peak
+  memory of a fresh interpreter, against the library call that computes the same scan.
 
 The floor is one numpy elementwise pass (``a + 1.0``, allocating its result) over an array of the same number of
 points: the cost of touching every point once. Goals (issue: hardening): the decode sweep within 30x of the
-floor; import under 150 ms without sympy, scipy or matplotlib; --help and devices under 0.5 s.
+floor; import under 150 ms without sympy, scipy or matplotlib; --help and devices under 0.5 s; the spec scan's
+JSON under 3 s and 500 MB (issue 51).
 
 Run: python examples/benchmark.py [--json] [--quick]
 """
@@ -71,6 +74,35 @@ def sweep_rows(quick: bool, repeat: int) -> list[dict]:
     rows.append({"workload": f"the same sweep, process pool of {workers}", "points": n, "time_s": t,
                  "floor_s": floor_s(n, repeat), "goal_ratio": None})
     return rows
+
+
+SPEC_ARGS = ["--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--draft-on", "corsair:2", "--verify-on",
+             "b200:8", "--alpha", "0.926"]
+
+
+def spec_json(quick: bool, repeat: int) -> dict:
+    """`roofline spec` over batch x gamma with --json in a fresh interpreter (wall time, peak resident memory)
+    against the library's scan in this process."""
+    from roofline.serving.speculation import optimal_gamma, speculative_round
+    from roofline.specs.resolve import resolve_group
+    side = 30 if quick else 300
+    n = np.arange(1, side + 1)
+
+    def library() -> None:
+        r = speculative_round("gpt-oss-120b", verify_on=resolve_group("b200:8"), draft="gpt-oss-draft-1.6b",
+                              draft_on=resolve_group("corsair:2"), acceptance=0.926, gamma=n[None, :],
+                              batch=n[:, None], context=8192)
+        optimal_gamma(r)
+    library()
+    argv = ["spec", *SPEC_ARGS, "--gamma", f"1..{side}", "--batch", f"1..{side}", "--json"]
+    probe = ("import os, resource, sys, time; from rich.console import Console; from roofline.ui.cli import main; "
+             "t = time.perf_counter(); main(sys.argv[1:], console=Console(file=open(os.devnull, 'w'))); "
+             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    runs = [subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True)
+            .stdout.split() for _ in range(min(repeat, 3))]
+    return {"rows": side * side, "json_s": min(float(r[0]) for r in runs),
+            "peak_bytes": min(int(r[1]) for r in runs), "library_s": best_of(library, min(repeat, 3)),
+            "goals": {"json_s": 3.0, "peak_bytes": 500e6}}
 
 
 def calibration_rows(quick: bool) -> list[dict]:
@@ -153,7 +185,7 @@ def run(quick: bool) -> dict:
                "help_s": wall([py, "-m", "roofline", "--help"], repeat),
                "devices_s": wall([py, "-m", "roofline", "devices"], repeat)}
     startup["goals"] = {"import_s": 0.150, "help_s": 0.5, "devices_s": 0.5}
-    return {"rows": rows, "startup": startup, "quick": quick}
+    return {"rows": rows, "startup": startup, "spec_json": spec_json(quick, repeat), "quick": quick}
 
 
 def show(out: dict, console: Console) -> None:
@@ -174,6 +206,10 @@ def show(out: dict, console: Console) -> None:
     u.add_row("heavy modules imported", s["import_pulls_heavy"], "[]")
     u.add_row("roofline --help", f"{s['help_s']:.3f}", f"< {s['goals']['help_s']}")
     u.add_row("roofline devices", f"{s['devices_s']:.3f}", f"< {s['goals']['devices_s']}")
+    j = out["spec_json"]
+    u.add_row(f"roofline spec --json, {j['rows']:,} rows (the library's scan: {j['library_s']:.2f} s)",
+              f"{j['json_s']:.2f}", f"< {j['goals']['json_s']:g}")
+    u.add_row("  its peak memory (MB)", f"{j['peak_bytes'] / 1e6:.0f}", f"< {j['goals']['peak_bytes'] / 1e6:.0f}")
     console.print(u)
 
 

@@ -116,12 +116,19 @@ def _numeric(value: Any) -> bool:
         v is None or _numeric(v) for v in value)
 
 
+def _bounds_itself(record: Any) -> bool:
+    return callable(getattr(record, "with_bounds", None))
+
+
 def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | None = None,
                 by_device: Callable[[str], Mapping[str, Interval] | None] | None = None) -> Any:
     """``record`` (a result's plain JSON form) with ``<name>_low`` and ``<name>_high`` beside every figure of
     :data:`FIELDS` (and ``time_s`` of a stage), nested records included; None entries stay None. A nested record
     naming its own ``device`` takes that device's intervals where ``by_device`` gives them (sizing lists options
-    on several device kinds)."""
+    on several device kinds). A record with its own ``with_bounds(intervals, stage, by_device)`` (rows held by
+    column, :class:`roofline.ui.columns.Columns`) bounds itself."""
+    if _bounds_itself(record):
+        return record.with_bounds(intervals, stage, by_device)
     if isinstance(record, list):
         return [with_bounds(r, intervals, stage, by_device) for r in record]
     if not isinstance(record, dict):
@@ -131,7 +138,7 @@ def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | Non
     stage = record.get("stage", stage) if isinstance(record.get("stage", stage), str) else stage
     out: dict[str, Any] = {}
     for k, v in record.items():
-        nested = isinstance(v, (dict, list)) and not _numeric(v)
+        nested = (isinstance(v, (dict, list)) and not _numeric(v)) or _bounds_itself(v)
         out[k] = with_bounds(v, intervals, stage, by_device) if nested else v
         spec = FIELDS.get(k) or (("decode" if stage is None else STAGE_KINDS.get(stage, "decode"), False)
                                  if k == "time_s" else None)

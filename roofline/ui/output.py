@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import itertools
 import json
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from rich.console import Console
@@ -16,6 +18,7 @@ from rich.text import Text
 from ..records import plain
 from ..serving.trust import with_bounds
 from ..specs.params import WEIGHT_ONLY_KERNELS
+from .columns import Columns, csv_cell, json_chunks
 from .render_common import View, cell, safe
 
 #: numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null): the records' own conversion.
@@ -50,8 +53,16 @@ def silence_stdout() -> None:
         pass
 
 
-def csv_text(rows: list[dict[str, Any]]) -> str:
+def csv_text(rows: list[dict[str, Any]] | Columns) -> str:
     """Rows as CSV, columns in first-seen order; nested values as JSON, NaN as empty."""
+    return "".join(csv_chunks(rows))
+
+
+def csv_chunks(rows: list[dict[str, Any]] | Columns) -> Iterator[str]:
+    """:func:`csv_text` in pieces: rows held by column a block at a time."""
+    if isinstance(rows, Columns):
+        yield from rows.csv_chunks()
+        return
     columns: dict[str, None] = {}
     for r in rows:
         columns.update(dict.fromkeys(r))
@@ -59,28 +70,32 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     w = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: _cell(v) for k, v in r.items()})
-    return buf.getvalue()
-
-
-def _cell(v: Any) -> Any:
-    v = jsonable(v)
-    if v is None:
-        return ""
-    return json.dumps(v) if isinstance(v, (dict, list)) else safe(v) if isinstance(v, str) else v
+        w.writerow({k: csv_cell(v) for k, v in r.items()})
+    yield buf.getvalue()
 
 
 #: How much of a JSON or CSV text goes out before each flush: a pipe's buffer
 _CHUNK = 1 << 16
 
 
-def _write(console: Console, text: str) -> None:
-    """``text`` to the console's file a pipe buffer at a time, flushed: a reader that goes away part-way (``| head``)
-    then raises BrokenPipeError here, which `roofline.ui.cli.main` turns into the shell's SIGPIPE status; one large
-    write lost the tail quietly and exited 0."""
+def _write(console: Console, chunks: Iterable[str]) -> None:
+    """``chunks`` of text to the console's file a pipe buffer at a time, flushed: a reader that goes away part-way
+    (``| head``) then raises BrokenPipeError here, which `roofline.ui.cli.main` turns into the shell's SIGPIPE
+    status; one large write lost the tail quietly and exited 0."""
     f = console.file
-    for i in range(0, len(text), _CHUNK):
-        f.write(text[i:i + _CHUNK])
+    pending: list[str] = []
+    size = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= _CHUNK:
+            text = "".join(pending)
+            for i in range(0, len(text), _CHUNK):
+                f.write(text[i:i + _CHUNK])
+                f.flush()
+            pending, size = [], 0
+    if pending:
+        f.write("".join(pending))
         f.flush()
 
 
@@ -93,18 +108,21 @@ def emit(console: Console, view: View, args: argparse.Namespace) -> None:
         if trust and isinstance(data, dict):
             data = {**with_bounds(jsonable(data), trust["intervals"], by_device=trust["by_device"]),
                     "intervals": interval_record(trust)}
-        _write(console, json.dumps(jsonable(data), indent=2) + "\n")
+        _write(console, itertools.chain(json_chunks(jsonable(data), indent=2), ["\n"]))
     elif getattr(args, "csv", False):
-        rows = [{**r, "stack": note["parameters"]} for r in view.rows] if note else view.rows
+        rows = view.rows
+        if note:
+            rows = rows.with_column("stack", note["parameters"]) if isinstance(rows, Columns) else [
+                {**r, "stack": note["parameters"]} for r in rows]
         if trust:
             rows = with_bounds(jsonable(rows), trust["intervals"], by_device=trust["by_device"])
-        _write(console, csv_text(rows))
+        _write(console, csv_chunks(rows))
     elif view.script:   # a shell script: commands verbatim, never wrapped; tables and prose as # comments
-        lines = [*view.tables, *([stack_line(note)] if note else []), *([interval_line(trust)] if trust else [])]
+        lines = [*view.table_list(), *([stack_line(note)] if note else []), *([interval_line(trust)] if trust else [])]
         for t in lines:
             console.print(t if isinstance(t, Text) else commented(t, console.width), soft_wrap=True)
     else:
-        for t in view.tables:   # Text (command lines) is printed unwrapped, for copying
+        for t in view.table_list():   # Text (command lines) is printed unwrapped, for copying
             console.print(cell(t), soft_wrap=isinstance(t, Text))
         if note:
             console.print(safe(stack_line(note)), markup=False)

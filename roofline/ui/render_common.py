@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -86,12 +86,20 @@ def short_bound(bound: Any) -> str:
 @attrs.frozen(kw_only=True)
 class View:
     """One result, ready for output: rich renderables, the JSON dict, and flat rows for CSV. A ``script`` view
-    prints as a shell script: its Text items verbatim (commands), everything else as ``#`` comments."""
+    prints as a shell script: its Text items verbatim (commands), everything else as ``#`` comments.
 
-    tables: list[RenderableType]
+    ``tables`` may be a function that builds them, called only when the tables are printed (``--json`` and
+    ``--csv`` never build a table); ``rows`` (and lists inside ``data``) may be held by column
+    (:class:`roofline.ui.columns.Columns`), which JSON and CSV write a block at a time."""
+
+    tables: list[RenderableType] | Callable[[], list[RenderableType]]
     data: Any
-    rows: list[dict[str, Any]]
+    rows: Any
     script: bool = False
+
+    def table_list(self) -> list[RenderableType]:
+        """The tables, built now if they were left to be built when printed."""
+        return self.tables() if callable(self.tables) else self.tables
 
 
 def shown_path(path: str) -> str:

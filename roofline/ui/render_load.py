@@ -74,4 +74,4 @@ def with_load_table(view: View, items: list[dict[str, Any]], rate_per_s: float) 
                       ms_cell(load["ttft_p50_s"]), ms_cell(load["ttft_p99_s"]), ms_cell(load["itl_p99_s"]),
                       ms_cell(load["tpot_p99_s"]))
     rows = [{**r, **{f"load_{k}": v for k, v in (i.get("load") or {}).items()}} for r, i in zip(view.rows, items)]
-    return View(tables=[*view.tables, t], data=view.data, rows=rows, script=view.script)
+    return View(tables=[*view.table_list(), t], data=view.data, rows=rows, script=view.script)

@@ -14,6 +14,7 @@ from ...physics.speculative import Acceptance
 from ...serving.speculation import optimal_gamma, speculative_round
 from ...specs.hf_config import load_model
 from ...specs.resolve import resolve_group
+from ..columns import Columns
 from ..options import (
     MODEL_HELP,
     Adder,
@@ -78,14 +79,16 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _price_rows(rows: list[dict[str, Any]], groups: list[Any], prices: Any) -> None:
+def _price_rows(rows: Columns, groups: list[Any], prices: Any) -> None:
     """Each row's USD per million output tokens (JSON and CSV): the groups' hourly prices plus the electricity at
-    the row's power (x PUE, as every other command charges it), over its tokens/s."""
+    the row's power (x PUE, as every other command charges it), over its tokens/s (none at 0 tokens/s)."""
     usd_per_h = sum(prices.usd_per_hour(g.device.id) * g.count for g in groups)
-    for row in rows:
-        power_usd_per_h = (row.get("power_w") or 0.0) * DEFAULT_POWER.pue / 1000.0 * prices.usd_per_kwh
-        rate = row.get("tokens_per_s") or math.nan
-        row["usd_per_million_output_tokens"] = (usd_per_h + power_usd_per_h) / 3600.0 / rate * 1e6
+    power_w = np.asarray(rows["power_w"], dtype=float)
+    rate = np.asarray(rows["tokens_per_s"], dtype=float)
+    with np.errstate(all="ignore"):
+        power_usd_per_h = np.where(power_w == 0, 0.0, power_w) * DEFAULT_POWER.pue / 1000.0 * prices.usd_per_kwh
+        rows.set("usd_per_million_output_tokens",
+                 (usd_per_h + power_usd_per_h) / 3600.0 / np.where(rate == 0, math.nan, rate) * 1e6)
 
 
 def register(add: Adder) -> None:
