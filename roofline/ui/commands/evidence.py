@@ -128,48 +128,67 @@ def cmd_calibrate_family(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
-    if args.by != FOLD_BY[0] and (args.energy or args.family or not args.folds):
-        raise UsageError("--by groups the rows of --folds K (the GPU calibration's held-out fits); give --folds, "
-                         "without --energy or --family")
+    _check_calibrate(args)
     if args.energy:
-        if args.family or args.out or args.loo or args.folds:
-            raise UsageError("--energy prints the GPU busy-power floor for the family file; it takes only --data, "
-                             "--profile and --jobs")
         path = args.data or str(shipped_data())
         rows = read_rows(path)
         fit = fit_power_floor(rows, profile(args), jobs=cap_jobs(args.jobs or usable_cores(), len(rows)))
         emit(console, power_fit_view(fit, path), args)
         return 0
     if args.family:
-        if args.family == "gpu":
-            raise UsageError("the gpu family is calibrated without --family (roofline calibrate [--out ...])")
-        if args.out or args.loo or args.folds:
-            raise UsageError("--family prints the fitted per-layer latencies for the family file; --out and --loo "
-                             "apply to the GPU calibration")
         return cmd_calibrate_family(args, console)
     path = args.data or str(shipped_data())
     if args.out:   # fail before the fit, not after it
         check_writable(args.out, refuse=(path,))
-    rows = read_rows(path)
+    fit = _fit_gpu(args, read_rows(path))
+    if args.out:
+        save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
+    emit(console, calibration_view(_calibration_dict(fit, path, args.out)), args)
+    return 0
+
+
+def _check_calibrate(args: argparse.Namespace) -> None:
+    """Refuse options that do not go together: each of --energy, --family and the GPU calibration takes its own."""
+    if args.by != FOLD_BY[0] and (args.energy or args.family or not args.folds):
+        raise UsageError("--by groups the rows of --folds K (the GPU calibration's held-out fits); give --folds, "
+                         "without --energy or --family")
+    if args.energy and (args.family or args.out or args.loo or args.folds):
+        raise UsageError("--energy prints the GPU busy-power floor for the family file; it takes only --data, "
+                         "--profile and --jobs")
+    if args.family == "gpu" and not args.energy:
+        raise UsageError("the gpu family is calibrated without --family (roofline calibrate [--out ...])")
+    if args.family and not args.energy and (args.out or args.loo or args.folds):
+        raise UsageError("--family prints the fitted per-layer latencies for the family file; --out and --loo "
+                         "apply to the GPU calibration")
+    if args.energy or args.family:
+        return
+    if args.loo and args.folds:
+        raise UsageError("give --loo or --folds, not both")
+    if not (math.isfinite(args.shrink) and args.shrink >= 0):
+        raise UsageError(f"--shrink must be a finite number >= 0, got {args.shrink}")
+
+
+def _fit_gpu(args: argparse.Namespace, rows: list[Any]) -> Any:
+    """The GPU calibration of ``rows``, its progress on stderr where that is a terminal (stdout may be --json to
+    a pipe)."""
     from rich.console import Console as RichConsole
     from rich.progress import Progress
-    err = RichConsole(stderr=True)   # progress on stderr, shown where it is a terminal: stdout may be --json to a pipe
+    err = RichConsole(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("calibrating", total=None)
 
         def tick(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=what)
 
-        if args.loo and args.folds:
-            raise UsageError("give --loo or --folds, not both")
-        if not (math.isfinite(args.shrink) and args.shrink >= 0):
-            raise UsageError(f"--shrink must be a finite number >= 0, got {args.shrink}")
-        fit = calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick,
-                        jobs=cap_jobs(args.jobs, len(rows)) if args.jobs else default_jobs(len(rows)),
-                        fold_by=args.by, shrink=args.shrink)
-    if args.out:
-        save_profile(fit, args.out, data=path if args.data else SHIPPED_DATA_NAME)
-    data = {"data": path, "rows": fit.rows, "checked_rows": list(fit.checked_rows), "skipped": fit.skipped,
+        return calibrate(rows, holdout="loo" if args.loo else args.folds, progress=tick,
+                         jobs=cap_jobs(args.jobs, len(rows)) if args.jobs else default_jobs(len(rows)),
+                         fold_by=args.by, shrink=args.shrink)
+
+
+def _calibration_dict(fit: Any, path: str, out: str | None) -> dict[str, Any]:
+    """The GPU calibration as --json prints it: errors (in-sample, held out, approximate leave-one-out), the
+    fitted parameters per family and their uncertainty, and the record the profile keeps."""
+    return {"data": path, "rows": fit.rows, "checked_rows": list(fit.checked_rows), "skipped": fit.skipped,
             "median_abs_error": fit.median_abs_error,
             "heldout": fit.holdout or None, "heldout_median_abs_error": fit.loo_median_abs_error,
             "heldout_errors": fit.loo_errors, "heldout_unseen_builds": sorted(fit.heldout_unseen_builds),
@@ -177,10 +196,8 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
             "loo_approx_median_abs_error": fit.approx_loo_median_abs_error, "loo_approx_errors": fit.approx_loo_errors,
             "default": params_dict(fit.profile.default),
             "families": {k: params_dict(v) for k, v in fit.profile.families.items()},
-            "standard_errors": fit.standard_errors, "uncertainty": uncertainty(fit), "profile": args.out,
+            "standard_errors": fit.standard_errors, "uncertainty": uncertainty(fit), "profile": out,
             "record": fit_record(fit, data=path)}
-    emit(console, calibration_view(data), args)
-    return 0
 
 
 def _rows_shown(text: str) -> int | None:

@@ -107,14 +107,14 @@ def _groups_devices(p: Placement) -> list[Any]:
     return [g.device for g in (p.decode, p.prefill, p.draft) if g is not None]
 
 
-def cmd_placements(args: argparse.Namespace, console: Console) -> int:
-    wi = what_if(args)
+def _placement_devices(args: argparse.Namespace, wi: Any) -> list[Any]:
+    """--devices as device records (what-ifs applied): ids, each once, no group syntax (placements picks the
+    groups)."""
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not names:
         raise UsageError("--devices: give at least one device id")
     refuse_repeats(names, "--devices")
     refuse_speculation_without_draft(args)
-    gamma = 5 if args.gamma is None else args.gamma
     grouped = [n for n in names if ":" in n and not n.endswith(".toml")]
     if grouped:
         raise UsageError(f"--devices {grouped[0]}: placements sizes each stage's group itself (the smallest layout of "
@@ -122,34 +122,44 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                          f"{grouped[0].partition(':')[0]}; pareto --placement takes explicit groups")
     devices = [resolve_device(n) for n in names]
     wi.check_used(devices)
-    devices = [wi.apply(d) for d in devices]
-    acc = acceptance(args) if args.draft else None
+    return [wi.apply(d) for d in devices]
+
+
+def _placement_item(args: argparse.Namespace, c: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """One candidate placement evaluated at the batch: its serving point, or why it has none."""
+    point, reason = None, ""
+    if c.placement is not None:
+        try:
+            r = evaluate_serving(args.target, c.placement, run["request"], batch=args.batch,
+                                 gamma=run["gamma"] if c.placement.speculative else 0, acceptance=run["acceptance"],
+                                 mode=args.mode, target_formats=formats(args), params=run["params"],
+                                 prices=run["prices"], **run["knobs"])
+            point = serving_point(r, 0)
+            reason = r.energy_note or r.why_infeasible(0)
+        except RooflineError as e:  # a placement that cannot be evaluated is listed with why
+            reason = str(e)
+    item = {"name": c.name, "description": c.placement.describe() if c.placement else None,
+            "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point}
+    if args.rate is not None and c.placement is not None:
+        item["load"] = load_at_rate(args, c.placement, formats(args), run["params"])
+    return item
+
+
+def cmd_placements(args: argparse.Namespace, console: Console) -> int:
+    wi = what_if(args)
+    devices = _placement_devices(args, wi)
+    gamma = 5 if args.gamma is None else args.gamma
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
-    params, knobs, prices = engine_params(args, devices), serving_knobs(args), price_list(args, devices)
+    run = {"request": request, "gamma": gamma, "acceptance": acceptance(args) if args.draft else None,
+           "params": engine_params(args, devices), "knobs": serving_knobs(args), "prices": price_list(args, devices)}
     cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
-                                 mode=args.mode, target_formats=formats(args), params=params)
+                                 mode=args.mode, target_formats=formats(args), params=run["params"])
     items, cannot = [], {}
     for c in cands:
         for f in c.failures:   # a stage a device kind cannot run at all: said once, not per placement
             cannot.setdefault((f.device, f.reason), []).append(f.stage)
-        if c.failures:
-            continue
-        point, reason = None, ""
-        if c.placement is not None:
-            try:
-                r = evaluate_serving(args.target, c.placement, request, batch=args.batch,
-                                     gamma=gamma if c.placement.speculative else 0, acceptance=acc,
-                                     mode=args.mode, target_formats=formats(args), params=params, prices=prices,
-                                     **knobs)
-                point = serving_point(r, 0)
-                reason = r.energy_note or r.why_infeasible(0)
-            except RooflineError as e:  # a placement that cannot be evaluated is listed with why
-                reason = str(e)
-        item = {"name": c.name, "description": c.placement.describe() if c.placement else None,
-                "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point}
-        if args.rate is not None and c.placement is not None:
-            item["load"] = load_at_rate(args, c.placement, formats(args), params)
-        items.append(item)
+        if not c.failures:
+            items.append(_placement_item(args, c, run))
     title = (f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}"
              + (f", gamma {gamma} (speculative)" if args.draft else "") + f", {args.mode}" + scheduler_note(args))
     caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
@@ -197,14 +207,16 @@ def _request_dict(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _comparisons(placements: list[Placement], frontiers: list[Any], axis: str) -> list[dict[str, Any]]:
+    """Each placement's frontier against the first's, the efficiency-optimised point named by the axis (energy-
+    or cost-optimised) and the efficiency it sits at (tokens/s per kW or tokens per USD)."""
     best, y = ("energy_optimised", "tokens_per_s_per_kw") if axis == "kw" else ("cost_optimised", "tokens_per_usd")
     out = []
     for p, f in zip(placements[1:], frontiers[1:]):
         c = compare_frontiers(frontiers[0], f) if len(f) and len(frontiers[0]) else None
         out.append({"name": p.name, "against": placements[0].name,
                     "interactivity_optimised": c.interactivity_optimised if c else None,
-                    best: c.energy_optimised if c else None,
-                    f"{best}_{y}": c.energy_optimised_throughput_per_kw if c else None,
+                    best: c.efficiency_optimised if c else None,
+                    f"{best}_{y}": c.efficiency_optimised_at if c else None,
                     "max_ratio": c.max_ratio if c else None})
     return out
 
@@ -229,6 +241,41 @@ def _why_all_empty(configs: list[dict[str, Any]], results: list[Any], token_budg
             + (f"; raise --token-budget (now {token_budget})" if starved else ""))
 
 
+def _check_pareto(args: argparse.Namespace, placements: list[Placement], acc: Any, prices: Any) -> None:
+    """Refuse options the placements cannot use: an acceptance or a gamma with no speculative placement, and
+    --axis usd with a device that has no price."""
+    drafts = ("draft=GROUP or draft=target with --draft, or draft-kind=mtp); none of these placements drafts")
+    if acc is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
+        raise UsageError("an acceptance (--alpha ...) applies to a speculative placement (" + drafts)
+    if acc is None and args.gamma is not None:
+        raise UsageError("--gamma (a draft length) applies to a speculative placement (" + drafts)
+    if args.axis == "usd":
+        unpriced = sorted({d.id for p in placements for d in _groups_devices(p)} - set(prices.by_device))
+        if unpriced:
+            raise UsageError(f"--axis usd: no price for {', '.join(unpriced)}; give --usd-per-device-hour ID=USD")
+
+
+def _frontier_of(args: argparse.Namespace, p: Placement, run: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
+    """One placement's configuration record, its frontier on the axis and its serving result (None where it
+    cannot be evaluated: no format its devices share; said in the record, not fatal)."""
+    try:
+        r = evaluate_serving(args.target, p, run["request"], batch=run["batches"],
+                             gamma=run["gammas"] if p.speculative else 0, acceptance=run["acceptance"],
+                             mode=args.mode, target_formats=formats(args), params=run["params"],
+                             prices=run["prices"], **run["knobs"])
+    except RooflineError as e:
+        config = {"name": p.name, "description": p.describe(), "target_formats": None, "prefill_formats": None,
+                  "draft_formats": None, "energy_note": None, "frontier": [], "why_empty": str(e)}
+        return config, pareto_frontier([], []), None
+    efficiency = r.tokens_per_s_per_kw if args.axis == "kw" else 1e6 / r.usd_per_million_output_tokens
+    f = pareto_frontier(r.tokens_per_s_per_user, efficiency, r.fits)
+    config = {"name": p.name, "description": p.describe(), **formats_fields(r), "energy_note": r.energy_note or None,
+              "frontier": [serving_point(r, int(i)) for i in f.index]}
+    if not config["frontier"]:   # an empty frontier says why, as the command does when all are empty
+        config["why_empty"] = _why_empty(r)
+    return config, f, r
+
+
 def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     if not args.placement:
         raise UsageError(f"give at least one --placement {PLACEMENT_SYNTAX}")
@@ -238,56 +285,26 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     placements = [parse_placement(p, draft_model=args.draft, wi=wi) for p in args.placement]
     refuse_repeats([p.name for p in placements], "--placement names")
-    wi.check_used([d for p in placements for d in _groups_devices(p)])
+    devices = [d for p in placements for d in _groups_devices(p)]
+    wi.check_used(devices)
     acc = acceptance(args) if any(p.speculative for p in placements) else None
-    if acc is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
-        raise UsageError("an acceptance (--alpha ...) applies to a speculative placement (draft=GROUP or draft=target "
-                         "with --draft, or draft-kind=mtp); none of these placements drafts")
-    if acc is None and args.gamma is not None:
-        raise UsageError("--gamma (a draft length) applies to a speculative placement (draft=GROUP or draft=target "
-                         "with --draft, or draft-kind=mtp); none of these placements drafts")
-    batches = np.array(parse_ints(args.batch, "--batch"))[:, None]
-    gammas = np.array(parse_ints(args.gamma or "1..16", "--gamma"))[None, :]
-    request = Request(input_tokens=args.isl, output_tokens=args.osl)
-    prices, knobs = price_list(args, [d for p in placements for d in _groups_devices(p)]), serving_knobs(args)
-    if args.axis == "usd":
-        unpriced = sorted({d.id for p in placements for d in _groups_devices(p)} - set(prices.by_device))
-        if unpriced:
-            raise UsageError(f"--axis usd: no price for {', '.join(unpriced)}; give --usd-per-device-hour ID=USD")
-    configs, frontiers, results = [], [], []
-    params = engine_params(args, [d for p in placements for d in _groups_devices(p)])
-    for p in placements:
-        try:
-            r = evaluate_serving(args.target, p, request, batch=batches, gamma=gammas if p.speculative else 0,
-                                 acceptance=acc, mode=args.mode, target_formats=formats(args), params=params,
-                                 prices=prices, **knobs)
-        except RooflineError as e:   # this placement cannot be evaluated (no format its devices share): said, not fatal
-            frontiers.append(pareto_frontier([], []))
-            results.append(None)
-            configs.append({"name": p.name, "description": p.describe(), "target_formats": None,
-                            "prefill_formats": None, "draft_formats": None, "energy_note": None,
-                            "frontier": [], "why_empty": str(e)})
-            continue
-        y = r.tokens_per_s_per_kw if args.axis == "kw" else 1e6 / r.usd_per_million_output_tokens
-        f = pareto_frontier(r.tokens_per_s_per_user, y, r.fits)
-        frontiers.append(f)
-        results.append(r)
-        configs.append({"name": p.name, "description": p.describe(), **formats_fields(r),
-                        "energy_note": r.energy_note or None,
-                        "frontier": [serving_point(r, int(i)) for i in f.index]})
-        if not configs[-1]["frontier"]:   # an empty frontier says why, as the command does when all are empty
-            configs[-1]["why_empty"] = _why_empty(r)
+    prices = price_list(args, devices)
+    _check_pareto(args, placements, acc, prices)
+    run = {"request": Request(input_tokens=args.isl, output_tokens=args.osl), "acceptance": acc, "prices": prices,
+           "batches": np.array(parse_ints(args.batch, "--batch"))[:, None], "knobs": serving_knobs(args),
+           "gammas": np.array(parse_ints(args.gamma or "1..16", "--gamma"))[None, :],
+           "params": engine_params(args, devices)}
+    configs, frontiers, results = map(list, zip(*(_frontier_of(args, p, run) for p in placements)))
     if not any(c["frontier"] for c in configs):
         raise RooflineError(_why_all_empty(configs, results, args.token_budget))
     if args.plot:
         from ..plot import plot_frontiers
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
+    note = (context_note(load_model(args.target), args.isl + args.osl) + _pool_note(placements)
+            + idle_note(devices)).strip()
     emit(console, pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
-        "target": args.target, "request": _request_dict(args), "axis": args.axis,
-        "overrides": wi.describe()}, note=(context_note(load_model(args.target), args.isl + args.osl)
-                                           + _pool_note(placements)
-                                           + idle_note(d for p in placements for d in _groups_devices(p))).strip()),
-         args)
+        "target": args.target, "request": _request_dict(args), "axis": args.axis, "overrides": wi.describe()},
+        note=note), args)
     return 0
 
 
