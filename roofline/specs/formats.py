@@ -40,18 +40,49 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 import attrs
 
 from ..errors import NotFoundError, SpecError, UnknownSpecError, WorkloadError, did_you_mean
 
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
-    from .devices import Device
-    from .models import ModelSpec
+class ComputeUnits(Protocol):
+    """A device as the format defaults see it (:class:`roofline.specs.devices.Device` is one): its id, family,
+    the compute classes it multiplies natively, and whether it has units for a class. Formats sit below devices
+    and models (a device's file names formats), so this module names what it reads of them, not their modules."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def family(self) -> str: ...
+
+    @property
+    def native(self) -> tuple[str, ...]: ...
+
+    def supports(self, compute_class: str) -> bool: ...
+
+
+class Checkpoint(Protocol):
+    """A model as the format defaults see it (:class:`roofline.specs.models.ModelSpec` is one): the formats its
+    checkpoint stores, whether its quantization was read, and whether it routes experts."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def unread_quantization(self) -> str | None: ...
+
+    @property
+    def checkpoint_weight_format(self) -> str | None: ...
+
+    @property
+    def checkpoint_expert_format(self) -> str | None: ...
+
+    @property
+    def is_moe(self) -> bool: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -207,9 +238,9 @@ class Formats:
                 f"activations {self.activations}{head}")
 
     @classmethod
-    def for_model(cls, model: ModelSpec, *, weights: str | None = None, experts: str | None = None,
+    def for_model(cls, model: Checkpoint, *, weights: str | None = None, experts: str | None = None,
                   kv: str | None = None, activations: str | None = None, head: str | None = None,
-                  devices: Iterable[Device] = ()) -> Formats:
+                  devices: Iterable[ComputeUnits] = ()) -> Formats:
         """Defaults that follow the checkpoint and the devices: weights (None) as the checkpoint stores them (an
         FP8 checkpoint's fp8) where every one of ``devices`` can run them (multiplies them natively, or is a GPU,
         whose kernels unpack narrower weights: vLLM serves FP8 checkpoints on Ampere with its weight-only FP8
@@ -271,7 +302,7 @@ def check_format_keys(given: Mapping[str, Any] | None, what: str = "formats") ->
 NATIVE_DEFAULTS = (("bf16", "bf16"), ("fp16", "fp16"), ("fp8", "fp8"), ("int8", "mxint8"), ("fp4", "mxfp4"))
 
 
-def native_default(devices: Iterable[Device]) -> str:
+def native_default(devices: Iterable[ComputeUnits]) -> str:
     """The format to run on ``devices`` when the user does not say: the format of the first compute class in
     :data:`NATIVE_DEFAULTS` (16-bit first) that every one of them computes natively: bf16 on GPUs, fp16 on Groq's
     LPU, mxint8 on Corsair (int8 and int4 units only)."""
