@@ -13,7 +13,7 @@ from rich.console import Console
 
 from ..errors import RooflineError
 from ..version import __version__
-from .options import Command, UsageError, add_output, add_profile, check_outputs, shipped_inputs
+from .options import SHARED_DEFAULTS, Command, UsageError, add_output, add_profile, check_outputs, shipped_inputs
 from .output import silence_stdout, stdout_console
 from .render_common import safe
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"roofline {__version__}")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    p.set_defaults(**SHARED_DEFAULTS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, func: Command, help: str, *, profile: bool = False, stack: bool | None = None
@@ -97,9 +98,9 @@ def _main(argv: Sequence[str] | None, *, console: Console | None, err_console: C
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         if extra:   # said against the command's own help, where its options are listed
-            where = f"roofline {args.command}" if getattr(args, "command", None) else "roofline"
+            where = f"roofline {args.command}" if args.command else "roofline"
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see `{where} --help`)")
-        if not getattr(args, "func", None):
+        if not args.func:
             parser.print_help(out.file)
             return 2
         check_outputs(args, shipped_inputs(args))

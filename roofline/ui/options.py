@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from ..errors import RooflineError, WorkloadError
@@ -141,6 +142,12 @@ def parse_ints(text: str, what: str, *, minimum: int = 1) -> list[int]:
 
 
 # ------------------------------------------------------------- option groups
+#: Every option some commands share, with the value it has in a command that does not take it: every command's
+#: parsed arguments carry each of them (the top-level parser's defaults), so no code probes for an option.
+SHARED_DEFAULTS: dict[str, Any] = {"func": None, "json": False, "csv": False, "profile": None, "level": DEFAULT_LEVEL,
+                                   "stack": None, "set": [], "activations": None, "lm_head": None, "gamma": None}
+
+
 def add_output(sp: argparse.ArgumentParser) -> None:
     group = sp.add_mutually_exclusive_group()
     group.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -203,7 +210,7 @@ def refuse_speculation_without_draft(args: argparse.Namespace) -> None:
     would go unused, silently."""
     if not args.draft and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
         raise UsageError("an acceptance (--alpha ...) needs a draft model (--draft)")
-    if not args.draft and getattr(args, "gamma", None) is not None:
+    if not args.draft and args.gamma is not None:
         raise UsageError("--gamma (a draft length) needs a draft model (--draft)")
 
 
@@ -271,9 +278,9 @@ def formats(args: argparse.Namespace) -> dict[str, Any]:
     formats is a usage error, as a stack's or a choice's is)."""
     out = {"weights": format_name(args.weights, "--weights"), "experts": format_name(args.experts, "--experts"),
            "kv": format_name(args.kv, "--kv")}
-    if hasattr(args, "activations"):
+    if args.activations is not None:   # None (the default) is what leaving it out asks for
         out["activations"] = format_name(args.activations, "--activations")
-    if getattr(args, "lm_head", None) is not None:
+    if args.lm_head is not None:
         out["head"] = format_name(args.lm_head, "--lm-head")
     return out
 
@@ -293,60 +300,72 @@ def format_name(value: str | None, flag: str) -> str | None:
 
 def profile(args: argparse.Namespace) -> Profile:
     """The calibration profile a command runs with: --profile's, else the shipped fit."""
-    return load_profile(args.profile) if getattr(args, "profile", None) else shipped_profile()
+    return load_profile(args.profile) if args.profile else shipped_profile()
 
 
-def engine_params(args: argparse.Namespace, devices: Iterable[Device] = ()) -> EngineParams:
+@attrs.frozen(kw_only=True)
+class Engine:
+    """What a command's devices run with, and what its output says of it: the engine parameters, the fitted set
+    chosen (``stack_note``, :func:`roofline.evidence.calibrate.stack_record`; the line under the tables, JSON's
+    ``stack``) and the prediction intervals of its figures (``trust``; JSON's ``intervals``, ``_low``/``_high``)."""
+
+    params: EngineParams
+    stack_note: dict[str, Any] | None = None
+    trust: dict[str, Any] | None = None
+
+
+def engine(args: argparse.Namespace, devices: Iterable[Device] = (), *, stack: str | None = None,
+           stack_flag: str = "--stack") -> Engine:
+    """The :class:`Engine` ``devices`` run with under --profile and --stack (``stack``: the stack to use in its
+    place, which ``stack_flag`` gave: size --emit's engine), with the intervals at --level."""
     devices = list(devices)
-    params = _engine_params(args, devices)
-    trust(args, devices)
-    return params
+    stack = stack if stack is not None else args.stack
+    params, note = _engine_params(args, devices, stack, stack_flag)
+    return Engine(params=params, stack_note=note, trust=trust(args, devices, stack))
 
 
-def _engine_params(args: argparse.Namespace, devices: list[Device]) -> EngineParams:
-    """The engine parameters a command runs ``devices`` with: the fitted set of --stack (else of the default stack,
-    :data:`~roofline.specs.params.DEFAULT_STACK`) for their GPUs. What was chosen is kept in ``args.stack_note``
-    for the output (:func:`roofline.evidence.calibrate.stack_record`); with no GPU among ``devices`` each device
-    runs its family's execution profile and the note says so. Without --stack or --profile, GPUs of several
-    platforms (NVIDIA and AMD) each run the default stack's build for their own platform."""
+def _engine_params(args: argparse.Namespace, devices: list[Device], named: str | None,
+                   stack_flag: str) -> tuple[EngineParams, dict[str, Any]]:
+    """The engine parameters a command runs ``devices`` with: the fitted set of stack ``named`` (else of the
+    default stack, :data:`~roofline.specs.params.DEFAULT_STACK`) for their GPUs, and a note of what was chosen
+    (:func:`roofline.evidence.calibrate.stack_record`); with no GPU among ``devices`` each device runs its
+    family's execution profile and the note says so. Without a stack or --profile, GPUs of several platforms
+    (NVIDIA and AMD) each run the default stack's build for their own platform."""
     from ..evidence.calibrate import stack_record  # lazily: the evidence layer is only needed to describe the set
-    devices = list(devices)
-    prof, named = profile(args), getattr(args, "stack", None)
+    prof = profile(args)
     gpus = [d for d in devices if d.family == "gpu"]
     if named is None and not gpus:
         families = sorted({d.family for d in devices})
-        args.stack_note = {"name": "family profile", "build": " + ".join(families),
-                           "parameters": " + ".join(f"execution/{f}.toml" for f in families), "families": families}
-        return prof.for_stack(DEFAULT_STACK)
+        return prof.for_stack(DEFAULT_STACK), {
+            "name": "family profile", "build": " + ".join(families),
+            "parameters": " + ".join(f"execution/{f}.toml" for f in families), "families": families}
     platforms = {(d.vendor, d.isa): d for d in gpus}
     try:
         default = named is None or stack_name(named) == DEFAULT_STACK
-        if default and getattr(args, "profile", None) is None and len(platforms) > 1:
+        if default and args.profile is None and len(platforms) > 1:
             order = sorted(platforms, key=lambda p: (p[0] != "NVIDIA", p))
             notes = [stack_record(prof.for_gpus(DEFAULT_STACK, [platforms[p]]), prof) for p in order]
-            args.stack_note = {**notes[0], "other_builds": notes[1:]}
-            return default_params()   # each GPU resolves the default stack's build for its platform
+            # each GPU resolves the default stack's build for its platform
+            return default_params(), {**notes[0], "other_builds": notes[1:]}
         choice = prof.for_gpus(named if named is not None else DEFAULT_STACK, devices)
     except WorkloadError as e:
-        raise UsageError(f"{getattr(args, 'stack_from', '--stack')}: {e}") from None
-    args.stack_note = stack_record(choice, prof)
-    return choice.params
+        raise UsageError(f"{stack_flag}: {e}") from None
+    return choice.params, stack_record(choice, prof)
 
 
-def trust(args: argparse.Namespace, devices: Iterable[Device]) -> None:
-    """Keep in ``args.trust`` the prediction intervals of the command's main device (its first GPU, else its
-    first device) under the stack its GPUs run, at --level, and how to get another device's (sizing's options)."""
+def trust(args: argparse.Namespace, devices: Iterable[Device], stack: str | None) -> dict[str, Any] | None:
+    """The prediction intervals of the command's main device (its first GPU, else its first device) under the
+    stack its GPUs run, at --level, and how to get another device's (sizing's options); None without devices."""
     devices = list(devices)
     if not devices:
-        return
-    level = getattr(args, "level", DEFAULT_LEVEL)
+        return None
+    level = args.level
     if not 0 < level < 1:
         raise UsageError(f"--level: an interval's level is between 0 and 1 (exclusive), got {level}")
     main = next((d for d in devices if d.family == "gpu"), devices[0])
-    stack = getattr(args, "stack", None)
     known = {d.id: intervals_for(d, stack=stack, level=level) for d in devices}   # once per device, not per record
-    args.trust = {"device": main.id, "level": level, "intervals": known[main.id], "by_device": known.get,
-                  "devices": sorted(known)}
+    return {"device": main.id, "level": level, "intervals": known[main.id], "by_device": known.get,
+            "devices": sorted(known)}
 
 
 def stack_option(text: str) -> str:
@@ -387,7 +406,7 @@ def price_list(args: argparse.Namespace, devices: Iterable[Device] = ()) -> Pric
 
 def what_if(args: argparse.Namespace) -> WhatIf:
     try:
-        return WhatIf.parse(getattr(args, "set", []) or [])
+        return WhatIf.parse(args.set or [])
     except RooflineError as e:
         raise UsageError(str(e)) from None
 
@@ -456,7 +475,8 @@ def check_outputs(args: argparse.Namespace, extra_inputs: Iterable[str] = ()) ->
     command: a path named by another argument (a spec, a config, ``--data``, ``--profile``...) or ``extra_inputs``
     (the shipped measurements a command reads without --data). It would be overwritten by the output."""
     from ..specs.files import same_file
-    outputs = [(k, getattr(args, k)) for k in OUTPUT_OPTIONS if isinstance(getattr(args, k, None), str)]
+    given = vars(args)
+    outputs = [(k, given[k]) for k in OUTPUT_OPTIONS if isinstance(given.get(k), str)]
     if not outputs:
         return
     inputs = [p for k, v in vars(args).items() if k not in OUTPUT_OPTIONS and k != "func" for p in _named_paths(v)]

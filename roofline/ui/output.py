@@ -19,6 +19,7 @@ from ..records import plain
 from ..serving.trust import with_bounds
 from ..specs.params import WEIGHT_ONLY_KERNELS
 from .columns import Columns, csv_cell, json_chunks
+from .options import Engine
 from .render_common import View, cell, safe
 
 #: numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null): the records' own conversion.
@@ -99,17 +100,18 @@ def _write(console: Console, chunks: Iterable[str]) -> None:
         f.flush()
 
 
-def emit(console: Console, view: View, args: argparse.Namespace) -> None:
-    """Print ``view`` the way the command line asked: --json, --csv, or tables; with --stack, which fitted
-    parameter set the GPUs ran with (JSON ``stack``, a ``stack`` column in CSV, a line under the tables)."""
-    note, trust = getattr(args, "stack_note", None), getattr(args, "trust", None)
-    if getattr(args, "json", False):
+def emit(console: Console, view: View, args: argparse.Namespace, engine: Engine | None = None) -> None:
+    """Print ``view`` the way the command line asked: --json, --csv, or tables; with the ``engine`` its devices
+    ran (:func:`roofline.ui.options.engine`), which fitted parameter set the GPUs ran with (JSON ``stack``, a
+    ``stack`` column in CSV, a line under the tables) and the intervals of its figures."""
+    note, trust = (engine.stack_note, engine.trust) if engine else (None, None)
+    if args.json:
         data = {**view.data, "stack": note} if note and isinstance(view.data, dict) else view.data
         if trust and isinstance(data, dict):
             data = {**with_bounds(jsonable(data), trust["intervals"], by_device=trust["by_device"]),
                     "intervals": interval_record(trust)}
         _write(console, itertools.chain(json_chunks(jsonable(data), indent=2), ["\n"]))
-    elif getattr(args, "csv", False):
+    elif args.csv:
         rows = view.rows
         if note:
             rows = rows.with_column("stack", note["parameters"]) if isinstance(rows, Columns) else [

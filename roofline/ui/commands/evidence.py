@@ -35,7 +35,7 @@ from ..options import (
     UsageError,
     add_formats,
     add_what_if,
-    engine_params,
+    engine,
     formats,
     mean_count,
     number,
@@ -80,9 +80,10 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     group = resolve_group(args.device)
     wi.check_used([group.device])
-    d = diagnose(args.model, wi.apply_group(group), m, formats=formats(args),
-                 params=engine_params(args, [group.device]))
-    emit(console, diagnosis_view(d, wi.describe()), args)
+    fmt = formats(args)
+    eng = engine(args, [group.device])
+    d = diagnose(args.model, wi.apply_group(group), m, formats=fmt, params=eng.params)
+    emit(console, diagnosis_view(d, wi.describe()), args, eng)
     return 0
 
 

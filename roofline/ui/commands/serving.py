@@ -31,7 +31,7 @@ from ..options import (
     add_request,
     add_what_if,
     context_note,
-    engine_params,
+    engine,
     formats,
     idle_note,
     load_workload,
@@ -151,7 +151,8 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     gamma = 5 if args.gamma is None else args.gamma
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
     run = {"request": request, "gamma": gamma, "acceptance": acceptance(args) if args.draft else None,
-           "params": engine_params(args, devices), "knobs": serving_knobs(args), "prices": price_list(args, devices)}
+           "engine": engine(args, devices), "knobs": serving_knobs(args), "prices": price_list(args, devices)}
+    run["params"] = run["engine"].params
     cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
                                  mode=args.mode, target_formats=formats(args), params=run["params"])
     items, cannot = [], {}
@@ -175,7 +176,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
         "overrides": wi.describe(), "infeasible_devices": unplaceable})
     if args.rate is not None:
         view = with_load_table(view, items, number(args.rate, "--rate"))
-    emit(console, view, args)
+    emit(console, view, args, run["engine"])
     return 0
 
 
@@ -293,7 +294,8 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     run = {"request": Request(input_tokens=args.isl, output_tokens=args.osl), "acceptance": acc, "prices": prices,
            "batches": np.array(parse_ints(args.batch, "--batch"))[:, None], "knobs": serving_knobs(args),
            "gammas": np.array(parse_ints(args.gamma or "1..16", "--gamma"))[None, :],
-           "params": engine_params(args, devices)}
+           "engine": engine(args, devices)}
+    run["params"] = run["engine"].params
     configs, frontiers, results = map(list, zip(*(_frontier_of(args, p, run) for p in placements)))
     if not any(c["frontier"] for c in configs):
         raise RooflineError(_why_all_empty(configs, results, args.token_budget))
@@ -304,7 +306,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
             + idle_note(devices)).strip()
     emit(console, pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
         "target": args.target, "request": _request_dict(args), "axis": args.axis, "overrides": wi.describe()},
-        note=note), args)
+        note=note), args, run["engine"])
     return 0
 
 

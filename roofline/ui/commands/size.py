@@ -26,7 +26,7 @@ from ..options import (
     add_load_options,
     add_prices,
     add_what_if,
-    engine_params,
+    engine,
     formats,
     idle_note,
     load_workload,
@@ -72,14 +72,13 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     if args.emit and args.stack is not None and stack_option(args.stack) != stack_option(args.emit):
         raise UsageError(f"--emit {args.emit} prints {stack_option(args.emit)} launch commands while --stack "
                          f"{args.stack} predicts {stack_option(args.stack)}: give the same engine to both")
-    if args.emit and args.stack is None:
-        args.stack = stack_option(args.emit)   # size with the engine whose commands are printed
-        args.stack_from = "--emit"
+    # size with the engine whose commands are printed
+    stack, stack_flag = (stack_option(args.emit), "--emit") if args.emit and args.stack is None else (args.stack, "--stack")
     if args.confidence is not None and not 0.5 <= args.confidence < 1:
         raise UsageError(f"--confidence: a one-sided confidence between 0.5 and 1 (exclusive), got {args.confidence}")
     model = load_model(args.model)
     if args.rate is not None:
-        return _size_at_rate(args, console, model, devices, wi)
+        return _size_at_rate(args, console, model, devices, wi)   # (--rate refuses --emit)
     if args.min_tokens_per_s_per_user is None:
         raise UsageError("--users needs --min-tokens-per-s-per-user (or size for a request rate: --rate)")
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
@@ -89,16 +88,17 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
                     request=Request(input_tokens=args.isl, output_tokens=args.osl))
     draft = load_model(args.draft) if args.draft else None
     prices = price_list(args, [getattr(d, 'device', d) for d in devices])
-    params = engine_params(args, [getattr(d, 'device', d) for d in devices])
+    eng = engine(args, [getattr(d, 'device', d) for d in devices], stack=stack, stack_flag=stack_flag)
+    params = eng.params
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
-                   formats=formats(args), params=params, prices=prices, confidence=args.confidence, stack=args.stack)
+                   formats=formats(args), params=params, prices=prices, confidence=args.confidence, stack=stack)
     commands = ([_launch(args.emit, model, o, target.request, params) for o in options if o.feasible]
                 if args.emit else [])
     note = idle_note(getattr(d, "device", d) for d in devices)
     if args.confidence is not None:
         note = (f" Sized at confidence {args.confidence:g}: each device kind's speed and TTFT targets tightened by the "
                 "upper end of its prediction interval (errors on publications the fit never saw)." + note)
-    emit(console, size_view(model.id, target, options, prices, commands, wi.describe(), note), args)
+    emit(console, size_view(model.id, target, options, prices, commands, wi.describe(), note), args, eng)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 
@@ -113,13 +113,14 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
     target = LoadTarget(rate_per_s=number(args.rate, "--rate", positive=True), workload=load_workload(args),
                         limits=limits)
     prices = price_list(args, [getattr(d, 'device', d) for d in devices])
-    params = engine_params(args, [getattr(d, 'device', d) for d in devices])
+    eng = engine(args, [getattr(d, 'device', d) for d in devices])
+    params = eng.params
     stack = stack_option(args.stack) if args.stack is not None else DEFAULT_STACK
     options = size_at_rate(model, devices, target, formats=formats(args), params=params, prices=prices,
                            max_slots=args.max_seqs, stack=stack)
     note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
         getattr(d, "device", d) for d in devices)
-    emit(console, size_load_view(model.id, target, options, note), args)
+    emit(console, size_load_view(model.id, target, options, note), args, eng)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 

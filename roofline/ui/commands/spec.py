@@ -25,7 +25,7 @@ from ..options import (
     add_prices,
     add_what_if,
     context_note,
-    engine_params,
+    engine,
     format_name,
     formats,
     idle_note,
@@ -59,23 +59,24 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     acc = acceptance(args, several=True)
     if acc.shape:   # several alphas: their own leading axis, before batch and gamma
         acc = Acceptance.geometric(np.reshape(acc.alpha, (-1, 1) if batch.size == 1 else (-1, 1, 1)))
+    devices = [verify_on.device, *([draft_on.device] if draft_on else [])]
+    target_formats = formats(args)
+    draft_formats = {"weights": format_name(args.draft_weights, "--draft-weights"),
+                     "kv": format_name(args.draft_kv, "--draft-kv"),
+                     "activations": format_name(args.draft_activations, "--draft-activations")}
+    eng = engine(args, devices)
     r = speculative_round(target, verify_on=wi.apply_group(verify_on), draft=args.draft,
                           draft_on=wi.apply_group(draft_on) if draft_on else None, draft_kind=args.draft_kind,
                           head_layers=args.head_layers, acceptance=acc,
                           gamma=gammas if batch.size == 1 else gammas[None, :],
                           batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
-                          link=args.link or "pcie5", sampling=args.sampling,
-                          target_formats=formats(args),
-                          draft_formats={"weights": format_name(args.draft_weights, "--draft-weights"),
-                                         "kv": format_name(args.draft_kv, "--draft-kv"),
-                                         "activations": format_name(args.draft_activations, "--draft-activations")},
-                          params=engine_params(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
-    note = (context_note(target, args.context + int(gammas.max()))
-            + idle_note([verify_on.device, *([draft_on.device] if draft_on else [])]))
+                          link=args.link or "pcie5", sampling=args.sampling, target_formats=target_formats,
+                          draft_formats=draft_formats, params=eng.params)
+    note = context_note(target, args.context + int(gammas.max())) + idle_note(devices)
     view = spec_view(r, optimal_gamma(r), wi.describe(), note)
     _price_rows(view.data["rows"], [verify_on, *([draft_on] if draft_on and draft_on != verify_on else [])],
-                price_list(args, [verify_on.device, *([draft_on.device] if draft_on else [])]))
-    emit(console, view, args)
+                price_list(args, devices))
+    emit(console, view, args, eng)
     return 0
 
 

@@ -28,7 +28,7 @@ from ..options import (
     add_prices,
     add_what_if,
     context_note,
-    engine_params,
+    engine,
     formats,
     nonnegative,
     parse_ints,
@@ -124,7 +124,8 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     group = resolve_group(args.device, tp=args.tp, ep=args.ep, dp=args.dp)
     wi.check_used([group.device])
     group = wi.apply_group(group)
-    params = engine_params(args, [group.device])
+    eng = engine(args, [group.device])
+    params = eng.params
     kw = dict(params=params, **formats(args))
     if args.prompt is None and args.context < 1:
         raise UsageError("--context 0 leaves no prompt to prefill (--prompt defaults to --context); give --prompt N")
@@ -165,7 +166,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
         model, max(float(prompt), float(args.context) + (args.gamma or 0)))) if n.strip()]
     caption = _caption(results, resolve_profile(group.device, params), shown_path(group.device.path), bool(wi),
                        notes)
-    emit(console, stage_view(model.id, group, results, caption, wi.describe(), notes), args)
+    emit(console, stage_view(model.id, group, results, caption, wi.describe(), notes), args, eng)
     return 0
 
 
@@ -215,8 +216,10 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     model = load_model(args.model)
     batch = np.array(parse_ints(args.batch, "--batch"))
     variants, changed = _variants(args)
-    rows = compare(model, variants, batch=batch, context=args.context, prompt=args.prompt, formats=formats(args),
-                   params=engine_params(args, [g.device for _, g in variants]), with_elasticity=args.elasticity,
+    fmt = formats(args)
+    eng = engine(args, [g.device for _, g in variants])
+    rows = compare(model, variants, batch=batch, context=args.context, prompt=args.prompt, formats=fmt,
+                   params=eng.params, with_elasticity=args.elasticity,
                    prices=price_list(args, [g.device for _, g in variants]))
     data = []
     for r in rows:
@@ -237,7 +240,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
                                                               if len(reasons) > 1 else reasons[0]))
     note = context_note(model, max(args.context, args.prompt))
     emit(console, compare_view(model.id, batch, data, args.context, args.prompt, what_if(args).describe(),
-                                      note=note), args)
+                               note=note), args, eng)
     return 0
 
 
