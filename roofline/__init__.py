@@ -29,6 +29,10 @@ of the first five. Nothing here imports sympy, scipy or matplotlib.
 
 from __future__ import annotations
 
+from . import startup
+
+startup.guard()   # first: Ctrl-C while the command is still importing exits 130 with one line, no traceback
+
 from typing import Any
 
 from . import records  # noqa: F401  (first: lets records with read-only mappings be pickled)

@@ -257,6 +257,12 @@ def test_a_csv_with_carriage_returns_only_is_read(tmp_path):
     (["stage", "llama-3.1-8b", "h100", "--weights", ""], "empty format name"),
     (["stage", "llama-3.1-8b", "h100", "--kv", " "], "empty format name"),
     (["stage", "llama-3.1-8b", "h100", "--experts", "fp8"], "dense"),
+    # --experts names the routed experts' format: on a dense model it means nothing, even equal to the weights'
+    (["stage", "llama-3.1-8b", "h100", "--experts", "bf16"], "dense"),
+    (["size", "llama-3.1-8b", "--devices", "h100", "--users", "1", "--min-tokens-per-s-per-user", "1",
+      "--experts", "bf16", "--weights", "bf16"], "dense"),
+    (["spec", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--verify-on", "h100", "--alpha", "0.8",
+      "--experts", "bf16"], "dense"),
     (["pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100", "--usd-per-kwh", "1e20"], "per kWh"),
     (["pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100", "--usd-per-device-hour", "h100=1e9"],
      "device-hour"),
@@ -440,3 +446,51 @@ def test_calibrate_says_how_long_and_shows_progress_on_stderr(run_cli, monkeypat
     captured = capsys.readouterr()
     assert code == 1 and "stopped here" in err
     assert "fitting fold 3" in captured.err and "fitting" not in out
+
+
+# ------------------------------------------------------------------ Ctrl-C at any point (issue 52's leftover)
+def test_the_command_is_recognised_from_how_python_was_started():
+    import sys
+
+    from roofline.startup import is_the_command
+    assert is_the_command(["python3", "-m", "roofline", "devices"])
+    assert is_the_command(["/usr/bin/python3", "/venv/bin/roofline", "spec", "--json"])
+    assert is_the_command(["python", "C:\\venv\\Scripts\\roofline.exe"]) or sys.platform != "win32"
+    assert not is_the_command(["python3", "-m", "pytest", "tests"])
+    assert not is_the_command(["python3", "my_roofline_study.py"])
+    assert not is_the_command(["python3", "-c", "import roofline"])
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line_and_130():
+    """SIGINT before `main` runs (roofline/__init__.py imports most of the package first) printed a
+    KeyboardInterrupt traceback; the command's start now says one line and exits 130. Deterministic: the
+    process takes the command's start (``sys.orig_argv``), installs the guard and interrupts itself."""
+    import subprocess
+    import sys
+    code = ("import os, signal, sys, time; import roofline.startup as s; sys.orig_argv = [sys.executable, '-m', "
+            "'roofline']; s.guard(); os.kill(os.getpid(), signal.SIGINT); time.sleep(30)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 130 and p.stderr == "roofline: interrupted\n", (p.returncode, p.stderr)
+
+
+def test_a_program_importing_roofline_keeps_its_keyboard_interrupt():
+    import signal
+
+    import roofline  # noqa: F401
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_inside_a_command_is_one_line_and_130(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from roofline.ui import cli
+    from roofline.ui.commands import inspect
+
+    def interrupted(args, console):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(inspect, "cmd_devices", interrupted)
+    err = io.StringIO()
+    assert cli.main(["devices"], console=Console(file=io.StringIO()), err_console=Console(file=err)) == 130
+    assert err.getvalue() == "roofline: interrupted\n"

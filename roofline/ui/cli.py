@@ -11,7 +11,9 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
+from .. import startup
 from ..errors import RooflineError
+from ..startup import INTERRUPTED, INTERRUPTED_LINE
 from ..version import __version__
 from .options import SHARED_DEFAULTS, Command, UsageError, add_output, add_profile, check_outputs, shipped_inputs
 from .output import silence_stdout, stdout_console
@@ -81,11 +83,21 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None,
     """
     if threading.current_thread() is not threading.main_thread():   # only the main thread receives signals
         return _main(argv, console=console, err_console=err_console)
-    before = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return _main(argv, console=console, err_console=err_console)
-    finally:
-        signal.signal(signal.SIGTERM, before)
+        startup.release()   # from here SIGINT is a KeyboardInterrupt, which _main turns into one line and 130
+        before = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            return _main(argv, console=console, err_console=err_console)
+        finally:
+            signal.signal(signal.SIGTERM, before)
+    except KeyboardInterrupt:   # between the handlers, outside _main
+        return _interrupted(err_console)
+
+
+def _interrupted(err_console: Console | None) -> int:
+    err = err_console or Console(stderr=True, highlight=False, soft_wrap=True)
+    err.print(INTERRUPTED_LINE, markup=False)
+    return INTERRUPTED
 
 
 def _main(argv: Sequence[str] | None, *, console: Console | None, err_console: Console | None) -> int:
@@ -116,7 +128,7 @@ def _main(argv: Sequence[str] | None, *, console: Console | None, err_console: C
         err.print(safe(f"roofline: error: {e}"), markup=False, soft_wrap=True)
         return 1
     except KeyboardInterrupt:
-        return 130
+        return _interrupted(err)
     except Terminated:   # SIGTERM: what `finally` blocks clean up (a profile's temporary file) is cleaned
         return 143
     except BrokenPipeError:   # the reader stopped reading: not an error of the input, no message

@@ -27,6 +27,7 @@ from ...evidence.repeats import repeat_summary, repeated_measurements
 from ...evidence.validate import read_rows, shipped_data, validate
 from ...evidence.workers import cap_jobs, default_jobs, usable_cores
 from ...specs.files import check_writable
+from ...specs.hf_config import load_model
 from ...specs.params import Profile, shipped_profile_path
 from ...specs.resolve import resolve_group
 from ..options import (
@@ -80,7 +81,7 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     group = resolve_group(args.device)
     wi.check_used([group.device])
-    fmt = formats(args)
+    fmt = formats(args, load_model(args.model))
     eng = engine(args, [group.device])
     d = diagnose(args.model, wi.apply_group(group), m, formats=fmt, params=eng.params)
     emit(console, diagnosis_view(d, wi.describe()), args, eng)

@@ -132,7 +132,7 @@ def _placement_item(args: argparse.Namespace, c: Any, run: dict[str, Any]) -> di
         try:
             r = evaluate_serving(args.target, c.placement, run["request"], batch=args.batch,
                                  gamma=run["gamma"] if c.placement.speculative else 0, acceptance=run["acceptance"],
-                                 mode=args.mode, target_formats=formats(args), params=run["params"],
+                                 mode=args.mode, target_formats=run["formats"], params=run["params"],
                                  prices=run["prices"], **run["knobs"])
             point = serving_point(r, 0)
             reason = r.energy_note or r.why_infeasible(0)
@@ -141,7 +141,7 @@ def _placement_item(args: argparse.Namespace, c: Any, run: dict[str, Any]) -> di
     item = {"name": c.name, "description": c.placement.describe() if c.placement else None,
             "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point}
     if args.rate is not None and c.placement is not None:
-        item["load"] = load_at_rate(args, c.placement, formats(args), run["params"])
+        item["load"] = load_at_rate(args, c.placement, run["formats"], run["params"])
     return item
 
 
@@ -152,9 +152,9 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
     run = {"request": request, "gamma": gamma, "acceptance": acceptance(args) if args.draft else None,
            "engine": engine(args, devices), "knobs": serving_knobs(args), "prices": price_list(args, devices)}
-    run["params"] = run["engine"].params
+    run["params"], run["formats"] = run["engine"].params, formats(args, load_model(args.target))
     cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
-                                 mode=args.mode, target_formats=formats(args), params=run["params"])
+                                 mode=args.mode, target_formats=run["formats"], params=run["params"])
     items, cannot = [], {}
     for c in cands:
         for f in c.failures:   # a stage a device kind cannot run at all: said once, not per placement
@@ -262,7 +262,7 @@ def _frontier_of(args: argparse.Namespace, p: Placement, run: dict[str, Any]) ->
     try:
         r = evaluate_serving(args.target, p, run["request"], batch=run["batches"],
                              gamma=run["gammas"] if p.speculative else 0, acceptance=run["acceptance"],
-                             mode=args.mode, target_formats=formats(args), params=run["params"],
+                             mode=args.mode, target_formats=run["formats"], params=run["params"],
                              prices=run["prices"], **run["knobs"])
     except RooflineError as e:
         config = {"name": p.name, "description": p.describe(), "target_formats": None, "prefill_formats": None,
@@ -295,7 +295,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
            "batches": np.array(parse_ints(args.batch, "--batch"))[:, None], "knobs": serving_knobs(args),
            "gammas": np.array(parse_ints(args.gamma or "1..16", "--gamma"))[None, :],
            "engine": engine(args, devices)}
-    run["params"] = run["engine"].params
+    run["params"], run["formats"] = run["engine"].params, formats(args, load_model(args.target))
     configs, frontiers, results = map(list, zip(*(_frontier_of(args, p, run) for p in placements)))
     if not any(c["frontier"] for c in configs):
         raise RooflineError(_why_all_empty(configs, results, args.token_budget))

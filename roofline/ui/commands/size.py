@@ -91,7 +91,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     eng = engine(args, [getattr(d, 'device', d) for d in devices], stack=stack, stack_flag=stack_flag)
     params = eng.params
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
-                   formats=formats(args), params=params, prices=prices, confidence=args.confidence, stack=stack)
+                   formats=formats(args, model), params=params, prices=prices, confidence=args.confidence, stack=stack)
     commands = ([_launch(args.emit, model, o, target.request, params) for o in options if o.feasible]
                 if args.emit else [])
     note = idle_note(getattr(d, "device", d) for d in devices)
@@ -116,7 +116,7 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
     eng = engine(args, [getattr(d, 'device', d) for d in devices])
     params = eng.params
     stack = stack_option(args.stack) if args.stack is not None else DEFAULT_STACK
-    options = size_at_rate(model, devices, target, formats=formats(args), params=params, prices=prices,
+    options = size_at_rate(model, devices, target, formats=formats(args, model), params=params, prices=prices,
                            max_slots=args.max_seqs, stack=stack)
     note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
         getattr(d, "device", d) for d in devices)

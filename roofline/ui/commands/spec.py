@@ -60,7 +60,7 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     if acc.shape:   # several alphas: their own leading axis, before batch and gamma
         acc = Acceptance.geometric(np.reshape(acc.alpha, (-1, 1) if batch.size == 1 else (-1, 1, 1)))
     devices = [verify_on.device, *([draft_on.device] if draft_on else [])]
-    target_formats = formats(args)
+    target_formats = formats(args, target)
     draft_formats = {"weights": format_name(args.draft_weights, "--draft-weights"),
                      "kv": format_name(args.draft_kv, "--draft-kv"),
                      "activations": format_name(args.draft_activations, "--draft-activations")}

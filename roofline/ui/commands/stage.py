@@ -126,7 +126,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     group = wi.apply_group(group)
     eng = engine(args, [group.device])
     params = eng.params
-    kw = dict(params=params, **formats(args))
+    kw = dict(params=params, **formats(args, model))
     if args.prompt is None and args.context < 1:
         raise UsageError("--context 0 leaves no prompt to prefill (--prompt defaults to --context); give --prompt N")
     prompt = args.prompt if args.prompt is not None else args.context
@@ -216,7 +216,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     model = load_model(args.model)
     batch = np.array(parse_ints(args.batch, "--batch"))
     variants, changed = _variants(args)
-    fmt = formats(args)
+    fmt = formats(args, model)
     eng = engine(args, [g.device for _, g in variants])
     rows = compare(model, variants, batch=batch, context=args.context, prompt=args.prompt, formats=fmt,
                    params=eng.params, with_elasticity=args.elasticity,
