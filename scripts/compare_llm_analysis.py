@@ -5,7 +5,11 @@ configs for Llama-2-7B and -70B, A100 and H100, and weight/activation formats w1
 outside that are skipped. Each tool runs with its own defaults, as a user would: llm-analysis at its default
 efficiencies, roofline with its shipped calibration.
 
-Run: python scripts/compare_llm_analysis.py [--json]
+``--save`` keeps llm-analysis's predictions in docs/llm_analysis_predictions.json, so that the peer table of
+docs/validation.md can be regenerated (scripts/refresh_docs.py) and checked (a test) without llm-analysis installed:
+its predictions do not move when roofline's do.
+
+Run: python scripts/compare_llm_analysis.py [--json] [--save]
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import io
 import json
 import logging
 import math
+from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -26,6 +32,8 @@ from roofline.specs.params import shipped_profile
 MODELS = {"llama-2-7b": "NousResearch_Llama-2-7b-hf", "llama-2-70b": "upstage_Llama-2-70b-instruct-v2"}
 GPUS = {"a100-sxm-80gb": "a100-sxm-80gb", "h100-sxm": "h100-sxm-80gb"}
 DTYPES = {"bf16": "w16a16e16", "fp16": "w16a16e16", "int8": "w8a16e16", "int4-g32": "w4a16e16", "fp8": "w8a8e16"}
+#: llm-analysis's predictions of the rows (written by --save): the peer's side of the table without the peer.
+SAVED = Path(__file__).resolve().parent.parent / "docs" / "llm_analysis_predictions.json"
 
 
 def llm_analysis_value(row) -> float:
@@ -49,7 +57,15 @@ def llm_analysis_value(row) -> float:
     raise KeyError(metric)
 
 
-def run() -> dict:
+def saved_predictions() -> dict[str, float]:
+    """llm-analysis's predictions by row id as --save kept them (NaN where it failed)."""
+    data = json.loads(SAVED.read_text())
+    return {k: math.nan if v is None else float(v) for k, v in data["predictions"].items()}
+
+
+def run(peer: Mapping[str, float] | None = None) -> dict:
+    """Both tools on the rows both can express; ``peer``: llm-analysis's predictions by row id (default: run
+    llm-analysis now)."""
     profile = shipped_profile()
     rows = []
     for row in read_rows(shipped_data()):
@@ -62,15 +78,17 @@ def run() -> dict:
             ours = predict_row(row, row_params(profile, row))
         except RooflineError:    # a row roofline cannot express either (a missing length, a draft model)
             continue
-        try:
-            peer = llm_analysis_value(row)
-        except Exception as e:  # noqa: BLE001 - the peer's failure is data here
-            peer, note = math.nan, f"llm-analysis failed: {type(e).__name__}"
+        note = ""
+        if peer is not None:
+            theirs = peer.get(row.id, math.nan)
         else:
-            note = ""
+            try:
+                theirs = llm_analysis_value(row)
+            except Exception as e:  # noqa: BLE001 - the peer's failure is data here
+                theirs, note = math.nan, f"llm-analysis failed: {type(e).__name__}"
         rows.append({"id": row.id, "metric": row.get("metric"), "measured": measured, "roofline": ours,
-                     "roofline_error": ours / measured - 1, "llm_analysis": peer,
-                     "llm_analysis_error": peer / measured - 1, "note": note})
+                     "roofline_error": ours / measured - 1, "llm_analysis": theirs,
+                     "llm_analysis_error": theirs / measured - 1, "note": note})
     def med(key: str) -> float:
         vals = [abs(r[key]) for r in rows if math.isfinite(r[key])]
         return float(np.median(vals)) if vals else math.nan
@@ -81,12 +99,18 @@ def run() -> dict:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", action="store_true", help=f"keep llm-analysis's predictions in {SAVED.name}")
     args = ap.parse_args()
     try:
         import llm_analysis  # noqa: F401
     except ImportError:
         raise SystemExit("compare_llm_analysis: llm-analysis is not installed (pip install llm-analysis)") from None
     out = run()
+    if args.save:
+        from importlib.metadata import version
+        SAVED.write_text(json.dumps({"llm_analysis_version": version("llm-analysis"), "predictions": {
+            r["id"]: r["llm_analysis"] if math.isfinite(r["llm_analysis"]) else None for r in out["rows"]}},
+            indent=1) + "\n")
     if args.json:
         print(json.dumps(out, indent=1, default=lambda x: None))
     else:
