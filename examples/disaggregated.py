@@ -10,6 +10,7 @@ Run: python examples/disaggregated.py [--json]
 """
 
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -17,11 +18,12 @@ import roofline as rl
 from roofline.serving.placements import smallest_group
 from roofline.serving.serve import Placement, Request, evaluate_serving
 from roofline.ui.output import run_example
-from roofline.ui.render_serving import serving_point
 
 MODEL = "llama-3.1-70b"
 REQUEST = Request(input_tokens=8192, output_tokens=1024)
 BATCH = 32
+FIGURES = ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s_per_user", "tokens_per_s", "tokens_per_s_per_device",
+           "tokens_per_s_per_kw", "energy_per_token_j", "power_w", "devices", "memory_per_device_bytes")
 FP8 = dict(weights="fp8", kv="fp8", activations="fp8")
 BF16 = dict(weights="bf16", kv="bf16", activations="bf16")
 
@@ -48,7 +50,8 @@ def run() -> dict:
         p = Placement(name=name, prefill=group(pre, fmt, stage="prefill", max_tp=8),
                       decode=group(dec, fmt, stage="decode", max_tp=max_tp), kv_link=rl.get_link("ethernet-400g"))
         r = evaluate_serving(MODEL, p, REQUEST, batch=BATCH, target_formats=fmt)
-        rows.append({"name": name, "placement": p.describe(), **serving_point(r, 0),
+        rows.append({"name": name, "placement": p.describe(), "fits": bool(np.ravel(r.fits)[0]),
+                     **{k: float(np.ravel(getattr(r, k))[0]) for k in FIGURES},
                      "kv_transfer_s": float(r.kv_transfer_s), "power_note": r.energy_note or None})
     return {"model": MODEL, "request": {"isl": REQUEST.input_tokens, "osl": REQUEST.output_tokens}, "batch": BATCH,
             "kv_link": "ethernet-400g", "rows": rows}

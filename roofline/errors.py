@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class RooflineError(Exception):
@@ -60,7 +61,7 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
 _RAGGED = ("inhomogeneous shape", "setting an array element with a sequence")
 
 
-def _ragged_argument(func, args, kwargs) -> str:  # type: ignore[no-untyped-def]
+def _ragged_argument(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """The name of the first argument of ``func`` that numpy cannot make an array of ('' where none)."""
     import inspect
 
@@ -78,13 +79,13 @@ def _ragged_argument(func, args, kwargs) -> str:  # type: ignore[no-untyped-def]
     return ""
 
 
-def broadcast_errors(func):  # type: ignore[no-untyped-def]
+def broadcast_errors(func: Any) -> Any:
     """Turn numpy's shape-mismatch ValueError into a WorkloadError naming the function, and a ragged list (rows of
     unequal length) into one naming the argument (public API boundary)."""
     import functools
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except ValueError as e:

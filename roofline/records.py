@@ -76,7 +76,7 @@ class ArrayRecord:
     workload: ClassVar[tuple[str, ...]] = ()
 
     def _fields(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.repr}
+        out = {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.repr}  # type: ignore[arg-type]  # a mixin of attrs records
         out.update({k: getattr(self, k) for k in self.headline if k not in out})
         return out
 

@@ -145,7 +145,7 @@ def in_range(lo: float | None = None, hi: float | None = None, *, lo_strict: boo
     return check
 
 
-def _finite(value: float | int) -> bool:
+def _finite(value: float | int | np.integer | np.floating) -> bool:
     """Whether a number is finite as a float (a whole number too large for a float is not)."""
     try:
         return math.isfinite(value)

@@ -120,8 +120,8 @@ class Columns:
     def csv_chunks(self) -> Iterator[str]:
         """The rows as :func:`roofline.ui.output.csv_text` writes a list of row dicts: the columns in the order
         they first appear in a row, a cell left out as empty, NaN as empty."""
-        first = {k: _first_present(self.absent.get(k), self.size) for k in self.columns}
-        names = sorted((k for k in self.columns if first[k] is not None), key=lambda k: first[k])   # stable
+        first = {k: i for k in self.columns if (i := _first_present(self.absent.get(k), self.size)) is not None}
+        names = sorted(first, key=first.__getitem__)   # stable: ties keep the columns' order
         yield _csv_line(names)
         for start in range(0, self.size, BLOCK_ROWS):
             stop = min(start + BLOCK_ROWS, self.size)

@@ -6,7 +6,7 @@ import argparse
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import attrs
 import numpy as np
@@ -413,6 +413,14 @@ def what_if(args: argparse.Namespace) -> WhatIf:
         return WhatIf.parse(args.set or [])
     except RooflineError as e:
         raise UsageError(str(e)) from None
+
+
+@overload
+def acceptance(args: argparse.Namespace, *, required: Literal[True] = True, several: bool = False) -> Acceptance: ...
+
+
+@overload
+def acceptance(args: argparse.Namespace, *, required: bool, several: bool = False) -> Acceptance | None: ...
 
 
 def acceptance(args: argparse.Namespace, *, required: bool = True, several: bool = False) -> Acceptance | None:

@@ -57,13 +57,13 @@ class _Table(Table):
     def __init__(self, *args: Any, title: Any = None, caption: Any = None, **kw: Any) -> None:
         super().__init__(*args, title=cell(title, "table.title"), caption=cell(caption, "table.caption"), **kw)
 
-    def add_column(self, header: Any = "", *args: Any, **kw: Any) -> None:  # type: ignore[override]
+    def add_column(self, header: Any = "", *args: Any, **kw: Any) -> None:
         kw.setdefault("overflow", "fold")
         if str(header).strip().lower() in NAME_COLUMNS:   # an id broken over two lines reads as two ids
             kw.setdefault("no_wrap", True)
         super().add_column(cell(header), *args, **kw)
 
-    def add_row(self, *renderables: Any, **kw: Any) -> None:  # type: ignore[override]
+    def add_row(self, *renderables: Any, **kw: Any) -> None:
         super().add_row(*(cell(r) for r in renderables), **kw)
 
 

@@ -113,7 +113,8 @@ def _point_names(rows: Columns, sweep: bool, several: bool) -> list[str]:
 
 def _unpaying(rows: Columns, sweep: bool, several: bool) -> tuple[list[str], list[str]]:
     """The points (alpha, batch) where no speculative gamma beats plain decode, and those where none fits."""
-    fits, pays = {}, {}
+    fits: dict[str, bool] = {}
+    pays: dict[str, bool] = {}
     for p, g, ok, speedup in zip(_point_names(rows, sweep, several), rows["gamma"].tolist(), rows["fits"].tolist(),
                                  rows["speedup"].tolist()):
         if g:

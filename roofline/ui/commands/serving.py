@@ -11,6 +11,7 @@ import numpy as np
 from rich.console import Console
 
 from ...errors import RooflineError
+from ...physics.speculative import Acceptance
 from ...serving.frontier import compare_frontiers, pareto_frontier
 from ...serving.load import deployment
 from ...serving.placements import enumerate_placements
@@ -18,10 +19,13 @@ from ...serving.serve import Placement, Request, evaluate_serving
 from ...serving.whatif import WhatIf
 from ...specs.hf_config import load_model
 from ...specs.links import get_link
+from ...specs.params import EngineParams
+from ...specs.prices import Prices
 from ...specs.resolve import resolve_device, resolve_group
 from ..options import (
     MODEL_HELP,
     Adder,
+    Engine,
     UsageError,
     acceptance,
     add_acceptance,
@@ -64,7 +68,7 @@ def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placem
         raise UsageError(f"--placement {text!r}: needs a name first, 'NAME: prefill=..., decode=...' "
                          f"(expected {PLACEMENT_SYNTAX})")
     keys: dict[str, str] = {}
-    last = None
+    last = ""
     for item in body.split(","):
         k, eq, v = item.partition("=")
         key = k.strip().lower().replace("_", "-")
@@ -103,6 +107,24 @@ def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placem
         draft_link=get_link(keys.get("draft-link", "pcie5")))
 
 
+@attrs.frozen(kw_only=True)
+class ServingRun:
+    """What every placement of one ``placements`` or ``pareto`` command is evaluated with."""
+
+    request: Request
+    batch: Any                      # a batch (placements) or a column of batches (pareto)
+    gamma: Any                      # the draft length, or a row of them
+    acceptance: Acceptance | None
+    engine: Engine
+    knobs: dict[str, int]           # the scheduler's (serving_knobs)
+    prices: Prices
+    formats: dict[str, Any]         # the target's formats as given (options.formats)
+
+    @property
+    def params(self) -> EngineParams:
+        return self.engine.params
+
+
 def _groups_devices(p: Placement) -> list[Any]:
     return [g.device for g in (p.decode, p.prefill, p.draft) if g is not None]
 
@@ -125,15 +147,15 @@ def _placement_devices(args: argparse.Namespace, wi: Any) -> list[Any]:
     return [wi.apply(d) for d in devices]
 
 
-def _placement_item(args: argparse.Namespace, c: Any, run: dict[str, Any]) -> dict[str, Any]:
+def _placement_item(args: argparse.Namespace, c: Any, run: ServingRun) -> dict[str, Any]:
     """One candidate placement evaluated at the batch: its serving point, or why it has none."""
     point, reason = None, ""
     if c.placement is not None:
         try:
-            r = evaluate_serving(args.target, c.placement, run["request"], batch=args.batch,
-                                 gamma=run["gamma"] if c.placement.speculative else 0, acceptance=run["acceptance"],
-                                 mode=args.mode, target_formats=run["formats"], params=run["params"],
-                                 prices=run["prices"], **run["knobs"])
+            r = evaluate_serving(args.target, c.placement, run.request, batch=run.batch,
+                                 gamma=run.gamma if c.placement.speculative else 0, acceptance=run.acceptance,
+                                 mode=args.mode, target_formats=run.formats, params=run.params,
+                                 prices=run.prices, **run.knobs)
             point = serving_point(r, 0)
             reason = r.energy_note or r.why_infeasible(0)
         except RooflineError as e:  # a placement that cannot be evaluated is listed with why
@@ -141,7 +163,7 @@ def _placement_item(args: argparse.Namespace, c: Any, run: dict[str, Any]) -> di
     item = {"name": c.name, "description": c.placement.describe() if c.placement else None,
             "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point}
     if args.rate is not None and c.placement is not None:
-        item["load"] = load_at_rate(args, c.placement, run["formats"], run["params"])
+        item["load"] = load_at_rate(args, c.placement, run.formats, run.params)
     return item
 
 
@@ -150,12 +172,14 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     devices = _placement_devices(args, wi)
     gamma = 5 if args.gamma is None else args.gamma
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
-    run = {"request": request, "gamma": gamma, "acceptance": acceptance(args) if args.draft else None,
-           "engine": engine(args, devices), "knobs": serving_knobs(args), "prices": price_list(args, devices)}
-    run["params"], run["formats"] = run["engine"].params, formats(args, load_model(args.target))
+    acc = acceptance(args) if args.draft else None
+    eng, knobs, prices = engine(args, devices), serving_knobs(args), price_list(args, devices)
+    run = ServingRun(request=request, batch=args.batch, gamma=gamma, acceptance=acc, engine=eng, knobs=knobs,
+                     prices=prices, formats=formats(args, load_model(args.target)))
     cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
-                                 mode=args.mode, target_formats=run["formats"], params=run["params"])
-    items, cannot = [], {}
+                                 mode=args.mode, target_formats=run.formats, params=run.params)
+    items: list[dict[str, Any]] = []
+    cannot: dict[tuple[str, str], list[str]] = {}
     for c in cands:
         for f in c.failures:   # a stage a device kind cannot run at all: said once, not per placement
             cannot.setdefault((f.device, f.reason), []).append(f.stage)
@@ -176,7 +200,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
         "overrides": wi.describe(), "infeasible_devices": unplaceable})
     if args.rate is not None:
         view = with_load_table(view, items, number(args.rate, "--rate"))
-    emit(console, view, args, run["engine"])
+    emit(console, view, args, run.engine)
     return 0
 
 
@@ -256,17 +280,18 @@ def _check_pareto(args: argparse.Namespace, placements: list[Placement], acc: An
             raise UsageError(f"--axis usd: no price for {', '.join(unpriced)}; give --usd-per-device-hour ID=USD")
 
 
-def _frontier_of(args: argparse.Namespace, p: Placement, run: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
+def _frontier_of(args: argparse.Namespace, p: Placement, run: ServingRun) -> tuple[dict[str, Any], Any, Any]:
     """One placement's configuration record, its frontier on the axis and its serving result (None where it
     cannot be evaluated: no format its devices share; said in the record, not fatal)."""
     try:
-        r = evaluate_serving(args.target, p, run["request"], batch=run["batches"],
-                             gamma=run["gammas"] if p.speculative else 0, acceptance=run["acceptance"],
-                             mode=args.mode, target_formats=run["formats"], params=run["params"],
-                             prices=run["prices"], **run["knobs"])
+        r = evaluate_serving(args.target, p, run.request, batch=run.batch,
+                             gamma=run.gamma if p.speculative else 0, acceptance=run.acceptance,
+                             mode=args.mode, target_formats=run.formats, params=run.params,
+                             prices=run.prices, **run.knobs)
     except RooflineError as e:
-        config = {"name": p.name, "description": p.describe(), "target_formats": None, "prefill_formats": None,
-                  "draft_formats": None, "energy_note": None, "frontier": [], "why_empty": str(e)}
+        config: dict[str, Any] = {"name": p.name, "description": p.describe(), "target_formats": None,
+                                  "prefill_formats": None, "draft_formats": None, "energy_note": None, "frontier": [],
+                                  "why_empty": str(e)}
         return config, pareto_frontier([], []), None
     efficiency = r.tokens_per_s_per_kw if args.axis == "kw" else 1e6 / r.usd_per_million_output_tokens
     f = pareto_frontier(r.tokens_per_s_per_user, efficiency, r.fits)
@@ -291,11 +316,12 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     acc = acceptance(args) if any(p.speculative for p in placements) else None
     prices = price_list(args, devices)
     _check_pareto(args, placements, acc, prices)
-    run = {"request": Request(input_tokens=args.isl, output_tokens=args.osl), "acceptance": acc, "prices": prices,
-           "batches": np.array(parse_ints(args.batch, "--batch"))[:, None], "knobs": serving_knobs(args),
-           "gammas": np.array(parse_ints(args.gamma or "1..16", "--gamma"))[None, :],
-           "engine": engine(args, devices)}
-    run["params"], run["formats"] = run["engine"].params, formats(args, load_model(args.target))
+    batches = np.array(parse_ints(args.batch, "--batch"))[:, None]
+    knobs = serving_knobs(args)
+    gammas = np.array(parse_ints(args.gamma or "1..16", "--gamma"))[None, :]
+    run = ServingRun(request=Request(input_tokens=args.isl, output_tokens=args.osl), batch=batches, gamma=gammas,
+                     acceptance=acc, engine=engine(args, devices), knobs=knobs, prices=prices,
+                     formats=formats(args, load_model(args.target)))
     configs, frontiers, results = map(list, zip(*(_frontier_of(args, p, run) for p in placements)))
     if not any(c["frontier"] for c in configs):
         raise RooflineError(_why_all_empty(configs, results, args.token_budget))
@@ -306,7 +332,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
             + idle_note(devices)).strip()
     emit(console, pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
         "target": args.target, "request": _request_dict(args), "axis": args.axis, "overrides": wi.describe()},
-        note=note), args, run["engine"])
+        note=note), args, run.engine)
     return 0
 
 

@@ -12,6 +12,8 @@ from ...serving.emit import ENGINES, launch_command
 from ...serving.load_sizing import LoadTarget, size_at_rate
 from ...serving.serve import Request
 from ...serving.sizing import Target, size
+from ...specs.devices import Device
+from ...specs.groups import DeviceGroup
 from ...specs.hf_config import load_model
 from ...specs.params import DEFAULT_STACK
 from ...specs.resolve import resolve_device, resolve_group
@@ -58,6 +60,11 @@ def _launch(engine: str, model: Any, option: Any, request: Request, params: Any)
 NOTHING_MEETS_TARGET = 1
 
 
+def device_of(d: DeviceGroup | Device) -> Device:
+    """The device of a --devices entry: a device kind, or a group's device."""
+    return d.device if isinstance(d, DeviceGroup) else d
+
+
 def cmd_size(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     names = [d.strip() for d in args.devices.split(",") if d.strip()]
@@ -87,14 +94,14 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
                     else float("inf"),
                     request=Request(input_tokens=args.isl, output_tokens=args.osl))
     draft = load_model(args.draft) if args.draft else None
-    prices = price_list(args, [getattr(d, 'device', d) for d in devices])
-    eng = engine(args, [getattr(d, 'device', d) for d in devices], stack=stack, stack_flag=stack_flag)
+    prices = price_list(args, [device_of(d) for d in devices])
+    eng = engine(args, [device_of(d) for d in devices], stack=stack, stack_flag=stack_flag)
     params = eng.params
     options = size(model, devices, target, draft=draft, acceptance=acceptance(args) if draft else None,
                    formats=formats(args, model), params=params, prices=prices, confidence=args.confidence, stack=stack)
     commands = ([_launch(args.emit, model, o, target.request, params) for o in options if o.feasible]
                 if args.emit else [])
-    note = idle_note(getattr(d, "device", d) for d in devices)
+    note = idle_note(device_of(d) for d in devices)
     if args.confidence is not None:
         note = (f" Sized at confidence {args.confidence:g}: each device kind's speed and TTFT targets tightened by the "
                 "upper end of its prediction interval (errors on publications the fit never saw)." + note)
@@ -112,14 +119,14 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
         raise UsageError("--rate sizes without --draft, --emit or --confidence (those size --users)")
     target = LoadTarget(rate_per_s=number(args.rate, "--rate", positive=True), workload=load_workload(args),
                         limits=limits)
-    prices = price_list(args, [getattr(d, 'device', d) for d in devices])
-    eng = engine(args, [getattr(d, 'device', d) for d in devices])
+    prices = price_list(args, [device_of(d) for d in devices])
+    eng = engine(args, [device_of(d) for d in devices])
     params = eng.params
     stack = stack_option(args.stack) if args.stack is not None else DEFAULT_STACK
     options = size_at_rate(model, devices, target, formats=formats(args, model), params=params, prices=prices,
                            max_slots=args.max_seqs, stack=stack)
     note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
-        getattr(d, "device", d) for d in devices)
+        device_of(d) for d in devices)
     emit(console, size_load_view(model.id, target, options, note), args, eng)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 

@@ -58,7 +58,7 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     target = load_model(args.target)   # once: the scan and the context check share it
     acc = acceptance(args, several=True)
     if acc.shape:   # several alphas: their own leading axis, before batch and gamma
-        acc = Acceptance.geometric(np.reshape(acc.alpha, (-1, 1) if batch.size == 1 else (-1, 1, 1)))
+        acc = Acceptance.geometric(np.reshape(np.asarray(acc.alpha, dtype=float), (-1, 1) if batch.size == 1 else (-1, 1, 1)))
     devices = [verify_on.device, *([draft_on.device] if draft_on else [])]
     target_formats = formats(args, target)
     draft_formats = {"weights": format_name(args.draft_weights, "--draft-weights"),

@@ -231,7 +231,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
             d.update(formats=r.decode.formats.as_dict(),
                      decode=stage_rows(r.decode), prefill=stage_rows(r.prefill)[0], max_batch=r.max_batch,
                      tokens_per_s_per_kw=None if r.tokens_per_s_per_kw is None else np.ravel(r.tokens_per_s_per_kw).tolist(),
-                     usd_per_million_output_tokens=np.ravel(r.usd_per_million_output_tokens).tolist(),
+                     usd_per_million_output_tokens=np.ravel(np.asarray(r.usd_per_million_output_tokens, float)).tolist(),
                      power_note=r.power_note or None, elasticity=dict(r.elasticity) if r.elasticity else None)
         data.append(d)
     if all("error" in d for d in data):
