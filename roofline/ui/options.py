@@ -276,16 +276,16 @@ def scheduler_note(args: argparse.Namespace) -> str:
 def formats(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     """The format options as the library's format keys, each a format name or None (a name that is none of the
     formats is a usage error, as a stack's or a choice's is); ``model`` (a ModelSpec): the model they format,
-    which must have routed experts for --experts to mean anything."""
-    if args.experts is not None and args.experts.strip().lower() != "auto" and not model.is_moe:
-        raise WorkloadError(f"--experts {args.experts}: {model.id} is dense, it has no routed experts (--weights "
-                            "sets the format of its weights)")
+    which must have routed experts for --experts to mean anything (a format name that is none is said first)."""
     out = {"weights": format_name(args.weights, "--weights"), "experts": format_name(args.experts, "--experts"),
            "kv": format_name(args.kv, "--kv")}
     if args.activations is not None:   # None (the default) is what leaving it out asks for
         out["activations"] = format_name(args.activations, "--activations")
     if args.lm_head is not None:
         out["head"] = format_name(args.lm_head, "--lm-head")
+    if args.experts is not None and args.experts.strip().lower() != "auto" and not model.is_moe:
+        raise WorkloadError(f"--experts {args.experts}: {model.id} is dense, it has no routed experts (--weights "
+                            "sets the format of its weights)")
     return out
 
 
