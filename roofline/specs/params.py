@@ -187,6 +187,9 @@ class EngineParams:
     * ``head_format``: the format a stack's toolchain keeps the embedding table and LM head in when the other
       weights are quantised narrower (:meth:`Formats.with_toolchain_head <roofline.specs.formats.Formats>`);
       None = quantised with the weights, or the serving stack's own choice (:data:`STACK_HEAD_FORMAT`).
+    * ``expert_recipe``: the format a serving stack runs MXFP4 routed experts in beside 16-bit activations on a
+      device with FP4 and FP8 units (``w4a8-mxfp4``: TensorRT-LLM quantises the MoE's activations to MXFP8 on
+      Blackwell); None = the experts as given, or the serving stack's own choice (:data:`STACK_EXPERT_RECIPE`).
     * ``weight_only_kernel``: the weight-only matmul kernel a serving stack runs where it unpacks weights
       differently from its family's ``dequant_tile_rows`` (:data:`WEIGHT_ONLY_KERNELS`: tinygemm, gpt-fast's
       int4, unpacks per ~4 token rows); for the formats it runs its rows replace ``dequant_tile_rows`` (a
@@ -249,6 +252,7 @@ class EngineParams:
     windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
     head_format: str | None = attrs.field(default=None, validator=lambda _i, _a, v: v is None or get_format(v))
+    expert_recipe: str | None = attrs.field(default=None, validator=lambda _i, _a, v: v is None or get_format(v))
     weight_only_kernel: str | None = attrs.field(default=None, validator=attrs.validators.optional(
         one_of(tuple(WEIGHT_ONLY_KERNELS))))
     overlap: str = attrs.field(default="pass", validator=one_of(OVERLAPS))
@@ -495,6 +499,15 @@ STACK_WINDOWED_KV = {"tensorrt-llm": False, "vllm": True}
 #: weights.
 STACK_HEAD_FORMAT = {"tensorrt-llm": "bf16", "vllm": "bf16", "sglang": "bf16"}
 
+#: The recipe each serving-stack family runs MXFP4 routed experts with beside 16-bit activations on devices with
+#: FP4 and FP8 units (:meth:`Formats.with_stack_experts <roofline.specs.formats.Formats>`). TensorRT-LLM's
+#: default MoE backend on B200/GB200/B300/GB300 multiplies MXFP4 expert weights with MXFP8 activations ("For
+#: Blackwell, the default MoE backend is TRTLLM", support matrix: activation MXFP8, MoE weights MXFP4;
+#: https://nvidia.github.io/TensorRT-LLM/deployment-guide/deployment-guide-for-gpt-oss-on-trtllm.html). vLLM's
+#: default on SM100 is FlashInfer's BF16 x MXFP4 kernel; MXFP8 activations need VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8
+#: (``get_mxfp4_backend``, vllm/model_executor/layers/quantization/mxfp4.py): not listed, so the weights unpack.
+STACK_EXPERT_RECIPE = {"tensorrt-llm": "w4a8-mxfp4"}
+
 #: The weight-only matmul kernel each serving-stack family runs where it is not its device family's (Marlin's
 #: 64-row slices on GPUs): gpt-fast's int4 ``WeightOnlyInt4Linear`` calls ``torch.ops.aten._weight_int4pack_mm``,
 #: tinygemm (https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py), as torchao's int4 weight-only
@@ -504,7 +517,7 @@ STACK_WEIGHT_ONLY_KERNEL = {"gpt-fast": "tinygemm"}
 #: The engine settings a serving stack fixes, by field: what :func:`with_stack_settings` applies.
 STACK_SETTINGS: dict[str, dict[str, Any]] = {
     "collective": STACK_COLLECTIVES, "kv_admission": STACK_ADMISSION, "chunked_prefill": STACK_CHUNKED_PREFILL,
-    "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT,
+    "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT, "expert_recipe": STACK_EXPERT_RECIPE,
     "weight_only_kernel": STACK_WEIGHT_ONLY_KERNEL}
 
 
