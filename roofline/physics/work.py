@@ -431,7 +431,8 @@ def _sealed(work: Work) -> Work:
                         kv_read_bytes=_read_only(work.kv_read_bytes), kv_write_bytes=_read_only(work.kv_write_bytes),
                         activation_bytes=_read_only(work.activation_bytes), tokens=_read_only(work.tokens),
                         experts_touched_per_layer=_read_only(work.experts_touched_per_layer),
-                        routing_draws=_read_only(work.routing_draws), activation_ends_bytes=table(work.activation_ends_bytes), logit_rows=_read_only(work.logit_rows))
+                        routing_draws=_read_only(work.routing_draws),
+                        activation_ends_bytes=table(work.activation_ends_bytes), logit_rows=_read_only(work.logit_rows))
 
 
 def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: bool) -> Any:
