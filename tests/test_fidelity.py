@@ -17,6 +17,7 @@ from roofline.physics.timing import activation_bytes_per_device, attention_class
 from roofline.physics.work import (
     count_work,
     expected_experts_touched,
+    expert_load_imbalance,
     expert_shard_imbalance,
     kernels_per_pass,
     with_prompt_chunks,
@@ -74,7 +75,8 @@ def test_expert_parallel_moe_communicates_like_tensor_parallel_unless_attention_
     """With attention tensor-parallel (dp = 1) every rank holds every token: expert parallelism changes which
     experts a rank computes, and their outputs combine in one all-reduce per MoE layer, as with TP experts. With
     attention data-parallel, tokens are dispatched to and combined from the experts' ranks: two all-to-alls of
-    their top-k copies per MoE layer instead of that all-reduce."""
+    their top-k copies per MoE layer instead of that all-reduce, each rank sending its own 1/dp of the tokens and the
+    busiest receiving its skewed share (:func:`expert_load_imbalance`)."""
     from roofline.physics.comms import alltoall_s, group_communication_s
     m, dev = rl.load_model("deepseek-r1"), rl.load_device("b200")
     params = attrs.evolve(resolve_profile(dev, shipped_profile().default), collective="auto")
@@ -87,8 +89,8 @@ def test_expert_parallel_moe_communicates_like_tensor_parallel_unless_attention_
     ar_bw = dev.get("scale_up.bandwidth") * params.allreduce_bandwidth_fraction
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
     hidden, base = tokens * m.hidden_size * 2, params.collective_base_s
-    swap = m.num_moe_layers * (2 * alltoall_s(hidden * m.experts_per_token, 4, bw, hop, base)
-                               - auto_allreduce_s(hidden, 4, ar_bw, hop, base))
+    routed = hidden / 4 * m.experts_per_token * expert_load_imbalance(4, params.expert_load_slope)  # per rank
+    swap = m.num_moe_layers * (2 * alltoall_s(routed, 4, bw, hop, base) - auto_allreduce_s(hidden, 4, ar_bw, hop, base))
     assert np.allclose(comm(ep=4, dp=4), comm(dp=4) + swap) and np.all(swap > 0)
 
 

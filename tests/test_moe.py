@@ -89,3 +89,51 @@ def test_tensorrt_llm_runs_mxfp4_experts_with_mxfp8_activations_on_blackwell_onl
         assert r.formats.experts == "mxfp4" and float(r.dequant_s) > 0.0, (stack, device)
     given = _decode("tensorrt-llm", "b200", activations="fp8")     # 8-bit activations already: left as given
     assert given.formats.experts == "mxfp4"
+
+
+@pytest.mark.parametrize("ep,dispatch_us,combine_us", [(16, 118, 195), (32, 155, 273), (64, 173, 314),
+                                                       (128, 192, 369), (256, 194, 360)])
+def test_wide_expert_all_to_all_follows_deepeps_published_latencies(ep, dispatch_us, combine_us):
+    """DeepEP's low-latency kernels (H800, 400 Gb/s CX7 per GPU, NVLink inside a node; 128 tokens per rank, hidden
+    7168, top-8, FP8 dispatch, BF16 combine; docs/legacy.md @dd758ca): the all-to-all over ep ranks in nodes of 8,
+    with the H100 spec's links and the GPU profile's efficiencies, within 15% of the table. A latency of ep - 1 hops
+    (a ring) would put EP256 at 3x the measurement."""
+    from roofline.physics.comms import wide_alltoall_s
+    from roofline.specs.execution import resolve_profile
+    dev = rl.load_device("h100-sxm")
+    prof = resolve_profile(dev, rl.default_params())
+    inner = (dev.get("scale_up.bandwidth") * prof.link_bandwidth_fraction, prof.link_hop_latency_s)
+    outer = (dev.scale_out.bandwidth_bytes_per_s * prof.link_bandwidth_fraction, prof.link_hop_latency_s)
+    per_rank = 128 * 8 * 7168
+    for bytes_each, measured_us in ((1.0, dispatch_us), (2.0, combine_us)):
+        t = wide_alltoall_s(per_rank * bytes_each, ep, 8, inner, outer, prof.collective_base_s)
+        assert t * 1e6 == pytest.approx(measured_us, rel=0.15)
+
+
+def test_the_busiest_expert_parallel_rank_computes_its_skewed_share():
+    """At a batch large enough for compute to bind, EP8's expert matmuls take 1 + slope x 3 times the balanced
+    time on the busiest rank; a slope of 0 (perfect balance, as EPLB approaches) removes it."""
+    from roofline.physics.work import expert_load_imbalance
+    assert expert_load_imbalance(1, 0.17) == 1.0 and expert_load_imbalance(8, 0.17) == pytest.approx(1.51)
+    base = rl.specs.params.shipped_profile().for_stack("vllm")
+    g = rl.DeviceGroup(device=rl.load_device("h200-sxm"), tp=8, ep=8)
+    m = rl.load_model("qwen3-235b-a22b")
+    flat, skew = (rl.decode_step(m, g, batch=4096, context=128, params=attrs.evolve(base, expert_load_slope=s))
+                  for s in (0.0, 0.17))
+    extra = float(skew.compute_s) - float(flat.compute_s)
+    assert extra > 0
+    no_ep = rl.decode_step(m, rl.DeviceGroup(device=rl.load_device("h200-sxm"), tp=8), batch=4096, context=128,
+                           params=attrs.evolve(base, expert_load_slope=0.17))
+    assert float(no_ep.compute_s) == pytest.approx(float(flat.compute_s), rel=1e-9)   # TP experts: no skew
+
+
+def test_mixtrals_routing_locality_is_its_papers_repeat_rate():
+    """The preset's lambda from Mixtral's Table 5 (share of consecutive tokens with a common first-or-second-choice
+    expert, layers 0/15/31 over eight Pile subsets): r = q + (1 - q) lambda with q = 1 - (6/8)(5/7) for random
+    top-2 of 8 routing."""
+    layers = ([46.5, 44.9, 49.9, 49.5, 46.9, 48.6, 48.2, 49.8], [62.3, 67.0, 66.9, 63.1, 61.9, 61.6, 64.6, 62.1],
+              [52.9, 44.5, 49.2, 52.2, 51.3, 51.8, 53.6, 51.8])
+    r = np.mean([np.mean(x) for x in layers]) / 100
+    q = 1 - (6 / 8) * (5 / 7)
+    assert rl.load_model("mixtral-8x7b").routing_locality == pytest.approx((r - q) / (1 - q), abs=0.001)
+    assert rl.load_model("deepseek-r1").routing_locality == 0.0   # no published measurement: independent

@@ -62,7 +62,7 @@ from .memory import (
     stored_weight_bytes,
     workspace_per_sequence_bytes,
 )
-from .work import Work, add, expert_shard_imbalance, kernels_per_pass, pass_work
+from .work import Work, add, expert_load_imbalance, expert_shard_imbalance, kernels_per_pass, pass_work
 
 Array = NDArray[np.float64]
 LOW_PRECISION = frozenset({"fp8", "fp6", "fp4", "int8", "int4"})
@@ -484,7 +484,8 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
         if comp != "attention_core" and _positive(flop):
-            slowdown = (_expert_slowdown(work, params) if comp == "experts" else
+            slowdown = (_expert_slowdown(work, params) * expert_load_imbalance(group.ep, params.expert_load_slope)
+                        if comp == "experts" else
                         _head_tile_slowdown(work, params) if comp == "lm_head" else 1.0)
             by_class.setdefault(classes[comp], []).append(flop * slowdown)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product

@@ -183,6 +183,20 @@ def expert_shard_imbalance(num_experts: int, experts_per_token: int, tokens: Arr
     return _shard_imbalance(num_experts, experts_per_token, n, ep)
 
 
+def expert_load_imbalance(ep: int, slope: float) -> float:
+    """Routed tokens the busiest of ``ep`` expert-parallel ranks receives over the mean: 1 + slope x log2(ep)
+    (1 without expert parallelism). Real routing is skewed (some experts are popular), more so the fewer experts a
+    rank holds: SGLang's simulation of DeepSeek-V3's recorded routing puts the balancedness (mean over max tokens
+    per GPU) at about 0.67, 0.61, 0.55 and 0.48 on 8, 16, 32 and 64 GPUs without its load balancer and 0.94, 0.90,
+    0.80, 0.81 with it (read from the figure "Effects of Scale and EPLB to Balancedness",
+    https://lmsys.org/blog/2025-05-05-large-scale-ep): max/mean 1.49-2.08, a least-squares slope of 0.17 per
+    doubling without EPLB and 0.04 with it. TensorRT-LLM measured 2.56 on DeepSeek-R1 at EP32 without EPLB on a
+    translation set and 1.11 with 32 redundant experts (slope 0.31 and 0.02;
+    https://github.com/NVIDIA/TensorRT-LLM/blob/1d263f15a979ef2902c60de3f6238bcc0952bb29/docs/source/blogs/tech_blog/blog4_Scaling_Expert_Parallelism_in_TensorRT-LLM.md):
+    the skew depends on the data, and these are the only published measurements (DeepSeek's)."""
+    return 1.0 + slope * math.log2(ep) if ep > 1 else 1.0
+
+
 @functools.lru_cache(maxsize=4096)
 def _scalar_shard_imbalance(num_experts: int, experts_per_token: int, tokens: float, ep: int) -> Array:
     return _shard_imbalance(num_experts, experts_per_token, np.asarray(tokens, dtype=float), ep)

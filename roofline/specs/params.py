@@ -162,6 +162,10 @@ class EngineParams:
       0.9 (https://docs.vllm.ai/en/latest/configuration/engine_args.html).
     * ``expert_imbalance``: routing skew on top of uniform routing's busiest-shard imbalance under expert
       parallelism (computed, :func:`roofline.physics.work.expert_shard_imbalance`); 1 = uniform routing.
+    * ``expert_load_slope``: how the routed tokens of the busiest expert-parallel rank exceed the mean,
+      1 + slope x log2(ep) (:func:`roofline.physics.work.expert_load_imbalance`); it scales that rank's expert
+      matmuls and the tokens it receives. 0.17 = DeepSeek-V3's measured routing without a load balancer (SGLang's
+      simulation, EP 8-64); about 0.04 with EPLB's redundant experts; 0 = perfectly balanced routing.
     * ``family``: the device family this profile describes.
     * ``m_tile``: rows of the matmul unit's tile; a pass over T tokens computes ceil(T/m_tile) x m_tile
       rows (1 = matrix-vector native: nothing wasted at batch 1).
@@ -240,6 +244,7 @@ class EngineParams:
     dequant_tile_rows: float = _p(64.0, [in_range(1)])
     usable_memory_fraction: float = _p(0.95, _frac)
     expert_imbalance: float = _p(1.0, [in_range(1)])
+    expert_load_slope: float = _p(0.17, _nonneg)
     family: str = attrs.field(default="gpu", validator=one_of(FAMILIES))
     m_tile: float = _p(1.0, [in_range(1)])
     tier_bandwidth_fraction: Mapping[str, float] = attrs.field(
@@ -301,6 +306,7 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "dequant_tile_rows": ("dequant_tile_rows", "number"),
     "usable_memory_fraction": ("usable_memory_fraction", "fraction"),
     "expert_imbalance": ("expert_imbalance", "number"),
+    "expert_load_slope": ("expert_load_slope", "number"),
     "busy_floor_fraction": ("busy_floor_fraction", "share"),
     "compute_power_weight": ("compute_power_weight", "share"),
     "memory_power_weight": ("memory_power_weight", "share"),
