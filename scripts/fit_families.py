@@ -29,7 +29,7 @@ KEYS = {"memory_bandwidth_fraction": ("memory_bandwidth_fraction", lambda v: f"{
         "compute_fraction": ("compute_fraction", lambda v: f"{v:.3f}"),
         "step_overhead_s": ("step_overhead", lambda v: f'"{v * 1e6:.1f} us"'),
         "layer_overhead_s": ("layer_overhead", lambda v: f'"{v * 1e6:.2f} us"'),
-        "request_overhead_s": ("request_overhead", lambda v: f'"{v * 1e3:.1f} ms"'),
+        "request_overhead_s": ("request_overhead", lambda v: f'"{v * 1e3:.3f} ms"'),
         "prefill_compute_scale": ("prefill_compute_scale", lambda v: f"{v:.3f}")}
 
 

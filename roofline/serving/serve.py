@@ -440,6 +440,16 @@ def prefill_queue_s(arrivals_per_s: Any, service_s: Any) -> Array:
     return rho * service_s / (2.0 * (1.0 - rho))
 
 
+def _compiled(request: Request, shapes: CompiledShapes | None, B: Array) -> tuple[CompiledShapes, Request, Array]:
+    """(the shapes, the request as its passes run it, the batch its steps run) under ``shapes``."""
+    shapes = check_instance("shapes", shapes, CompiledShapes) or CompiledShapes()
+    isl, pad = request.input_tokens, shapes.prompt_tokens
+    if pad is not None and isl > pad:
+        raise WorkloadError(f"a prompt of {isl:,} tokens does not fit the compiled {pad:,}")
+    ran = request if pad is None else Request(input_tokens=pad, output_tokens=request.output_tokens)
+    return shapes, ran, B if shapes.decode_batch is None else np.maximum(B, float(shapes.decode_batch))
+
+
 def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt: Formats, *, mode: str,
                    batch: Array, step_s: Array, queue_s: Array, prefill_batch: int, chunk: int,
                    params: EngineParams) -> _Prefill:
@@ -555,8 +565,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     ``chunk``: the step's token budget; ``poll_steps``: decode steps the scheduler runs between its polls for
     new requests (SGLang's ``--scheduler-recv-interval``; 1: every step).
     ``prices`` (default: the shipped ``hardware_specs/prices/prices.toml``) turn devices into dollars.
-    ``shapes``: the compiled shapes a static-shape engine runs in place of the request's (:class:`CompiledShapes`):
-    its steps are timed at them, while tokens per second count the batch's real sequences.
+    ``shapes``: a static-shape engine's compiled shapes (:class:`CompiledShapes`), at which its passes are timed.
     """
     m = resolve_model(model)
     if not isinstance(placement, Placement) or not isinstance(request, Request):
@@ -569,28 +578,21 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
     isl, osl = request.input_tokens, request.output_tokens
-    shapes = check_instance("shapes", shapes, CompiledShapes) or CompiledShapes()
-    if shapes.prompt_tokens is not None and isl > shapes.prompt_tokens:
-        raise WorkloadError(f"a prompt of {isl:,} tokens does not fit the compiled {shapes.prompt_tokens:,}")
-    ran = request if shapes.prompt_tokens is None else Request(input_tokens=shapes.prompt_tokens, output_tokens=osl)
-    run_isl = ran.input_tokens   # the prompt as its passes run it (padded to the compiled length)
-    Bd = B if shapes.decode_batch is None else np.maximum(B, float(shapes.decode_batch))   # the batch steps run
+    shapes, ran, Bd = _compiled(request, shapes, B)   # ran: the request padded to the compiled prompt
     fmt, fmt_prefill = _target_formats(m, placement, check_format_keys(target_formats, "target_formats"))
-    E = acc.expected_tokens(G) if acc is not None else np.ones_like(G)
-    mixed = placement.prefill is None and mode == "continuous"
+    E, mixed = acc.expected_tokens(G) if acc is not None else np.ones_like(G), placement.prefill is None and mode == "continuous"
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None, tree_tokens=placement.tree_tokens if placement.speculative else None)
-    whole = p.chunked_prefill is False
-    chunks = _prompt_chunks(placement, ran, chunk, B=B, G=G, whole=whole) if mixed else None
-    budget = _token_budget(placement, ran, chunk, B=B, G=G, E=E, whole=whole) if mixed else None
-    end = float(isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve" else isl + osl - 1)
+    chunks = _prompt_chunks(placement, ran, chunk, B=B, G=G, whole=p.chunked_prefill is False) if mixed else None
+    budget = _token_budget(placement, ran, chunk, B=B, G=G, E=E, whole=p.chunked_prefill is False) if mixed else None
+    end = isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve" else isl + osl - 1
     rnd = run_round(plan, batch=Bd, gamma=G, context=float(shapes.decode_context or isl + osl // 2), params=p,
-                    extra_tokens=E * run_isl / osl * B / Bd if mixed else 0.0,
+                    extra_tokens=E * ran.input_tokens / osl * B / Bd if mixed else 0.0,
                     chunk_tokens=chunks.tokens if chunks else None, chunk_prefix=chunks.prefix if chunks else 0.0,
                     fit_context=float(shapes.decode_context or end))
     step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
-    service = run_isl / chunks.tokens * rnd.chunk_s if chunks else None   # step time one prompt adds
+    service = ran.input_tokens / chunks.tokens * rnd.chunk_s if chunks else None   # step time one prompt adds
     queue = prefill_queue_s(B * E / (osl * step), service) if service is not None else np.zeros(B.shape)
     if mixed:   # a request waits for the scheduler's next poll: (N - 1) / 2 steps more than polling every step
         queue = queue + (poll_steps - 1) / 2 * step
