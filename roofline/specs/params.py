@@ -214,9 +214,16 @@ class EngineParams:
       https://jax-ml.github.io/scaling-book/roofline/); a kernel near its ridge point keeps neither its tensor
       cores nor its memory system busy all the time, so real kernels sit between them.
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
-    * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
-      is not at idle power; on GPUs a fitted stand-in for the power a loaded serving GPU draws beyond the
-      linear model, not the power of waiting: an H200 waiting on host launches draws its idle power).
+    * Busy floor (fractions of TDP; :func:`roofline.physics.energy.busy_power_w`): power while a stage runs
+      never drops below a floor set by what bounds each part of its time. ``busy_floor_fraction``: the floor
+      of bandwidth-bound work (a clocked pipeline is not at idle power; on GPUs the power a loaded serving GPU
+      draws beyond the linear model). ``compute_floor_fraction``: the floor of compute-bound work; the work's
+      floor rises linearly from the first to the second as compute's share of the work time,
+      T_compute / (T_compute + T_memory), goes from 0 to ``compute_floor_share`` (an H200 GEMM reaches its
+      compute-bound power at about a third of its time in tensor cores). ``communication_floor_fraction``:
+      the floor of collective time. ``fixed_floor_fraction``: the floor of fixed-cost time (launches, host
+      scheduling, pipeline stage latency); the device's idle power where lower (an H200 waiting on host
+      launches draws its idle power). A family that sets all four floors equal has one floor for all busy time.
     * ``compute_power_weight`` (w_c) / ``memory_power_weight`` (w_m): the share of the range from idle to TDP
       that saturated compute units / a saturated memory stream draw; busy power is idle + (TDP - idle) x
       min(1, w_c T_compute / T + w_m T_memory / T) (:mod:`roofline.physics.energy`). Independent: an H200
@@ -265,6 +272,10 @@ class EngineParams:
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
+    compute_floor_fraction: float = _p(0.0, [in_range(0, 1)])
+    compute_floor_share: float = _p(1.0, [in_range(0, 1, lo_strict=True)])
+    communication_floor_fraction: float = _p(0.0, [in_range(0, 1)])
+    fixed_floor_fraction: float = _p(0.0, [in_range(0, 1)])
     compute_power_weight: float = _p(0.5, [in_range(0, 1)])
     memory_power_weight: float = _p(0.5, [in_range(0, 1)])
     max_tp: float = _p(8.0, [in_range(1), lambda _i, _a, v: _whole("max_tp", v)])
@@ -308,6 +319,10 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "expert_imbalance": ("expert_imbalance", "number"),
     "expert_load_slope": ("expert_load_slope", "number"),
     "busy_floor_fraction": ("busy_floor_fraction", "share"),
+    "compute_floor_fraction": ("compute_floor_fraction", "share"),
+    "compute_floor_share": ("compute_floor_share", "fraction"),
+    "communication_floor_fraction": ("communication_floor_fraction", "share"),
+    "fixed_floor_fraction": ("fixed_floor_fraction", "share"),
     "compute_power_weight": ("compute_power_weight", "share"),
     "memory_power_weight": ("memory_power_weight", "share"),
     "overlap_efficiency": ("overlap_efficiency", "share"),
@@ -638,10 +653,12 @@ def stack_name(text: str) -> str:
 
 #: The settings a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
 STACK_SET = tuple(STACK_SETTINGS)
+#: The power model's fields (a device family's, never a serving stack's: calibration profiles do not carry them).
+POWER_FIELDS = ("busy_floor_fraction", "compute_floor_fraction", "compute_floor_share", "communication_floor_fraction",
+                "fixed_floor_fraction", "compute_power_weight", "memory_power_weight")
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
 NOT_IN_PROFILE_FILES = ("family", "m_tile", "dequant_tile_rows", "tier_bandwidth_fraction", *STACK_SET, "overlap",
-                        "pipeline_hop_s", "busy_floor_fraction", "compute_power_weight", "memory_power_weight",
-                        "max_tp")
+                        "pipeline_hop_s", *POWER_FIELDS, "max_tp")
 
 
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:
