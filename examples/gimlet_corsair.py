@@ -16,14 +16,16 @@ backwards on d-Matrix's two projections (Llama3-70B at 2 ms/token on a 64-card r
 1 ms/token and 60K tokens/s on an 8-card server; EE Times via 4nownews, docs/gimlet.md §3), which give about
 17 us and 25 us; the profile's 25 us is the point. The ratios are printed as a range over the inputs nobody has
 measured (roofline.serving.sensitivity.input_range: one at a time, then the two corners that combine them):
-the per-layer latency, the GPU stack (vLLM, TensorRT-LLM, SGLang), the acceptance model, the GPUs' busy floor
-and their idle share. Routing locality has no knob in the model (MoE experts are routed uniformly and
-independently), so it is not among them. The sensitivity table shows the ratios for other per-layer latencies
+the per-layer latency, the GPU stack (vLLM, TensorRT-LLM, SGLang), the acceptance model, the GPUs' busy floor,
+their idle share and the target's routing locality (how often a token reuses its predecessor's experts, which
+sets the experts a verify pass reads: 0, independent routing, at the point; 0.145, Mixtral's measured rate, the
+only published one, docs/theory.md §2.7). The sensitivity table shows the ratios for other per-layer latencies
 and solves for the latency the 2x and 5x claims need.
 
 Run: python examples/gimlet_corsair.py [--json] [--quick]
 """
 
+import attrs
 import numpy as np
 from rich.console import Console
 from rich.table import Table
@@ -36,6 +38,9 @@ from roofline.serving.sensitivity import input_range
 from roofline.specs.params import shipped_profile
 from roofline.ui.output import run_example
 
+TARGET = rl.load_model("gpt-oss-120b")
+#: the target's routing locality: independent routing (the point) and Mixtral's measured rate (its preset's value)
+LOCALITIES = (0.0, rl.load_model("mixtral-8x7b").routing_locality)
 REQUEST = rl.Request(input_tokens=8192, output_tokens=1024)
 ACCEPTANCE = rl.Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})
 DRAFT = rl.load_model("gpt-oss-draft-1.6b")
@@ -119,12 +124,13 @@ def placements(gpu: str | rl.Device, draft: rl.DeviceGroup | None) -> list[rl.Pl
 
 
 def union_frontier(ps: list[rl.Placement], batches: np.ndarray, gammas: np.ndarray, *, stack: str = STACK,
-                   acceptance: rl.Acceptance = ACCEPTANCE) -> tuple[Frontier, list[dict]]:
+                   acceptance: rl.Acceptance = ACCEPTANCE, locality: float = 0.0) -> tuple[Frontier, list[dict]]:
     """The frontier of the union of all placements' sweeps, and its points with the placement each came from."""
     xs, ys, points = [], [], []
     params = shipped_profile().for_stack(stack)
+    target = attrs.evolve(TARGET, routing_locality=locality) if locality else TARGET
     for p in ps:
-        r = rl.evaluate_serving("gpt-oss-120b", p, REQUEST, batch=batches, gamma=gammas if p.speculative else 0,
+        r = rl.evaluate_serving(target, p, REQUEST, batch=batches, gamma=gammas if p.speculative else 0,
                                 acceptance=acceptance if p.speculative else None, params=params)
         ok = np.ravel(r.fits)
         for arr, field in ((xs, r.tokens_per_s_per_user), (ys, r.tokens_per_s_per_kw)):
@@ -198,10 +204,11 @@ def ratio_range(gpu: str, layer_us: dict[str, float], batches: np.ndarray, gamma
     dev = rl.load_device(gpu)
     idle = round(idle_w(dev) / dev.get("power.tdp"), 3)   # the spec's idle power, else the default share of TDP
     point = {"corsair_layer_us": 25.0, "stack": STACK, "acceptance": next(iter(ACCEPTANCES)), "busy_floor": FLOORS[0],
-             "gpu_idle_share": idle}
+             "gpu_idle_share": idle, "routing_locality": LOCALITIES[0]}
     alternatives = {"corsair_layer_us": sorted(set(layer_us.values()) - {25.0}), "stack": list(STACKS[1:]),
                     "acceptance": list(ACCEPTANCES)[1:], "busy_floor": list(FLOORS[1:]),
-                    "gpu_idle_share": [s for s in IDLE_SHARES if abs(s - idle) > 0.005]}
+                    "gpu_idle_share": [s for s in IDLE_SHARES if abs(s - idle) > 0.005],
+                    "routing_locality": list(LOCALITIES[1:])}
     seen: dict[tuple, dict] = {}
     bases: dict[tuple, tuple] = {}
 
@@ -209,7 +216,7 @@ def ratio_range(gpu: str, layer_us: dict[str, float], batches: np.ndarray, gamma
         key = tuple(x.values())
         if key not in seen:
             dev, kw = gpu_device(gpu, x["busy_floor"], x["gpu_idle_share"]), {
-                "stack": x["stack"], "acceptance": ACCEPTANCES[x["acceptance"]]}
+                "stack": x["stack"], "acceptance": ACCEPTANCES[x["acceptance"]], "locality": x["routing_locality"]}
             bkey = key[1:]
             if bkey not in bases:
                 bases[bkey] = union_frontier(placements(dev, None), batches, gammas, **kw)[0]

@@ -49,7 +49,7 @@ def test_gimlet_json_shape():
     # it names its GPU stack, and the ratios are ranges over the uncertain inputs (issue 49)
     assert data["stack"] == "vllm"
     inputs = set(b200["range"]["inputs"]["point"])
-    assert inputs == {"corsair_layer_us", "stack", "acceptance", "busy_floor", "gpu_idle_share"}
+    assert inputs == {"corsair_layer_us", "stack", "acceptance", "busy_floor", "gpu_idle_share", "routing_locality"}
     for k in ("interactivity_optimised", "energy_optimised"):
         r = data["range"][k]
         assert set(r) == {"point", "low", "high", "driver"}
