@@ -2,7 +2,7 @@
 
     python scripts/fit_families.py [--family gaudi] [--dry-run]
 
-For each family: `roofline.evidence.family_fit.fit_family` (five fields, robust least squares within physical
+For each family: `roofline.evidence.family_fit.fit_family` (six fields, robust least squares within physical
 bounds, plus one refit per publication left out), then
 * the fitted values into ``hardware_specs/execution/<family>.toml`` (each with ``fitted = "..."``: the rows, the
   publications, the held-out error and the estimate it replaced);
@@ -29,7 +29,8 @@ KEYS = {"memory_bandwidth_fraction": ("memory_bandwidth_fraction", lambda v: f"{
         "compute_fraction": ("compute_fraction", lambda v: f"{v:.3f}"),
         "step_overhead_s": ("step_overhead", lambda v: f'"{v * 1e6:.1f} us"'),
         "layer_overhead_s": ("layer_overhead", lambda v: f'"{v * 1e6:.2f} us"'),
-        "request_overhead_s": ("request_overhead", lambda v: f'"{v * 1e3:.1f} ms"')}
+        "request_overhead_s": ("request_overhead", lambda v: f'"{v * 1e3:.3f} ms"'),
+        "prefill_compute_scale": ("prefill_compute_scale", lambda v: f"{v:.3f}")}
 
 
 def write_profile(fit: FamilyFit) -> None:

@@ -46,6 +46,21 @@ def test_gimlet_json_shape():
     assert ratios == sorted(ratios)
     assert set(b200["layer_latency_for_us"]) == {"2x", "5x"}
     assert 1 < data["baseline_e2e_s"] < 60
+    # it names its GPU stack, and the ratios are ranges over the uncertain inputs (issue 49)
+    assert data["stack"] == "vllm"
+    inputs = set(b200["range"]["inputs"]["point"])
+    assert inputs == {"corsair_layer_us", "stack", "acceptance", "busy_floor", "gpu_idle_share", "routing_locality"}
+    for k in ("interactivity_optimised", "energy_optimised"):
+        r = data["range"][k]
+        assert set(r) == {"point", "low", "high", "driver"}
+        if r["point"] is not None:
+            assert r["low"] <= r["point"] <= r["high"] and r["driver"] in inputs
+    assert data["range"]["interactivity_optimised"]["point"] == data["interactivity_ratio"]["interactivity_optimised"]
+    # Corsair's per-layer latency is an estimate: the tool run backwards on d-Matrix's rack projection (Llama3-70B,
+    # 2 ms/token, batch 48-64) gives ~16.7 us and on its 8B server projection ~25 us (EE Times via 4nownews)
+    derived = data["corsair_layer_us"]["derived_from_projections"]
+    assert data["corsair_layer_us"]["estimate"] is True
+    assert sorted(derived.values()) == [pytest.approx(16.7, abs=0.5), pytest.approx(24.7, abs=0.5)]
 
 
 def test_diagnose_reproduces_gpt_fast_bandwidth():

@@ -17,6 +17,7 @@ from roofline.physics.timing import activation_bytes_per_device, attention_class
 from roofline.physics.work import (
     count_work,
     expected_experts_touched,
+    expert_load_imbalance,
     expert_shard_imbalance,
     kernels_per_pass,
     with_prompt_chunks,
@@ -74,7 +75,8 @@ def test_expert_parallel_moe_communicates_like_tensor_parallel_unless_attention_
     """With attention tensor-parallel (dp = 1) every rank holds every token: expert parallelism changes which
     experts a rank computes, and their outputs combine in one all-reduce per MoE layer, as with TP experts. With
     attention data-parallel, tokens are dispatched to and combined from the experts' ranks: two all-to-alls of
-    their top-k copies per MoE layer instead of that all-reduce."""
+    their top-k copies per MoE layer instead of that all-reduce, each rank sending its own 1/dp of the tokens and the
+    busiest receiving its skewed share (:func:`expert_load_imbalance`)."""
     from roofline.physics.comms import alltoall_s, group_communication_s
     m, dev = rl.load_model("deepseek-r1"), rl.load_device("b200")
     params = attrs.evolve(resolve_profile(dev, shipped_profile().default), collective="auto")
@@ -87,8 +89,8 @@ def test_expert_parallel_moe_communicates_like_tensor_parallel_unless_attention_
     ar_bw = dev.get("scale_up.bandwidth") * params.allreduce_bandwidth_fraction
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
     hidden, base = tokens * m.hidden_size * 2, params.collective_base_s
-    swap = m.num_moe_layers * (2 * alltoall_s(hidden * m.experts_per_token, 4, bw, hop, base)
-                               - auto_allreduce_s(hidden, 4, ar_bw, hop, base))
+    routed = hidden / 4 * m.experts_per_token * expert_load_imbalance(4, params.expert_load_slope)  # per rank
+    swap = m.num_moe_layers * (2 * alltoall_s(routed, 4, bw, hop, base) - auto_allreduce_s(hidden, 4, ar_bw, hop, base))
     assert np.allclose(comm(ep=4, dp=4), comm(dp=4) + swap) and np.all(swap > 0)
 
 
@@ -147,28 +149,35 @@ def test_energy_rows_are_validated_apart(tmp_path):
     assert set(v.summary["by_kind"]) == {"energy", "time"}
 
 
-def test_gpu_busy_floor_is_the_energy_fit():
-    """hardware_specs/execution/gpu.toml's busy floor is where `roofline calibrate --energy`'s grid has its least
-    squared log error on the shipped power rows (a hand edit, or new rows without a refit, moves it off that
-    minimum and fails here), and it beats no floor. The whole 96-point grid takes ten seconds, so the shipped
-    point is checked against its grid neighbours; the grid search itself is run on a few rows."""
-    from roofline.evidence.calibrate import FLOOR_GRID, _energy_errors, _floor_costs, fit_power_floor, row_family
+def test_gpu_busy_floors_are_the_energy_fit():
+    """hardware_specs/execution/gpu.toml's fitted busy floors (bandwidth-bound work, collectives) are where
+    `roofline calibrate --energy`'s grids have their least squared log error on the shipped power rows (a hand
+    edit, or new rows without a refit, moves them off that minimum and fails here): each is checked against its
+    grid neighbours, the others fixed; the floors by bound beat no floor and the single floor of 0.73 of TDP they
+    replace. The search itself is run on a few rows."""
+    from roofline.evidence.calibrate import NO_FLOOR, POWER_GRIDS, _energy_errors, _floor_costs, fit_power_floor, row_family
     gpu = [r for r in read_rows(shipped_data()) if row_family(r) == "gpu"]
     power = [r for r in gpu if r.get("metric") == "power_w"]
     energy = [r for r in gpu if r.get("metric") == "energy_per_token_j"]
     assert len(power) >= 30 and len(energy) >= 30
-    shipped = resolve_profile(rl.load_device("h100-sxm")).busy_floor_fraction
-    i = int(np.argmin(np.abs(FLOOR_GRID - shipped)))
-    assert FLOOR_GRID[i] == pytest.approx(shipped) and 0 < i < len(FLOOR_GRID) - 1
-    below, at, above, none = _floor_costs([FLOOR_GRID[i - 1], shipped, FLOOR_GRID[i + 1], 0.0], power, shipped_profile())
-    assert at <= min(below, above) and at < none
+    prof = resolve_profile(rl.load_device("h100-sxm"))
+    shipped = {k: getattr(prof, k) for k in POWER_GRIDS}
+    one_floor = dict.fromkeys(NO_FLOOR, 0.73)   # the single floor of every busy second, before issue 49
+    points = [shipped, NO_FLOOR, one_floor]
+    for name, grid in POWER_GRIDS.items():
+        i = int(np.argmin(np.abs(grid - shipped[name])))
+        assert grid[i] == pytest.approx(shipped[name]) and 0 < i < len(grid) - 1
+        points += [{**shipped, name: float(grid[i - 1])}, {**shipped, name: float(grid[i + 1])}]
+    at, none, single, *neighbours = _floor_costs(points, power, shipped_profile())
+    assert at <= min(neighbours) and at < single < none
     few = power[::8]
     fit = fit_power_floor(few, shipped_profile(), jobs=2)   # the same numbers as one process
-    j = int(np.argmin(np.abs(FLOOR_GRID - fit.floor_fraction)))
-    costs = _floor_costs([float(f) for f in FLOOR_GRID[max(j - 1, 0):j + 2]], few, shipped_profile())
-    assert FLOOR_GRID[j] == fit.floor_fraction and min(costs) == costs[min(j, 1)]
-    assert len(fit.fitted_rows) == len(few)
-    # the J-per-token rows, not fitted, are the check: issue 13's goal of a median within 20%
+    assert all(fit.floors[k] in POWER_GRIDS[k] for k in POWER_GRIDS) and len(fit.fitted_rows) == len(few)
+    assert fit.floor_fraction == fit.floors["busy_floor_fraction"]
+    # power within 10% (14% with the single floor); the J-per-token rows, not fitted, are the check: issue 13's
+    # goal of a median within 20% (their error is mostly the runs' throughput: docs/validation.md)
+    fitted = _energy_errors(power, shipped_profile(), shipped)
+    assert np.median(np.abs(list(fitted.values()))) <= 0.10
     checked = _energy_errors(energy, shipped_profile(), shipped)
     assert len(checked) >= 30 and np.median(np.abs(list(checked.values()))) <= 0.2
 
@@ -509,7 +518,9 @@ def test_a_familys_power_weights_reach_every_stage_and_its_power():
     says (busy floor set to 0 so the weights show)."""
     from roofline.physics.energy import idle_w, stage_power_w
     from roofline.specs.devices import override
-    base = override(rl.load_device("h200-sxm"), "execution.busy_floor_fraction", 0.0)
+    base = rl.load_device("h200-sxm")
+    for floor in ("busy", "compute", "communication", "fixed"):
+        base = override(base, f"execution.{floor}_floor_fraction", 0.0)
     seen = set()
     for wc, wm in ((None, None), (0.3, 0.9)):
         dev = base if wc is None else override(override(base, "execution.compute_power_weight", wc),
@@ -1150,3 +1161,51 @@ def test_scheduler_cap_bounds_the_max_batch_of_a_vllm_offline_run():
     over = Row(id="x", fields={**rows["OT053"].fields, "batch": "512"})
     with pytest.raises(rl.RooflineError, match="max_batch 256"):
         predict_row(over, prof.default)
+
+
+def test_the_busy_floor_follows_what_bounds_the_step():
+    """The busy floor by bound (roofline.physics.energy.busy_floor_w): fixed-cost time draws the idle power our
+    H200 drew while waiting on launches (power_wait: one-element kernels, eager or from a graph, 123-125 W against its 124-126 W
+    idle within 3%), collectives their own floor, and work a floor that rises from the bandwidth-bound to the compute-bound
+    one as compute's share of it grows, reaching the latter at compute_floor_share; four equal floors are one
+    floor of all busy time (the other families); an array call equals a stack of scalar calls. On our H200's
+    graph-replayed decode steps and 8K prefill (h200_microbench.json run 5, a publication the floors were not
+    fitted on) the shipped model is within 20% and better than the single 0.73 floor it replaced."""
+    from roofline.physics.energy import busy_floor_w, busy_power_w, stage_power_w
+    from roofline.specs.devices import override
+    runs = _microbench_runs()
+    dev = rl.load_device("h200-sxm")
+    p, tdp, idle = resolve_profile(dev), dev.get("power.tdp"), dev.idle_w
+    floors = {k: getattr(p, k) for k in ("compute_floor_fraction", "compute_floor_share",
+                                          "communication_floor_fraction", "fixed_floor_fraction")}
+    for wait in (r["power_wait"] for r in runs if "power_wait" in r):
+        for k in ("tiny_kernels_eager", "tiny_kernels_graph"):
+            got = busy_power_w(dev, time_s=1.0, compute_s=0.0, memory_s=0.0, overhead_s=1.0, compute_weight=0.98,
+                               memory_weight=0.76, floor_fraction=p.busy_floor_fraction, **floors)
+            assert float(got) == idle == pytest.approx(wait[k]["power_w"], rel=0.03)
+
+    def floor(c, m, x=0.0, o=0.0, **kw):
+        return busy_floor_w(dev, time_s=c + m + x + o, compute_s=c, memory_s=m, communication_s=x, overhead_s=o,
+                            **({"floor_fraction": p.busy_floor_fraction, **floors} | kw))
+    r_sat = p.compute_floor_share
+    assert float(floor(0.0, 1.0)) == pytest.approx(p.busy_floor_fraction * tdp)
+    assert float(floor(r_sat, 1 - r_sat)) == float(floor(0.9, 0.1)) == pytest.approx(p.compute_floor_fraction * tdp)
+    assert float(floor(0.0, 0.0, x=1.0)) == pytest.approx(p.communication_floor_fraction * tdp)
+    shares = np.linspace(0, 1, 11)
+    rising = floor(shares, 1 - shares)
+    assert np.all(np.diff(rising) >= 0)
+    np.testing.assert_allclose(rising, [float(floor(c, 1 - c)) for c in shares], rtol=1e-12)
+    one = floor(0.2, 0.5, x=0.2, o=0.1, floor_fraction=0.5, compute_floor_fraction=None,
+                communication_floor_fraction=None, fixed_floor_fraction=None)
+    assert float(one) == pytest.approx(0.5 * tdp)   # one floor for all busy time, as before
+    decode = next(r["power"] for r in runs if "power" in r)
+    errors, single = [], []
+    for d in decode["decode"]:
+        s = rl.decode_step("llama-3.1-8b", rl.DeviceGroup(device=dev), batch=d["batch"], context=1024,
+                           params=shipped_profile().for_stack("pooled"))
+        errors.append(float(stage_power_w(dev, s)) / d["power_w"] - 1)
+        old = override(dev, "execution.busy_floor_fraction", 0.73)
+        for k in ("compute", "communication", "fixed"):
+            old = override(old, f"execution.{k}_floor_fraction", 0.73)
+        single.append(float(stage_power_w(old, s)) / d["power_w"] - 1)
+    assert max(np.abs(errors)) <= 0.20 and np.median(np.abs(errors)) < np.median(np.abs(single))

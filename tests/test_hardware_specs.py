@@ -243,3 +243,38 @@ def test_fuzz_loader_only_raises_spec_errors(data):
         return
     for t in dev.memory:
         assert t.capacity_bytes is None or (math.isfinite(t.capacity_bytes) and t.capacity_bytes > 0)
+
+
+# ------------------------------------------------------- in-repository measurements
+MEASURED_IDLE = {"value": "126 W", "measured": "roofline/validation/h200_microbench.json", "run": 5,
+                 "key": "power.idle.power_w"}
+
+
+def test_a_spec_value_may_cite_our_own_measurement():
+    """h200-sxm.toml's idle power cites the run of scripts/measure_h200.py that measured it (file, run, key), not a
+    URL; the loader reads the number there (125.6 W, 0.18 of the 700 W TDP) and `show` cites it."""
+    import json
+    dev = rl.load_device("h200-sxm")
+    runs = json.loads((Path(rl.__file__).parent / "validation" / "h200_microbench.json").read_text())["runs"]
+    assert dev.idle_w == 126.0 == pytest.approx(runs[4]["power"]["idle"]["power_w"], rel=0.01)
+    assert dev.sources["power.idle"] == "roofline/validation/h200_microbench.json, run 5, power.idle.power_w"
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"value": "150 W"}, "agree within 1%"),                              # not what the file says
+    ({"run": 99}, "no number at run 99"),
+    ({"run": 0}, "counted from 1"),
+    ({"key": "power.idle.watts"}, "no number"),
+    ({"key": "power.idle"}, "not a number"),                               # a table, not a number
+    ({"measured": "../secrets.json"}, "under roofline/"),
+    ({"measured": "roofline/validation/missing.json"}, "missing.json"),
+    ({"source": "product"}, "not both"),
+])
+def test_a_bad_measured_citation_names_the_field(tmp_path, change, why):
+    d = _good()
+    d["power"]["idle"] = {**MEASURED_IDLE, **change}
+    with pytest.raises(SpecError) as e:
+        rl.load_device(_write(tmp_path, _dump(d)))
+    assert "power.idle" in str(e.value) and why in str(e.value)
+    d["power"]["idle"] = MEASURED_IDLE
+    assert rl.load_device(_write(tmp_path, _dump(d))).idle_w == 126.0

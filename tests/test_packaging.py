@@ -31,7 +31,8 @@ def test_wheel_install_ships_specs_and_presets(tmp_path):
              "print(len(roofline.list_models())); print(roofline.load_device('corsair').get('sram.bandwidth'));"
              "print(roofline.DEFAULT_PARAMS.step_overhead_s > 0)\n"
              "from roofline.evidence.validate import read_rows, shipped_data\n"
-             "print(shipped_data()); print(len(read_rows(shipped_data())))")
+             "print(shipped_data()); print(len(read_rows(shipped_data())))\n"
+             "print(roofline.load_device('h200-sxm').idle_w)")   # cites our measurement file, which must ship
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path,
                          env=env).stdout.split()
@@ -40,6 +41,7 @@ def test_wheel_install_ships_specs_and_presets(tmp_path):
     assert int(out[2]) >= 28 and int(out[3]) >= 15
     assert float(out[4]) == 150e12 and out[5] == "True"
     assert out[6].startswith(str(site)) and int(out[7]) >= 1500   # the published measurements ship
+    assert out[8] == "126.0"
     # the command validates with the shipped calibration (on the 24 rows of our own H200 file, which ships too:
     # the 1,581 published rows take a minute here and prove nothing more about packaging)
     ours = Path(out[6]).parent / "h200_measured.csv"

@@ -444,3 +444,27 @@ def test_ngram_medusa_and_tree_drafts_cost_what_they_run():
     eagle = run("eagle", np.array([2, 5]))
     assert eagle.draft_s[1] > eagle.draft_s[0]
     assert float(run("eagle", 5, tree=60).verify_s) > float(run("eagle", 5).verify_s) == pytest.approx(eagle.verify_s[1])
+
+
+def test_input_range_contains_the_point_and_names_the_driver():
+    """roofline.serving.sensitivity.input_range on a constructed result, 3a + b - c (a moves it most): the range
+    contains the point, the driver is a, each input's own span is its effect, the corners combine the inputs
+    (a one-at-a-time sweep alone would miss the compound low and high), and an unreachable setting is listed
+    and left out of the range."""
+    from roofline.serving.sensitivity import input_range
+
+    def f(x):
+        return None if x["c"] == 9 else 3 * x["a"] + x["b"] - x["c"]
+    point = {"a": 1.0, "b": 1.0, "c": 1.0}
+    r = input_range(f, point, {"a": [0.0, 2.0], "b": [0.0, 3.0], "c": [0.0, 2.0, 9]})
+    assert r.point == 3.0 and r.low <= r.point <= r.high
+    assert r.driver == "a"
+    assert r.by_input == {"a": (0.0, 6.0), "b": (2.0, 5.0), "c": (2.0, 4.0)}
+    assert (r.low, r.high) == (-2.0, 9.0)   # a=0, b=0, c=2 and a=2, b=3, c=0: neither is a one-at-a-time setting
+    assert r.corners == {"low": {"a": 0.0, "b": 0.0, "c": 2.0}, "high": {"a": 2.0, "b": 3.0, "c": 0.0}}
+    assert r.unreachable == [{"c": 9}]
+    assert set(r.to_dict()) == {"point", "low", "high", "driver", "by_input", "corners", "unreachable"}
+    flat = input_range(lambda x: 1.0, {"a": 1}, {"a": [2]})
+    assert (flat.low, flat.high, flat.driver) == (1.0, 1.0, None)
+    with pytest.raises(WorkloadError):
+        input_range(f, point, {"d": [1.0]})

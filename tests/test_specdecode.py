@@ -156,9 +156,14 @@ def test_round_energy_counts_every_device_of_each_group(draft_on, cards):
         assert floor == prof.busy_floor_fraction
         assert (res.compute_power_weight, res.memory_power_weight) == (prof.compute_power_weight,
                                                                        prof.memory_power_weight)
+        # the floor by bound: fixed-cost and collective time at their own floors (the family's fields)
         busy = busy_power_w(dev, time_s=res.time_s, compute_s=res.compute_s, memory_s=res.memory_s,
                             floor_fraction=floor, compute_weight=res.compute_power_weight,
-                            memory_weight=res.memory_power_weight)
+                            memory_weight=res.memory_power_weight, communication_s=res.communication_s,
+                            overhead_s=res.overhead_s, compute_floor_fraction=prof.compute_floor_fraction,
+                            compute_floor_share=prof.compute_floor_share,
+                            communication_floor_fraction=prof.communication_floor_fraction,
+                            fixed_floor_fraction=prof.fixed_floor_fraction)
         return busy * res.time_s + idle_w(dev) * (r.round_s - res.time_s)
 
     energy = cards * device_j(dg.device, d) + 8 * device_j(tg.device, v)

@@ -294,3 +294,52 @@ def test_the_peer_table_is_what_the_script_writes():
     held = json.loads((ROOT / "docs" / "heldout_errors.json").read_text())
     doc = (ROOT / "docs" / "validation.md").read_text()
     assert mod.peer_section(doc, peer, held) == doc
+
+
+# ------------------------------------------------------------------ Neuron's compiled shapes
+def test_validate_predicts_a_familys_rows_as_its_fit_does():
+    """A Trainium row gets its family's profile with the row's settings whatever parameters validate is handed: the
+    shipped GPU calibration and the family's own profile give the same number, and a static batch (Neuron's own
+    benchmark, timed in-process) pays no per-request API overhead, which an otherwise equal served row does."""
+    from roofline.evidence.validate import predict_row
+    from roofline.specs.params import default_params
+    rows = {r.id: r for r in ROWS}
+    static = rows["XN034"]   # trn1 Llama-3-8B, 128-token prompt, Neuron SDK 2.18.1's in-process benchmark
+    fam = rl.family_profile("trainium").profile
+    assert predict_row(static, default_params()) == pytest.approx(predict_row(static, fam), rel=1e-12)
+    served = Row(id="x", fields={**static.fields, "serving": "continuous"})
+    gap = predict_row(served, fam) - predict_row(static, fam)
+    assert gap == pytest.approx(fam.request_overhead_s * 1e3, rel=0.05)
+
+
+def _neuron(shapes=None, batch=1.0, isl=1500, mode="continuous"):
+    from roofline.serving.serve import CompiledShapes
+    group = rl.DeviceGroup(device=rl.load_device("trainium2"), tp=1)
+    return rl.evaluate_serving("llama-3.1-8b", rl.Placement(name="n", decode=group),
+                               rl.Request(input_tokens=isl, output_tokens=250), batch=batch, mode=mode,
+                               shapes=CompiledShapes(**(shapes or {})))
+
+
+def test_compiled_shapes_time_the_padded_passes_and_count_the_real_sequences():
+    """optimum-neuron's decode graph runs its compiled batch over the whole compiled length and its prompts padded
+    to it: a single sequence then steps as slowly as a batch of 32 at 4,096 positions, but yields one token a step."""
+    plain, padded, full = _neuron(), _neuron({"decode_batch": 32, "decode_context": 4096}), _neuron(batch=32.0)
+    assert float(padded.tpot_s) > float(plain.tpot_s)
+    assert float(padded.tokens_per_s) == pytest.approx(1.0 / float(padded.step_s), rel=1e-9)
+    # decode steps alone (a static batch: no prompts riding them): the padded graph is the full one
+    one, thirty_two = (_neuron({"decode_batch": 32, "decode_context": 4096}, batch=b, mode="static") for b in (1.0, 32.0))
+    assert float(one.step_s) == pytest.approx(float(thirty_two.step_s), rel=1e-9)
+    assert float(_neuron(batch=32.0, mode="static").step_s) < float(thirty_two.step_s)   # KV read to 4,096, not 1,625
+    assert float(full.tokens_per_s) > float(padded.tokens_per_s)
+    prompt = _neuron({"prompt_tokens": 4096})
+    assert float(prompt.ttft_s) > float(plain.ttft_s)
+    assert float(_neuron({"prompt_tokens": 1500}).ttft_s) == pytest.approx(float(plain.ttft_s), rel=1e-12)
+    with pytest.raises(rl.WorkloadError, match="compiled"):
+        _neuron({"prompt_tokens": 1024})
+
+
+def test_compiled_shapes_refuse_what_is_not_a_count():
+    from roofline.serving.serve import CompiledShapes
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(rl.WorkloadError):
+            CompiledShapes(decode_batch=bad)

@@ -3,7 +3,7 @@ its published rows, and how well the fit predicts publications it never saw.
 
 These families run compiled graphs (HPU graphs, Neuron, XLA), so their costs are not a GPU stack's: a whole step
 is one program launch plus a host round trip, a layer is a few fused ops, the matrix units and HBM reach their own
-shares of peak. Their family files (``hardware_specs/execution/<family>.toml``) started from estimates; here five
+shares of peak. Their family files (``hardware_specs/execution/<family>.toml``) started from estimates; here six
 of those fields (:data:`ESTIMATES`) are fitted to the family's grade A and B time rows by robust least squares on the log of
 predicted over measured (soft-L1, as :mod:`roofline.evidence.calibrate` fits the GPU stacks), each within its
 physical bounds (:data:`FAMILY_BOUNDS`) and drawn weakly toward the family file's estimate, so a field the rows do
@@ -15,7 +15,13 @@ not constrain stays where the estimate put it:
 * ``step_overhead_s``, ``layer_overhead_s``: the fixed cost of a step (graph launch, host sync, sampling) and of
   a layer (kernel boundaries, collectives' latency); a row set with several model depths separates them;
 * ``request_overhead_s``: the time before a request's first token that is not model execution (HTTP,
-  tokenising, admission), which only TTFT rows see.
+  tokenising, admission), which only TTFT rows see;
+* ``prefill_compute_scale``: the share of ``compute_fraction`` a prompt's pass keeps. A compiled engine runs its
+  prompts in another graph than its decode steps (Neuron's context-encoding and token-generation models, XLA's
+  prefill and generate programs): long-sequence attention, softmax on the vector engines and the sequence-parallel
+  collectives are prefill's, the streaming of weights through the matrix units at a few tokens is decode's, so the
+  rows of both kinds pull one shared efficiency two ways (on Trainium: 0.27 of peak with one field, against
+  decode's 0.44 and prefill's 0.22 when the two are apart). Bounded below at 0.2: a fifth of decode's efficiency.
 
 Accuracy is judged on publications the fit never saw: one fit per publication leaves that publication's rows out
 and predicts them (:func:`fit_family` with ``folds``), the same way the GPU calibration's held-out error is made.
@@ -46,7 +52,7 @@ PROFILE_FIT_FAMILIES = ("gaudi", "trainium", "tpu")
 #: any published launch or collective latency; 2 s before the first token is a queue, not an overhead.
 FAMILY_BOUNDS: dict[str, tuple[float, float]] = {
     "memory_bandwidth_fraction": (0.3, 0.95), "compute_fraction": (0.2, 0.95), "step_overhead_s": (0.0, 0.02),
-    "layer_overhead_s": (0.0, 3e-4), "request_overhead_s": (0.0, 2.0)}
+    "layer_overhead_s": (0.0, 3e-4), "request_overhead_s": (0.0, 2.0), "prefill_compute_scale": (0.2, 1.0)}
 FITTED = tuple(FAMILY_BOUNDS)
 #: The estimates each family file gave these fields before any of its rows were fitted (the fit's prior centre,
 #: and the profile whose errors on the family's rows are the evidence for a family with no fitted rows,
@@ -55,11 +61,11 @@ FITTED = tuple(FAMILY_BOUNDS)
 #: per fused layer, no per-request overhead.
 ESTIMATES: dict[str, dict[str, float]] = {
     "gaudi": {"memory_bandwidth_fraction": 0.8, "compute_fraction": 0.6, "step_overhead_s": 200e-6,
-              "layer_overhead_s": 5e-6, "request_overhead_s": 0.0},
+              "layer_overhead_s": 5e-6, "request_overhead_s": 0.0, "prefill_compute_scale": 1.0},
     "trainium": {"memory_bandwidth_fraction": 0.8, "compute_fraction": 0.6, "step_overhead_s": 100e-6,
-                 "layer_overhead_s": 2e-6, "request_overhead_s": 0.0},
+                 "layer_overhead_s": 2e-6, "request_overhead_s": 0.0, "prefill_compute_scale": 1.0},
     "tpu": {"memory_bandwidth_fraction": 0.8, "compute_fraction": 0.6, "step_overhead_s": 100e-6,
-            "layer_overhead_s": 2e-6, "request_overhead_s": 0.0}}
+            "layer_overhead_s": 2e-6, "request_overhead_s": 0.0, "prefill_compute_scale": 1.0}}
 #: Scale of the robust loss on log(predicted / measured): residuals beyond ~10% count linearly, not squared.
 F_SCALE = 0.1
 #: Weight of the pull toward the family file's estimate, per unit of a field's bound range (a weak prior: one

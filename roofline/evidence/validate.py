@@ -29,10 +29,10 @@ from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
 from ..serving.load import Workload, max_rate
 from ..serving.placements import smallest_group
-from ..serving.serve import Placement, Request, evaluate_serving, offline_tokens_per_s
+from ..serving.serve import CompiledShapes, Placement, Request, evaluate_serving, offline_tokens_per_s
 from ..serving.trust import platform
 from ..specs.devices import Device, override
-from ..specs.execution import resolve_profile
+from ..specs.execution import family_profile, resolve_profile
 from ..specs.files import read_text
 from ..specs.formats import get_format
 from ..specs.groups import DeviceGroup
@@ -55,9 +55,13 @@ COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "t
            "weight_dtype", "expert_dtype", "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget",
            "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill", "draft_model",
-           "tree_tokens", "acceptance_rate")
+           "tree_tokens", "acceptance_rate", "compiled_batch", "compiled_context", "compiled_prompt")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
+#: Optional columns giving the shapes a static-shape engine (AWS Neuron) compiled, which its passes run in place of
+#: the request's (:class:`~roofline.serving.serve.CompiledShapes`; empty: the request's own).
+COMPILED_COLUMNS = {"compiled_batch": "decode_batch", "compiled_context": "decode_context",
+                    "compiled_prompt": "prompt_tokens"}
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
            "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w", "speedup")
 #: ``spec_method`` values and the draft kind each runs (:data:`roofline.serving.round.DRAFT_KINDS`): EAGLE-3's head
@@ -344,16 +348,29 @@ def _offline_rest(row: Row, batch: int, replicas: int) -> tuple[float, float]:
 _ENGINES = IdentityMemo(256)
 
 
-def _row_engine(params: EngineParams, stack: str, in_process: bool) -> EngineParams:
-    """``params`` with the settings of the row's serving stack (:func:`with_stack_settings`) and, for a run timed
-    in-process, no request overhead (no API server before the first token)."""
-    hit = _ENGINES.get((params,), (stack, in_process))
+def _family_params(params: EngineParams, device: Device) -> EngineParams:
+    """The parameters a row's device runs with before its row's settings: ``params`` on a GPU or where they
+    describe the device's family (a family fit), else the family's own profile, which
+    :func:`~roofline.specs.execution.resolve_profile` would swap in anyway; taking it here lets the row's settings
+    (no request overhead when timed in-process, its memory fraction, its chunking) reach a Trainium, TPU or Gaudi
+    row as they reach a GPU row, and makes ``validate`` predict a family's rows as its fit does."""
+    if device.family == "gpu" or params.family == device.family:
+        return params
+    return family_profile(device.family).profile
+
+
+def _row_engine(params: EngineParams, stack: str, in_process: bool, gpu: bool = True) -> EngineParams:
+    """``params`` with the settings of the row's serving stack (:func:`with_stack_settings`; on a GPU only: they
+    are the CUDA and ROCm builds' collectives, kernels and schedulers, which a Neuron, XLA or HPU backend replaces
+    with its compiled program's) and, for a run timed in-process, no request overhead (no API server before the
+    first token)."""
+    hit = _ENGINES.get((params,), (stack, in_process, gpu))
     if hit is not MISSING:
         return hit
-    out = with_stack_settings(params, stack)
+    out = with_stack_settings(params, stack) if gpu else params
     if in_process:
         out = attrs.evolve(out, request_overhead_s=0.0)
-    return _ENGINES.put((params,), (stack, in_process), out)
+    return _ENGINES.put((params,), (stack, in_process, gpu), out)
 
 
 #: Stack families whose KV memory setting is a share of the device's whole memory (vLLM's
@@ -416,11 +433,12 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
     if slo and not (row.get("p99_ttft_ms") and row.get("p99_tpot_ms")):
         raise RooflineError("the load is the largest that meets the publication's latency limits: give them in "
                             "p99_ttft_ms and p99_tpot_ms")
-    params = row_chunking(row, row_memory_fraction(row, _row_engine(params, row.get("stack"), timed_in_process(row))))
+    dev = _device_memory(resolve_device(row.get("hardware")))
+    params = row_chunking(row, row_memory_fraction(row, _row_engine(_family_params(params, dev), row.get("stack"),
+                                                                    timed_in_process(row), dev.family == "gpu")))
     if memory_scale != 1.0:
         params = attrs.evolve(params, usable_memory_fraction=params.usable_memory_fraction * memory_scale)
     model = resolve_model(row.get("model"))
-    dev = _device_memory(resolve_device(row.get("hardware")))
     for path, value in (what_if or {}).items():
         dev = override(dev, path, value)
     fmt = _formats(row, dev)
@@ -471,11 +489,12 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineP
     placement, gamma, acceptance = _placement(row, group)
 
     settings = {arg: _int(row, col) for col, arg in SERVING_COLUMNS.items() if row.get(col)}
+    shapes = CompiledShapes(**{arg: _int(row, col) for col, arg in COMPILED_COLUMNS.items() if row.get(col)})
 
     def serve(batch: Any) -> Any:
         return evaluate_serving(model, placement, Request(input_tokens=isl, output_tokens=osl), batch=batch,
                                 gamma=gamma, acceptance=acceptance, mode=row.get("serving") or "static",
-                                target_formats=fmt, params=params, **settings)
+                                target_formats=fmt, params=params, shapes=shapes, **settings)
     b = _batch(row, model, group, replicas, fmt, params, serve)
     per, rest = _offline_rest(row, b, replicas) if row.get("requests") else (0.0, 0.0)
     r = serve(np.array([float(b), rest]) if rest else float(b))   # the last wave in the same call: one evaluation

@@ -21,6 +21,7 @@ from ..specs.formats import Format
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
+from .work import expert_load_imbalance
 
 Array = NDArray[np.float64]
 
@@ -74,6 +75,22 @@ def hierarchical_allreduce_s(message_bytes: Any, p: int, domain: int, intra: Any
         message_bytes / domain, n, outer[0], outer[1], 0.0) if n > 1 else intra(message_bytes, p, *inner, base_s)
 
 
+def wide_alltoall_s(message_bytes: Any, p: int, domain: int, inner: tuple[float, float], outer: tuple[float, float],
+                    base_s: float) -> Any:
+    """All-to-all over ``p`` ranks in scale-up domains of ``domain`` ranks, each rank sending (p-1)/p of
+    ``message_bytes``: (domain-1)/p of it to its own domain's ranks over the scale-up links (``inner`` = (bandwidth,
+    hop)) while (p-domain)/p leaves on its own NIC (``outer``), both at once, every destination written directly
+    (one hop of latency, not p - 1): t0 + max(t_in, t_out) + max((domain-1)/p M/W_in, (p-domain)/p M/W_out).
+    DeepEP's expert dispatch and combine work this way (NVLink inside a node, RDMA between nodes), and its published
+    low-latency kernels follow this form: flat in p once the NIC bounds them (dispatch 173-194 us at EP 64-256 for
+    128 tokens x 7168 x top-8 in FP8, combine in BF16 314-369 us, H800 with 400 Gb/s CX7;
+    https://github.com/deepseek-ai/DeepEP/blob/dd758caf451848bd150e1046af3d0a73e5fff38d/docs/legacy.md), which a
+    latency of p - 1 hops would not be (the tests hold the form to that table)."""
+    (w_in, t_in), (w_out, t_out) = inner, outer
+    return base_s + max(t_in, t_out) + np.maximum((domain - 1) / p * message_bytes / w_in,
+                                                  (p - domain) / p * message_bytes / w_out)
+
+
 def _collectives(profile: EngineParams) -> tuple[Any, Any]:
     """(all-reduce, all-to-all) cost functions of the family's collective algorithm."""
     if profile.collective in ("ring", None):
@@ -112,10 +129,7 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
                 else intra(m, p, bw, hop, base)
 
         def alltoall(m: Any, p: int, bw: float, hop: float, base: float) -> Any:
-            if p <= domain:
-                return intra_a2a(m, p, bw, hop, base)
-            # (domain - 1)/p of each rank's data stays inside its domain, (p - domain)/p leaves on its own NIC
-            return base + (p - 1) * max(hop, out[1]) + np.maximum((domain - 1) / p * m / bw, (p - domain) / p * m / out[0])
+            return intra_a2a(m, p, bw, hop, base) if p <= domain else wide_alltoall_s(m, p, domain, (bw, hop), out, base)
     comm: Any = 0.0
     if tp > 1:
         # one all-reduce per layer after attention (over the tp/dp devices of a DP-attention sub-group, on its
@@ -134,8 +148,9 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
         dispatch = group.ep > 1 and group.dp > 1
         n_mlp = model.num_layers - (model.num_moe_layers if dispatch else 0)
         comm = att + n_mlp * allreduce(hidden_bytes, tp, ar_bw * links(tp), hop, profile.collective_base_s)
-        if dispatch:
-            routed = hidden_bytes * model.experts_per_token
+        if dispatch:   # each rank sends its own tokens' top-k copies; the busiest receives its skewed share
+            routed = (hidden_bytes / group.dp * model.experts_per_token
+                      * expert_load_imbalance(group.ep, profile.expert_load_slope))
             comm = comm + 2 * model.num_moe_layers * alltoall(routed, group.ep, bw * links(group.ep), hop,
                                                               profile.collective_base_s)
     if pp > 1:  # each pass crosses pp - 1 stage boundaries with the tokens' activations

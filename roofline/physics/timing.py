@@ -62,7 +62,7 @@ from .memory import (
     stored_weight_bytes,
     workspace_per_sequence_bytes,
 )
-from .work import Work, add, expert_shard_imbalance, kernels_per_pass, pass_work
+from .work import Work, add, expert_load_imbalance, expert_shard_imbalance, kernels_per_pass, pass_work
 
 Array = NDArray[np.float64]
 LOW_PRECISION = frozenset({"fp8", "fp6", "fp4", "int8", "int4"})
@@ -484,7 +484,8 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
     by_class: dict[str, list[Any]] = {}
     for comp, flop in work.flop.items():
         if comp != "attention_core" and _positive(flop):
-            slowdown = (_expert_slowdown(work, params) if comp == "experts" else
+            slowdown = (_expert_slowdown(work, params) * expert_load_imbalance(group.ep, params.expert_load_slope)
+                        if comp == "experts" else
                         _head_tile_slowdown(work, params) if comp == "lm_head" else 1.0)
             by_class.setdefault(classes[comp], []).append(flop * slowdown)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product
@@ -529,7 +530,7 @@ def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, 
     = (chunks, tokens each) of prompt chunks riding along, whose activations need workspace too."""
     tp, pp = group.tp, group.pp
     imbalance = params.expert_imbalance * expert_shard_imbalance(
-        model.num_experts, model.experts_per_token, work.tokens, group.ep) if group.ep > 1 and model.is_moe else 1.0
+        model.num_experts, model.experts_per_token, work.routing_draws, group.ep) if group.ep > 1 and model.is_moe else 1.0
     w_read = (work.weight_bytes_total - work.weight_bytes["experts"] + imbalance * work.weight_bytes["experts"]
               + (group.dp - 1) * work.weight_bytes["attention"]) / (tp * pp)   # DP attention: tp/dp-way split
     shards = group_kv_shards(model, group) * pp
@@ -603,7 +604,8 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
                           f"{group.device.family} serving engine's stage holds whole layers (at most "
                           f"{model.num_layers} stages)")
     params = resolve_profile(group.device, params)
-    formats = formats.with_toolchain_head(_head_the_device_runs(params.head_format, group.device))
+    formats = formats.with_toolchain_head(_head_the_device_runs(params.head_format, group.device)).with_stack_experts(
+        params.expert_recipe, group.device)
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
     shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
     micro = np.minimum(B, pp) if pp > 1 else 1.0

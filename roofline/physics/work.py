@@ -81,6 +81,9 @@ class Work:
     tokens: Array
     experts_touched_per_layer: Array
     experts_per_token: int = 0
+    #: Tokens routed independently that would touch as many experts as the pass's do (:func:`routing_draws`):
+    #: ``tokens`` when consecutive tokens of a sequence route independently, fewer when they share experts.
+    routing_draws: Array = attrs.field(default=0.0)
     #: The part of ``activation_bytes`` that is model-width (d) by layer part ("attention", "mlp", "experts",
     #: "lm_head"): a block's input and output, the norms, the experts' router input and combine, which every
     #: tensor-parallel rank moves whole (:func:`_activation_bytes`, :func:`count_work`).
@@ -135,6 +138,27 @@ def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: A
         else np.where(n > 0, float(num_experts), 0.0)
 
 
+def routing_draws(num_experts: int, experts_per_token: int, tokens: ArrayLike, sequences: ArrayLike,
+                  locality: float) -> Array:
+    """Independently routed tokens that touch as many distinct experts as ``tokens`` tokens of ``sequences``
+    sequences whose consecutive tokens share their experts with probability ``locality`` (``lambda``).
+
+    Model: a sequence's first token draws its k experts uniformly; each later token copies its predecessor's
+    k experts with probability lambda, else draws afresh. The fresh draws of S sequences of T tokens in all are
+    F = S + Binomial(T - S, 1 - lambda), and a given expert is missed by all of them with probability
+    E[q^F] = q^S (lambda + (1 - lambda) q)^(T - S), q = 1 - k/E (the binomial's probability generating
+    function), so E_u = E (1 - q^n') with n' = S + (T - S) log(lambda + (1 - lambda) q) / log q: exactly
+    :func:`expected_experts_touched` of n' tokens. lambda = 0 gives n' = T (independent routing, the upper
+    bound), lambda = 1 gives n' = S. The tests check it against a simulation of the copying router.
+    lambda relates to a measured repeat rate r (how often consecutive tokens share their first-choice expert)
+    by r = lambda + (1 - lambda) / E."""
+    t, s = np.asarray(tokens, dtype=float), np.minimum(np.asarray(sequences, dtype=float), tokens)
+    if locality == 0.0 or num_experts == 0 or experts_per_token >= num_experts:
+        return t
+    q = 1.0 - experts_per_token / num_experts
+    return s + (t - s) * (math.log(locality + (1.0 - locality) * q) / math.log(q))
+
+
 @functools.cache
 def _log_choose(n: int) -> NDArray[np.float64]:
     """log C(n, k) for k = 0..n."""
@@ -157,6 +181,20 @@ def expert_shard_imbalance(num_experts: int, experts_per_token: int, tokens: Arr
     if n.ndim == 0:   # one point: remembered (a calibration asks for the same few hundreds of times)
         return _scalar_shard_imbalance(num_experts, experts_per_token, float(n), ep).copy()
     return _shard_imbalance(num_experts, experts_per_token, n, ep)
+
+
+def expert_load_imbalance(ep: int, slope: float) -> float:
+    """Routed tokens the busiest of ``ep`` expert-parallel ranks receives over the mean: 1 + slope x log2(ep)
+    (1 without expert parallelism). Real routing is skewed (some experts are popular), more so the fewer experts a
+    rank holds: SGLang's simulation of DeepSeek-V3's recorded routing puts the balancedness (mean over max tokens
+    per GPU) at about 0.67, 0.61, 0.55 and 0.48 on 8, 16, 32 and 64 GPUs without its load balancer and 0.94, 0.90,
+    0.80, 0.81 with it (read from the figure "Effects of Scale and EPLB to Balancedness",
+    https://lmsys.org/blog/2025-05-05-large-scale-ep): max/mean 1.49-2.08, a least-squares slope of 0.17 per
+    doubling without EPLB and 0.04 with it. TensorRT-LLM measured 2.56 on DeepSeek-R1 at EP32 without EPLB on a
+    translation set and 1.11 with 32 redundant experts (slope 0.31 and 0.02;
+    https://github.com/NVIDIA/TensorRT-LLM/blob/1d263f15a979ef2902c60de3f6238bcc0952bb29/docs/source/blogs/tech_blog/blog4_Scaling_Expert_Parallelism_in_TensorRT-LLM.md):
+    the skew depends on the data, and these are the only published measurements (DeepSeek's)."""
+    return 1.0 + slope * math.log2(ep) if ep > 1 else 1.0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -259,7 +297,8 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
 
     core = _attention_core_flop(m, B, n, p, mla_absorbed)
 
-    touched = expected_experts_touched(m.num_experts, m.experts_per_token, T) if m.is_moe else np.zeros(1)[0] * T
+    draws = routing_draws(m.num_experts, m.experts_per_token, T, B, m.routing_locality) if m.is_moe else T
+    touched = expected_experts_touched(m.num_experts, m.experts_per_token, draws) if m.is_moe else np.zeros(1)[0] * T
     flop = {
         "attention_proj": 2 * T * nL * m.attention_params_per_layer(),
         "attention_core": core,
@@ -286,7 +325,7 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
 
     act, ends = _activation_bytes(m, T, B * logits, ba)
     return Work(flop=flop, weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
-                activation_bytes=act, tokens=T, experts_touched_per_layer=touched,
+                activation_bytes=act, tokens=T, experts_touched_per_layer=touched, routing_draws=draws,
                 experts_per_token=m.experts_per_token if m.is_moe else 0, activation_ends_bytes=ends,
                 logit_rows=B * logits)
 
@@ -336,7 +375,8 @@ def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks
     extra = count_work(model, formats, batch=c, new_tokens=chunk_tokens, prefix_tokens=chunk_prefix,
                        logits_per_seq=0.0, mla_absorbed=False)
     T = work.tokens + extra.tokens
-    touched = (expected_experts_touched(model.num_experts, model.experts_per_token, T) if model.is_moe
+    draws = work.routing_draws + extra.routing_draws   # independent sequences: their misses multiply
+    touched = (expected_experts_touched(model.num_experts, model.experts_per_token, draws) if model.is_moe
                else work.experts_touched_per_layer)
     weights = dict(work.weight_bytes)
     weights["experts"] = _expert_weight_bytes(model, formats, touched)
@@ -345,7 +385,7 @@ def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks
                         kv_read_bytes=work.kv_read_bytes + extra.kv_read_bytes,
                         kv_write_bytes=work.kv_write_bytes + extra.kv_write_bytes,
                         activation_bytes=work.activation_bytes + extra.activation_bytes, tokens=T,
-                        experts_touched_per_layer=touched, activation_ends_bytes={
+                        experts_touched_per_layer=touched, routing_draws=draws, activation_ends_bytes={
                             k: work.activation_ends_bytes.get(k, 0.0) + extra.activation_ends_bytes.get(k, 0.0)
                             for k in sorted(work.activation_ends_bytes.keys() | extra.activation_ends_bytes.keys())})
 
@@ -405,6 +445,7 @@ def _sealed(work: Work) -> Work:
                         kv_read_bytes=_read_only(work.kv_read_bytes), kv_write_bytes=_read_only(work.kv_write_bytes),
                         activation_bytes=_read_only(work.activation_bytes), tokens=_read_only(work.tokens),
                         experts_touched_per_layer=_read_only(work.experts_touched_per_layer),
+                        routing_draws=_read_only(work.routing_draws),
                         activation_ends_bytes=table(work.activation_ends_bytes), logit_rows=_read_only(work.logit_rows))
 
 

@@ -91,6 +91,33 @@ class Request:
                             output_tokens=_alias("output_tokens", output_tokens, "osl", osl))
 
 
+def _optional_count(name: str) -> Any:
+    def check(value: int | None) -> int | None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise WorkloadError(f"CompiledShapes: {name} must be a whole number >= 1 or None, got {value!r}")
+        return None if value is None else int(value)
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class CompiledShapes:
+    """The shapes an engine that runs ahead-of-time compiled graphs (AWS Neuron) executes, where they are not the
+    request's: every decode step runs ``decode_batch`` sequences (the compiled token-generation batch; the empty
+    slots are computed and their KV read like the others) attending ``decode_context`` positions each (the
+    compiled length, or the token-generation bucket), and every prompt runs padded to ``prompt_tokens`` (the
+    context-encoding bucket). None: the request's own shape. Sources: optimum-neuron traces its token-generation
+    graph at ``tkg_batch_size = batch_size`` and, with ``enable_bucketing`` off (its default, never set by its vLLM
+    plugin), one bucket of the full ``sequence_length`` for both graphs
+    (https://github.com/huggingface/optimum-neuron/blob/b52f1a3a61ef124510170ec154025cc6b72eff61/optimum/neuron/models/inference/backend/modules/decoder/modeling_decoder.py#L363-L405,
+    ``config.py`` of the same commit); vllm-neuron's decode graph reads ``ceil(max_model_len / block_size)`` KV
+    blocks per request "regardless of the request's actual position in the sequence"
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/vllm-neuron/docs/design/vllm/decode-context-length-bucketing.html)."""
+
+    decode_batch: int | None = attrs.field(default=None, converter=_optional_count("decode_batch"))
+    decode_context: int | None = attrs.field(default=None, converter=_optional_count("decode_context"))
+    prompt_tokens: int | None = attrs.field(default=None, converter=_optional_count("prompt_tokens"))
+
+
 def check_context(model: ModelSpec, request: Request) -> None:
     """Refuse a request longer than ``model`` was built for (its config's ``max_position_embeddings``): the check
     every command that plans a deployment shares (size, placements, the emitted launch commands; an engine would
@@ -413,6 +440,16 @@ def prefill_queue_s(arrivals_per_s: Any, service_s: Any) -> Array:
     return rho * service_s / (2.0 * (1.0 - rho))
 
 
+def _compiled(request: Request, shapes: CompiledShapes | None, B: Array) -> tuple[CompiledShapes, Request, Array]:
+    """(the shapes, the request as its passes run it, the batch its steps run) under ``shapes``."""
+    shapes = check_instance("shapes", shapes, CompiledShapes) or CompiledShapes()
+    isl, pad = request.input_tokens, shapes.prompt_tokens
+    if pad is not None and isl > pad:
+        raise WorkloadError(f"a prompt of {isl:,} tokens does not fit the compiled {pad:,}")
+    ran = request if pad is None else Request(input_tokens=pad, output_tokens=request.output_tokens)
+    return shapes, ran, B if shapes.decode_batch is None else np.maximum(B, float(shapes.decode_batch))
+
+
 def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt: Formats, *, mode: str,
                    batch: Array, step_s: Array, queue_s: Array, prefill_batch: int, chunk: int,
                    params: EngineParams) -> _Prefill:
@@ -520,7 +557,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                      prefill_batch: int = 1, chunk: int = DEFAULT_TOKEN_BUDGET, poll_steps: int = 1,
                      target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
                      params: EngineParams | None = None, power: PowerModel = DEFAULT_POWER,
-                     prices: Prices | None = None) -> ServingResult:
+                     prices: Prices | None = None, shapes: CompiledShapes | None = None) -> ServingResult:
     """Serve ``request`` with ``placement``: latency, throughput, energy and cost per batch (and gamma).
 
     ``batch`` and ``gamma`` broadcast (``batch[:, None]``, ``gamma[None, :]`` sweeps a grid).
@@ -528,6 +565,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     ``chunk``: the step's token budget; ``poll_steps``: decode steps the scheduler runs between its polls for
     new requests (SGLang's ``--scheduler-recv-interval``; 1: every step).
     ``prices`` (default: the shipped ``hardware_specs/prices/prices.toml``) turn devices into dollars.
+    ``shapes``: a static-shape engine's compiled shapes (:class:`CompiledShapes`), at which its passes are timed.
     """
     m = resolve_model(model)
     if not isinstance(placement, Placement) or not isinstance(request, Request):
@@ -540,26 +578,25 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
     isl, osl = request.input_tokens, request.output_tokens
+    shapes, ran, Bd = _compiled(request, shapes, B)   # ran: the request padded to the compiled prompt
     fmt, fmt_prefill = _target_formats(m, placement, check_format_keys(target_formats, "target_formats"))
-    E = acc.expected_tokens(G) if acc is not None else np.ones_like(G)
-    mixed = placement.prefill is None and mode == "continuous"
+    E, mixed = acc.expected_tokens(G) if acc is not None else np.ones_like(G), placement.prefill is None and mode == "continuous"
     plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None, tree_tokens=placement.tree_tokens if placement.speculative else None)
-    whole = p.chunked_prefill is False
-    chunks = _prompt_chunks(placement, request, chunk, B=B, G=G, whole=whole) if mixed else None
-    budget = _token_budget(placement, request, chunk, B=B, G=G, E=E, whole=whole) if mixed else None
-    rnd = run_round(plan, batch=B, gamma=G, context=float(isl + osl // 2), params=p,
-                    extra_tokens=E * isl / osl if mixed else 0.0, chunk_tokens=chunks.tokens if chunks else None,
-                    chunk_prefix=chunks.prefix if chunks else 0.0,
-                    fit_context=float(isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve"
-                                      else isl + osl - 1))
+    chunks = _prompt_chunks(placement, ran, chunk, B=B, G=G, whole=p.chunked_prefill is False) if mixed else None
+    budget = _token_budget(placement, ran, chunk, B=B, G=G, E=E, whole=p.chunked_prefill is False) if mixed else None
+    end = isl + osl // 2 if mode == "continuous" and p.kv_admission != "reserve" else isl + osl - 1
+    rnd = run_round(plan, batch=Bd, gamma=G, context=float(shapes.decode_context or isl + osl // 2), params=p,
+                    extra_tokens=E * ran.input_tokens / osl * B / Bd if mixed else 0.0,
+                    chunk_tokens=chunks.tokens if chunks else None, chunk_prefix=chunks.prefix if chunks else 0.0,
+                    fit_context=float(shapes.decode_context or end))
     step = rnd.draft_s + rnd.verify.time_s + rnd.transfer_s
-    service = isl / chunks.tokens * rnd.chunk_s if chunks else None   # step time one prompt adds
+    service = ran.input_tokens / chunks.tokens * rnd.chunk_s if chunks else None   # step time one prompt adds
     queue = prefill_queue_s(B * E / (osl * step), service) if service is not None else np.zeros(B.shape)
     if mixed:   # a request waits for the scheduler's next poll: (N - 1) / 2 steps more than polling every step
         queue = queue + (poll_steps - 1) / 2 * step
-    pre = _prefill_phase(m, placement, request, fmt_prefill, mode=mode, batch=B, step_s=step, queue_s=queue,
+    pre = _prefill_phase(m, placement, ran, fmt_prefill, mode=mode, batch=B, step_s=step, queue_s=queue,
                          prefill_batch=prefill_batch, chunk=chunk, params=p)
     overhead = resolve_profile((placement.prefill or placement.decode).device, p).request_overhead_s
     pre = attrs.evolve(pre, ttft_s=pre.ttft_s + overhead)   # the serving stack's per-request overhead

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import math
 import os
 import re
@@ -417,6 +418,30 @@ def _load_version(path: Path, version: tuple[int, int, int, int]) -> Device:
     return device_from_dict(data, origin=str(path), stem=path.stem)
 
 
+def measured_value(path: Any, run: Any, key: Any) -> tuple[float, str]:
+    """(the number, a citation) of an in-repository measurement a spec entry cites: ``measured`` = a JSON file of
+    this repository holding a list of ``runs`` (its path from the repository root, under ``roofline/``), ``run``
+    = the run's number counted from 1, ``key`` = the dotted path to the number inside that run
+    (``power.idle.power_w``). Raises :class:`SpecError` when any of them does not lead to a number."""
+    if not (isinstance(path, str) and path.startswith("roofline/") and path.endswith(".json") and ".." not in path):
+        raise SpecError(f"measured must be a JSON file of this repository under roofline/, got {path!r}")
+    if isinstance(run, bool) or not isinstance(run, int) or run < 1:
+        raise SpecError(f"run must be the run's number counted from 1, got {run!r}")
+    if not isinstance(key, str) or not key:
+        raise SpecError(f"key must be the dotted path to the number inside run {run}, got {key!r}")
+    file = Path(str(resources.files("roofline"))).parent / path
+    try:
+        runs = json.loads(read_text(file, what="a measurement file (.json)", max_bytes=10_000_000))["runs"]
+        value: Any = runs[run - 1]
+        for part in key.split("."):
+            value = value[int(part)] if isinstance(value, list) else value[part]
+    except (KeyError, IndexError, ValueError, TypeError) as e:
+        raise SpecError(f"{path} has no number at run {run}, {key}: {e!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{path} run {run}, {key} is {value!r}, not a number")
+    return float(value), f"{path}, run {run}, {key}"
+
+
 class _Reader:
     """Field-by-field reader that names the file, field and value in every error."""
 
@@ -471,7 +496,20 @@ class _Reader:
         return entry["value"].strip()
 
     def source_url(self, entry: dict[str, Any], field: str) -> str:
-        """The URL an entry's ``source`` names (a URL, or a key of [sources])."""
+        """The URL an entry's ``source`` names (a URL, or a key of [sources]), or for a ``measured`` entry the
+        measurement it cites (:func:`measured_value`)."""
+        if "measured" in entry:
+            if "source" in entry:
+                self.fail(field, entry, "give a source or a measured file, not both")
+            try:
+                cited, where = measured_value(entry.get("measured"), entry.get("run"), entry.get("key"))
+                stated = parse_quantity(entry.get("value"), "w" if field.startswith("power.") else "count",
+                                        what="value")
+            except RooflineError as e:
+                self.fail(field, entry, str(e))
+            if not math.isclose(stated, cited, rel_tol=0.01):
+                self.fail(field, entry.get("value"), f"{where} reads {cited:g}: the value must agree within 1%")
+            return where
         source = entry.get("source")
         if not isinstance(source, str) or not source:
             self.fail(field, entry, "a known value needs a source (a URL or a key of [sources])")

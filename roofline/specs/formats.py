@@ -210,6 +210,15 @@ class Formats:
             return self
         return attrs.evolve(self, head=head)
 
+    def with_stack_experts(self, recipe: str | None, device: ComputeUnits) -> Formats:
+        """These formats with MXFP4 routed experts run as a serving stack's ``recipe`` (:attr:`EngineParams.expert_recipe
+        <roofline.specs.params.EngineParams>`: ``w4a8-mxfp4``, MXFP8 activations at the expert matmuls) where
+        ``device`` has units for both operands and the activations are 16-bit; unchanged otherwise."""
+        if (recipe is None or self.expert.name != "mxfp4" or self.activation.bits_per_element < 16
+                or not (device.supports("fp4") and device.supports("fp8"))):
+            return self
+        return attrs.evolve(self, experts=recipe)
+
     @property
     def kv_format(self) -> Format:
         return get_format(self.kv)

@@ -397,9 +397,17 @@ def model_from_hf_config(config: Config | str | os.PathLike[str], *, id: str | N
                   unread_quantization=stored.unread, notes=(*fields.get("notes", ()), *notes))
     try:
         return ModelSpec(id=id or str(cfg.get("_name_or_path") or model_type), source=str(cfg.get("_source", origin)),
-                         served_checkpoint=_served(cfg.get("_served_checkpoint"), origin), **fields)
+                         served_checkpoint=_served(cfg.get("_served_checkpoint"), origin),
+                         routing_locality=_locality(cfg.get("_routing_locality", 0.0), origin), **fields)
     except (ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None
+
+
+def _locality(value: Any, origin: str) -> float:
+    """A config's ``_routing_locality`` (a probability), checked."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise SpecError(f"{origin}: _routing_locality must be a number in [0, 1], got {value!r}")
+    return float(value)
 
 
 def _served(repo: Any, origin: str) -> str | None:

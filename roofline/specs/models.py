@@ -82,6 +82,11 @@ class ModelSpec:
     #: the longest sequence the model was built for (config ``max_position_embeddings``); None where not given.
     #: Longer contexts still compute (the counts do not depend on it) but are flagged by the commands
     max_context_tokens: int | None = None
+    #: the probability that a token of a sequence is routed to exactly its predecessor's experts (and otherwise,
+    #: independently of it, uniformly): 0 = consecutive tokens route independently, the upper bound on the experts
+    #: a sequence's tokens touch together (a verify pass, a prompt). A preset's ``_routing_locality`` where a
+    #: publication measured it (:func:`roofline.physics.work.expected_experts_touched`)
+    routing_locality: float = attrs.field(default=0.0, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
     #: what the config says that the counts treat in a stated way (logit softcapping, chunked attention read as
     #: a window, an uncounted vision encoder); shown by ``roofline show``
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)

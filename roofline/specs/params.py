@@ -162,6 +162,10 @@ class EngineParams:
       0.9 (https://docs.vllm.ai/en/latest/configuration/engine_args.html).
     * ``expert_imbalance``: routing skew on top of uniform routing's busiest-shard imbalance under expert
       parallelism (computed, :func:`roofline.physics.work.expert_shard_imbalance`); 1 = uniform routing.
+    * ``expert_load_slope``: how the routed tokens of the busiest expert-parallel rank exceed the mean,
+      1 + slope x log2(ep) (:func:`roofline.physics.work.expert_load_imbalance`); it scales that rank's expert
+      matmuls and the tokens it receives. 0.17 = DeepSeek-V3's measured routing without a load balancer (SGLang's
+      simulation, EP 8-64); about 0.04 with EPLB's redundant experts; 0 = perfectly balanced routing.
     * ``family``: the device family this profile describes.
     * ``m_tile``: rows of the matmul unit's tile; a pass over T tokens computes ceil(T/m_tile) x m_tile
       rows (1 = matrix-vector native: nothing wasted at batch 1).
@@ -187,6 +191,9 @@ class EngineParams:
     * ``head_format``: the format a stack's toolchain keeps the embedding table and LM head in when the other
       weights are quantised narrower (:meth:`Formats.with_toolchain_head <roofline.specs.formats.Formats>`);
       None = quantised with the weights, or the serving stack's own choice (:data:`STACK_HEAD_FORMAT`).
+    * ``expert_recipe``: the format a serving stack runs MXFP4 routed experts in beside 16-bit activations on a
+      device with FP4 and FP8 units (``w4a8-mxfp4``: TensorRT-LLM quantises the MoE's activations to MXFP8 on
+      Blackwell); None = the experts as given, or the serving stack's own choice (:data:`STACK_EXPERT_RECIPE`).
     * ``weight_only_kernel``: the weight-only matmul kernel a serving stack runs where it unpacks weights
       differently from its family's ``dequant_tile_rows`` (:data:`WEIGHT_ONLY_KERNELS`: tinygemm, gpt-fast's
       int4, unpacks per ~4 token rows); for the formats it runs its rows replace ``dequant_tile_rows`` (a
@@ -207,9 +214,16 @@ class EngineParams:
       https://jax-ml.github.io/scaling-book/roofline/); a kernel near its ridge point keeps neither its tensor
       cores nor its memory system busy all the time, so real kernels sit between them.
     * ``pipeline_hop_s``: latency of one pipeline-stage boundary crossing (None: the link's latency).
-    * ``busy_floor_fraction``: power while busy never drops below this fraction of TDP (a clocked pipeline
-      is not at idle power; on GPUs a fitted stand-in for the power a loaded serving GPU draws beyond the
-      linear model, not the power of waiting: an H200 waiting on host launches draws its idle power).
+    * Busy floor (fractions of TDP; :func:`roofline.physics.energy.busy_power_w`): power while a stage runs
+      never drops below a floor set by what bounds each part of its time. ``busy_floor_fraction``: the floor
+      of bandwidth-bound work (a clocked pipeline is not at idle power; on GPUs the power a loaded serving GPU
+      draws beyond the linear model). ``compute_floor_fraction``: the floor of compute-bound work; the work's
+      floor rises linearly from the first to the second as compute's share of the work time,
+      T_compute / (T_compute + T_memory), goes from 0 to ``compute_floor_share`` (an H200 GEMM reaches its
+      compute-bound power at about a third of its time in tensor cores). ``communication_floor_fraction``:
+      the floor of collective time. ``fixed_floor_fraction``: the floor of fixed-cost time (launches, host
+      scheduling, pipeline stage latency); the device's idle power where lower (an H200 waiting on host
+      launches draws its idle power). A family that sets all four floors equal has one floor for all busy time.
     * ``compute_power_weight`` (w_c) / ``memory_power_weight`` (w_m): the share of the range from idle to TDP
       that saturated compute units / a saturated memory stream draw; busy power is idle + (TDP - idle) x
       min(1, w_c T_compute / T + w_m T_memory / T) (:mod:`roofline.physics.energy`). Independent: an H200
@@ -237,6 +251,7 @@ class EngineParams:
     dequant_tile_rows: float = _p(64.0, [in_range(1)])
     usable_memory_fraction: float = _p(0.95, _frac)
     expert_imbalance: float = _p(1.0, [in_range(1)])
+    expert_load_slope: float = _p(0.17, _nonneg)
     family: str = attrs.field(default="gpu", validator=one_of(FAMILIES))
     m_tile: float = _p(1.0, [in_range(1)])
     tier_bandwidth_fraction: Mapping[str, float] = attrs.field(
@@ -249,6 +264,7 @@ class EngineParams:
     windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
     head_format: str | None = attrs.field(default=None, validator=lambda _i, _a, v: v is None or get_format(v))
+    expert_recipe: str | None = attrs.field(default=None, validator=lambda _i, _a, v: v is None or get_format(v))
     weight_only_kernel: str | None = attrs.field(default=None, validator=attrs.validators.optional(
         one_of(tuple(WEIGHT_ONLY_KERNELS))))
     overlap: str = attrs.field(default="pass", validator=one_of(OVERLAPS))
@@ -256,6 +272,10 @@ class EngineParams:
     pipeline_hop_s: float | None = attrs.field(default=None, converter=lambda v: None if v is None else _float(v),
                                                validator=in_range(0, optional=True))
     busy_floor_fraction: float = _p(0.0, [in_range(0, 1)])
+    compute_floor_fraction: float = _p(0.0, [in_range(0, 1)])
+    compute_floor_share: float = _p(1.0, [in_range(0, 1, lo_strict=True)])
+    communication_floor_fraction: float = _p(0.0, [in_range(0, 1)])
+    fixed_floor_fraction: float = _p(0.0, [in_range(0, 1)])
     compute_power_weight: float = _p(0.5, [in_range(0, 1)])
     memory_power_weight: float = _p(0.5, [in_range(0, 1)])
     max_tp: float = _p(8.0, [in_range(1), lambda _i, _a, v: _whole("max_tp", v)])
@@ -297,7 +317,12 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "dequant_tile_rows": ("dequant_tile_rows", "number"),
     "usable_memory_fraction": ("usable_memory_fraction", "fraction"),
     "expert_imbalance": ("expert_imbalance", "number"),
+    "expert_load_slope": ("expert_load_slope", "number"),
     "busy_floor_fraction": ("busy_floor_fraction", "share"),
+    "compute_floor_fraction": ("compute_floor_fraction", "share"),
+    "compute_floor_share": ("compute_floor_share", "fraction"),
+    "communication_floor_fraction": ("communication_floor_fraction", "share"),
+    "fixed_floor_fraction": ("fixed_floor_fraction", "share"),
     "compute_power_weight": ("compute_power_weight", "share"),
     "memory_power_weight": ("memory_power_weight", "share"),
     "overlap_efficiency": ("overlap_efficiency", "share"),
@@ -495,6 +520,15 @@ STACK_WINDOWED_KV = {"tensorrt-llm": False, "vllm": True}
 #: weights.
 STACK_HEAD_FORMAT = {"tensorrt-llm": "bf16", "vllm": "bf16", "sglang": "bf16"}
 
+#: The recipe each serving-stack family runs MXFP4 routed experts with beside 16-bit activations on devices with
+#: FP4 and FP8 units (:meth:`Formats.with_stack_experts <roofline.specs.formats.Formats>`). TensorRT-LLM's
+#: default MoE backend on B200/GB200/B300/GB300 multiplies MXFP4 expert weights with MXFP8 activations ("For
+#: Blackwell, the default MoE backend is TRTLLM", support matrix: activation MXFP8, MoE weights MXFP4;
+#: https://nvidia.github.io/TensorRT-LLM/deployment-guide/deployment-guide-for-gpt-oss-on-trtllm.html). vLLM's
+#: default on SM100 is FlashInfer's BF16 x MXFP4 kernel; MXFP8 activations need VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8
+#: (``get_mxfp4_backend``, vllm/model_executor/layers/quantization/mxfp4.py): not listed, so the weights unpack.
+STACK_EXPERT_RECIPE = {"tensorrt-llm": "w4a8-mxfp4"}
+
 #: The weight-only matmul kernel each serving-stack family runs where it is not its device family's (Marlin's
 #: 64-row slices on GPUs): gpt-fast's int4 ``WeightOnlyInt4Linear`` calls ``torch.ops.aten._weight_int4pack_mm``,
 #: tinygemm (https://github.com/pytorch-labs/gpt-fast/blob/main/quantize.py), as torchao's int4 weight-only
@@ -504,7 +538,7 @@ STACK_WEIGHT_ONLY_KERNEL = {"gpt-fast": "tinygemm"}
 #: The engine settings a serving stack fixes, by field: what :func:`with_stack_settings` applies.
 STACK_SETTINGS: dict[str, dict[str, Any]] = {
     "collective": STACK_COLLECTIVES, "kv_admission": STACK_ADMISSION, "chunked_prefill": STACK_CHUNKED_PREFILL,
-    "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT,
+    "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT, "expert_recipe": STACK_EXPERT_RECIPE,
     "weight_only_kernel": STACK_WEIGHT_ONLY_KERNEL}
 
 
@@ -619,10 +653,12 @@ def stack_name(text: str) -> str:
 
 #: The settings a serving stack sets (:func:`with_stack_settings`): kept over the family's when set.
 STACK_SET = tuple(STACK_SETTINGS)
+#: The power model's fields (a device family's, never a serving stack's: calibration profiles do not carry them).
+POWER_FIELDS = ("busy_floor_fraction", "compute_floor_fraction", "compute_floor_share", "communication_floor_fraction",
+                "fixed_floor_fraction", "compute_power_weight", "memory_power_weight")
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
 NOT_IN_PROFILE_FILES = ("family", "m_tile", "dequant_tile_rows", "tier_bandwidth_fraction", *STACK_SET, "overlap",
-                        "pipeline_hop_s", "busy_floor_fraction", "compute_power_weight", "memory_power_weight",
-                        "max_tp")
+                        "pipeline_hop_s", *POWER_FIELDS, "max_tp")
 
 
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:

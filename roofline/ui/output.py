@@ -178,6 +178,7 @@ _SETTING_WORDS: dict[str, Any] = {
     "chunked_prefill": lambda v: "chunked prompts" if v else "whole prompts",
     "windowed_kv": lambda v: "window-only KV on sliding-window layers" if v else "full-context KV on every layer",
     "head_format": lambda v: f"a {v} LM head",
+    "expert_recipe": lambda v: f"MXFP4 experts run as {v} on GPUs with FP4 units",
     "weight_only_kernel": lambda v: f"{v} for {WEIGHT_ONLY_KERNELS[v].weights} weights",
 }
 

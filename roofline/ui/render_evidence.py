@@ -289,14 +289,14 @@ def power_fit_view(fit: Any, path: str) -> View:
     after = np.abs(list(fit.fitted_rows.values()))
     check = np.abs(list(fit.checked_rows.values()))
     t = house_table(title=f"gpu: busy-power floor fitted on measured power ({path})",
-               caption=f"busy_floor_fraction = {fit.floor_fraction:.2f} of TDP (write it into "
+               caption=", ".join(f"{k} = {v:.2f}" for k, v in fit.floors.items()) + " of TDP (write them into "
                        "hardware_specs/execution/gpu.toml). Power rows were fitted; J-per-token rows were not.")
     for c in ("rows", "n", "median abs error"):
         t.add_column(c, justify="left" if c == "rows" else "right")
     t.add_row("power, linear utilisation alone (floor 0)", str(after.size), f"{fit.median_abs_error_before:.0%}")
-    t.add_row(f"power, floor {fit.floor_fraction:.2f}", str(after.size), f"{np.median(after):.0%}" if after.size else "—")
+    t.add_row("power, floors by bound", str(after.size), f"{np.median(after):.0%}" if after.size else "—")
     t.add_row("J per output token (check)", str(check.size), f"{np.median(check):.0%}" if check.size else "—")
-    data = {"family": "gpu", "busy_floor_fraction": fit.floor_fraction, "fitted_rows": fit.fitted_rows,
+    data = {"family": "gpu", **fit.floors, "fitted_rows": fit.fitted_rows,
             "checked_rows": fit.checked_rows, "median_abs_error_before": fit.median_abs_error_before, "data": path}
     rows = [{"id": k, "role": "fitted", "error": v} for k, v in fit.fitted_rows.items()]
     rows += [{"id": k, "role": "check", "error": v} for k, v in fit.checked_rows.items()]
