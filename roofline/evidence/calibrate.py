@@ -65,8 +65,9 @@ from .workers import workers as workers_for
 #: (HTTP, tokenisation, admission), a running sequence at most 200 us of host time per step, a kernel at most
 #: 10 us of launch gap and tail (1-3 us inside CUDA graphs, 5-10 us launched one by one), a layer with routed
 #: experts at most 60 us beyond its kernels' gaps (routing, top-k, permute and un-permute at small batch:
-#: TensorRT-LLM's faster top-k alone took DeepSeek-R1 on 8 B200s from 80 to 84 tokens/s, 10 us per MoE layer,
-#: https://github.com/NVIDIA/TensorRT-LLM/blob/01c4ece911eb569e72cf4177f83238a0520641c2/docs/source/blogs/tech_blog/blog1_Pushing_Latency_Boundaries_Optimizing_DeepSeek-R1_Performance_on_NVIDIA_B200_GPUs.md); they keep the
+#: TensorRT-LLM's faster top-k alone took DeepSeek-R1 on 8 B200s from 80 to 84 tokens/s, 10 us per MoE layer: its
+#: tech blog 1, the source of rows DS01-DS05, docs/source/blogs/tech_blog/ in github.com/NVIDIA/TensorRT-LLM at
+#: 01c4ece911eb569e72cf4177f83238a0520641c2); they keep the
 #: fit from turning a fixed cost into a catch-all for what the model misses.
 BOUNDS: dict[str, tuple[float, float, float]] = {
     "memory_bandwidth_fraction": (0.3, 1.0, 1.0),
