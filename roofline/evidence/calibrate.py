@@ -63,11 +63,7 @@ from .workers import workers as workers_for
 #: bounds 20 us-2 ms), a collective 5-20 us of NCCL small-message
 #: latency (§5.1; bounds 2-20 us), a request at most 200 ms of serving overhead before its first token
 #: (HTTP, tokenisation, admission), a running sequence at most 200 us of host time per step, a kernel at most
-#: 10 us of launch gap and tail (1-3 us inside CUDA graphs, 5-10 us launched one by one), a layer with routed
-#: experts at most 60 us beyond its kernels' gaps (routing, top-k, permute and un-permute at small batch:
-#: TensorRT-LLM's faster top-k alone took DeepSeek-R1 on 8 B200s from 80 to 84 tokens/s, 10 us per MoE layer: its
-#: tech blog 1, the source of rows DS01-DS05, docs/source/blogs/tech_blog/ in github.com/NVIDIA/TensorRT-LLM at
-#: 01c4ece911eb569e72cf4177f83238a0520641c2); they keep the
+#: 10 us of launch gap and tail (1-3 us inside CUDA graphs, 5-10 us launched one by one); they keep the
 #: fit from turning a fixed cost into a catch-all for what the model misses.
 BOUNDS: dict[str, tuple[float, float, float]] = {
     "memory_bandwidth_fraction": (0.3, 1.0, 1.0),
@@ -82,10 +78,9 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     "sequence_overhead_s": (0.0, 200e-6, 1e-5),
     "dequant_ops_per_element": (0.0, 32.0, 1.0),
     "allreduce_bandwidth_fraction": (0.2, 1.0, 1.0),
-    "moe_layer_overhead_s": (0.0, 60e-6, 1e-5),
 }
 PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
-              "request_overhead_s", "sequence_overhead_s", "moe_layer_overhead_s")
+              "request_overhead_s", "sequence_overhead_s")
 #: A stack's platform build (``sglang-rocm-gfx942``) is fitted apart from the family it specialises only with at
 #: least this many rows; fewer rows fit with that family (:func:`_stack_layout`).
 MIN_PLATFORM_ROWS = 4
@@ -240,6 +235,9 @@ def _usable(rows: list[Row], base: EngineParams) -> tuple[list[Row], list[dict[s
                                     f"(roofline calibrate --family {row_family(r)})")
             if r.get("metric") in ENERGY_METRICS:
                 raise RooflineError("an energy row: the power model is fitted apart (roofline calibrate --energy)")
+            if r.get("metric") == "speedup" or r.get("batch") == "slo":
+                raise RooflineError("a speedup or latency-bound row: `roofline validate` predicts it on the fit "
+                                    "(kinds spec and load), the calibration neither fits nor counts it")
             predict_row(r, base)
             ok.append(r)
         except (RooflineError, ValueError) as e:
