@@ -82,7 +82,8 @@ class Work:
     experts_touched_per_layer: Array
     experts_per_token: int = 0
     #: Tokens routed independently that would touch as many experts as the pass's do (:func:`routing_draws`):
-    #: ``tokens`` when consecutive tokens of a sequence route independently, fewer when they share experts.
+    #: ``tokens`` when consecutive tokens of a sequence route independently, fewer when they share experts
+    #: (only :func:`count_work` builds a Work, and it always sets this).
     routing_draws: Array = attrs.field(default=0.0)
     #: The part of ``activation_bytes`` that is model-width (d) by layer part ("attention", "mlp", "experts",
     #: "lm_head"): a block's input and output, the norms, the experts' router input and combine, which every
@@ -150,8 +151,9 @@ def routing_draws(num_experts: int, experts_per_token: int, tokens: ArrayLike, s
     function), so E_u = E (1 - q^n') with n' = S + (T - S) log(lambda + (1 - lambda) q) / log q: exactly
     :func:`expected_experts_touched` of n' tokens. lambda = 0 gives n' = T (independent routing, the upper
     bound), lambda = 1 gives n' = S. The tests check it against a simulation of the copying router.
-    lambda relates to a measured repeat rate r (how often consecutive tokens share their first-choice expert)
-    by r = lambda + (1 - lambda) / E."""
+    lambda relates to a measured repeat rate r (how often consecutive tokens share an expert) by
+    r = r0 + (1 - r0) lambda, r0 the rate under independent routing: 1/E for the first choice alone,
+    1 - C(E-k, k)/C(E, k) for any of the k (the Mixtral preset's derivation, docs/theory.md §2.7)."""
     t, s = np.asarray(tokens, dtype=float), np.minimum(np.asarray(sequences, dtype=float), tokens)
     if locality == 0.0 or num_experts == 0 or experts_per_token >= num_experts:
         return t
