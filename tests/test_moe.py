@@ -137,3 +137,58 @@ def test_mixtrals_routing_locality_is_its_papers_repeat_rate():
     q = 1 - (6 / 8) * (5 / 7)
     assert rl.load_model("mixtral-8x7b").routing_locality == pytest.approx((r - q) / (1 - q), abs=0.001)
     assert rl.load_model("deepseek-r1").routing_locality == 0.0   # no published measurement: independent
+
+
+@pytest.mark.parametrize("n,ranks", [(1, 4), (2, 4), (3, 8), (8, 8), (20, 4), (90, 8)])
+def test_the_busiest_data_parallel_rank_holds_what_a_simulation_of_random_placement_gives(n, ranks):
+    """E[largest count] of n prompt chunks placed uniformly on the ranks: the exact form (n <= 64) and the
+    Poisson form above it, against 20,000 random placements (within 2%)."""
+    from roofline.physics.work import busiest_rank_chunks
+    rng = np.random.default_rng(7)
+    sim = np.mean([np.bincount(rng.integers(0, ranks, n), minlength=ranks).max() for _ in range(20_000)])
+    assert float(busiest_rank_chunks(n, ranks)) == pytest.approx(sim, rel=0.02)
+    assert float(busiest_rank_chunks(1, ranks)) == 1.0 and float(busiest_rank_chunks(n, 1)) == n
+
+
+def test_an_unbalanced_data_parallel_step_waits_for_the_rank_holding_the_prompt():
+    """A decode step carrying one whole prompt under attention DP 4: without synchronised prompt phases its rank
+    runs the prompt's attention alone, so the step is longer than with them by 3x the prompt's attention-side
+    time (4x on one rank instead of 1x spread); the MoE part is the same. Without data parallelism the switch
+    changes nothing."""
+    from roofline.physics.timing import evaluate_pass
+    from roofline.specs.formats import Formats
+    m = rl.load_model("qwen3-235b-a22b")
+    f = Formats.for_model(m)
+    base = rl.specs.params.shipped_profile().for_stack("tensorrt-llm")
+    dev = rl.load_device("b200")
+
+    def step(group, balanced, chunks):
+        return evaluate_pass(m, group, f, batch=256.0, new_tokens=1.0, prefix_tokens=1500.0, logits_per_seq=1.0,
+                             mla_absorbed=True, stage="decode", params=attrs.evolve(base, attention_dp_balance=balanced),
+                             chunks=chunks, chunk_tokens=1000.0, chunk_prefix=0.0)
+    dep = rl.DeviceGroup(device=dev, tp=4, ep=4, dp=4)
+    slow, fast = float(step(dep, False, 1.0).time_s), float(step(dep, True, 1.0).time_s)
+    assert slow > fast
+    assert float(step(dep, False, 0.0).time_s) == float(step(dep, True, 0.0).time_s)   # no prompt: no difference
+    tp = rl.DeviceGroup(device=dev, tp=4, ep=4)
+    assert float(step(tp, False, 1.0).time_s) == float(step(tp, True, 1.0).time_s)
+
+
+def test_data_parallel_ranks_gather_their_tokens_for_the_experts_by_default():
+    """Under attention DP the default engines all-gather every rank's tokens and reduce-scatter the expert outputs
+    (vLLM's allgather_reducescatter, TensorRT-LLM's CUTLASS MoE): a MoE layer's exchange moves what tensor-parallel
+    experts' all-reduce moves, so DEP4's MoE communication equals TP4's; the all-to-all of top-k copies (DeepEP)
+    is a choice, and with 8 experts per token over 4 ranks it moves more."""
+    from roofline.physics.comms import group_communication_s
+    from roofline.specs.formats import get_format
+    m = rl.load_model("qwen3-235b-a22b")
+    dev = rl.load_device("b200")
+    base = rl.specs.params.shipped_profile().for_stack("tensorrt-llm")
+    act, tokens = get_format("bf16"), 2048.0
+    dep, tp = rl.DeviceGroup(device=dev, tp=4, ep=4, dp=4), rl.DeviceGroup(device=dev, tp=4, ep=4)
+    gather = group_communication_s(m, dep, act, tokens, base)
+    assert m.num_moe_layers == m.num_layers   # every layer: TP4 all-reduces after attention and after the experts
+    moe_tp = group_communication_s(m, tp, act, tokens, base) / 2
+    assert gather == pytest.approx(moe_tp, rel=1e-9)   # DEP4: attention is data-parallel, the experts' exchange stays
+    a2a = group_communication_s(m, dep, act, tokens, attrs.evolve(base, moe_dispatch="alltoall"))
+    assert a2a > gather

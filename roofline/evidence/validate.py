@@ -55,7 +55,7 @@ COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "t
            "weight_dtype", "expert_dtype", "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget",
            "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill", "draft_model",
-           "tree_tokens", "acceptance_rate", "compiled_batch", "compiled_context", "compiled_prompt")
+           "tree_tokens", "acceptance_rate", "compiled_batch", "compiled_context", "compiled_prompt", "dp_balance")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 #: Optional columns giving the shapes a static-shape engine (AWS Neuron) compiled, which its passes run in place of
@@ -406,15 +406,23 @@ def row_memory_fraction(row: Row, params: EngineParams) -> EngineParams:
     return attrs.evolve(params, usable_memory_fraction=value)
 
 
+#: Optional yes/no columns and the engine setting each sets (empty: the stack's own default): ``chunked_prefill``,
+#: whether the run split prompts over steps (TensorRT-LLM's ``enable_chunked_context``); ``dp_balance``, whether its
+#: attention data-parallel ranks synchronised their prompt phases (TensorRT-LLM's
+#: ``attention_dp_config.enable_balance``).
+SWITCH_COLUMNS = {"chunked_prefill": "chunked_prefill", "dp_balance": "attention_dp_balance"}
+
+
 def row_chunking(row: Row, params: EngineParams) -> EngineParams:
-    """The row's ``chunked_prefill`` (yes/no: whether the run split prompts over steps, as TensorRT-LLM's
-    ``enable_chunked_context`` does), else the stack's own default."""
-    text = row.get("chunked_prefill").lower()
-    if not text:
-        return params
-    if text not in ("yes", "no"):
-        raise RooflineError(f"column chunked_prefill = {text!r} is not yes or no")
-    return attrs.evolve(params, chunked_prefill=text == "yes")
+    """``params`` with the row's yes/no engine settings (:data:`SWITCH_COLUMNS`) where it gives them."""
+    for column, field in SWITCH_COLUMNS.items():
+        text = row.get(column).lower()
+        if not text:
+            continue
+        if text not in ("yes", "no"):
+            raise RooflineError(f"column {column} = {text!r} is not yes or no")
+        params = attrs.evolve(params, **{field: text == "yes"})
+    return params
 
 
 def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None = None,

@@ -139,13 +139,16 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
         # remapping of the TP group for MoE layers ... each rank processes all tokens against only its local
         # experts", https://awsdocs-neuron.readthedocs-hosted.com/en/latest/vllm-neuron/docs/design/parallelism/expert_parallelism.html;
         # TensorRT-LLM: https://nvidia.github.io/TensorRT-LLM/advanced/expert-parallelism.html); with attention
-        # data-parallel (dp > 1) tokens live on their own ranks and are dispatched to and combined from the
-        # experts' ranks: two all-to-alls of their top-k copies
+        # data-parallel (dp > 1) tokens live on their own ranks. The default engines hand them to the experts by
+        # an all-gather of every rank's tokens and a reduce-scatter of the outputs (``moe_dispatch`` "gather":
+        # vLLM's allgather_reducescatter, TensorRT-LLM's CUTLASS MoE; the two move a ring all-reduce's data, so
+        # a MoE layer costs the all-reduce over its ranks that tensor-parallel experts pay); with "alltoall"
+        # (DeepEP, NVLink all-to-all) each rank sends its tokens' top-k copies to the experts' ranks and back
         att_tp = group.attention_tp
         links = dev.scale_up.links_used   # a mesh (AMD Infinity Fabric) drives p - 1 direct links at once
         att = model.num_layers * allreduce(hidden_bytes / group.dp, att_tp, ar_bw * links(att_tp), hop,
                                            profile.collective_base_s) if att_tp > 1 else 0.0
-        dispatch = group.ep > 1 and group.dp > 1
+        dispatch = group.ep > 1 and group.dp > 1 and profile.moe_dispatch == "alltoall"
         n_mlp = model.num_layers - (model.num_moe_layers if dispatch else 0)
         comm = att + n_mlp * allreduce(hidden_bytes, tp, ar_bw * links(tp), hop, profile.collective_base_s)
         if dispatch:   # each rank sends its own tokens' top-k copies; the busiest receives its skewed share

@@ -62,7 +62,16 @@ from .memory import (
     stored_weight_bytes,
     workspace_per_sequence_bytes,
 )
-from .work import Work, add, expert_load_imbalance, expert_shard_imbalance, kernels_per_pass, pass_work
+from .work import (
+    Work,
+    add,
+    attention_scaled,
+    expert_load_imbalance,
+    expert_shard_imbalance,
+    kernels_per_pass,
+    pass_work,
+    rider_rank_share,
+)
 
 Array = NDArray[np.float64]
 LOW_PRECISION = frozenset({"fp8", "fp6", "fp4", "int8", "int4"})
@@ -560,12 +569,7 @@ def _busiest_dp_rank(work: Work, group: DeviceGroup, sequences: Any) -> Work:
     the measured data-parallel rows)."""
     if group.dp == 1 or np.all(np.asarray(sequences) >= group.dp):
         return work
-    f = np.maximum(1.0, group.dp / np.asarray(sequences, dtype=float))
-    flop = {k: v * f if k in ("attention_proj", "attention_core") else v for k, v in work.flop.items()}
-    ends = {k: v * f if k == "attention" else v for k, v in work.activation_ends_bytes.items()}
-    extra = (f - 1.0) * work.activation_ends_bytes.get("attention", 0.0)
-    return attrs.evolve(work, flop=flop, kv_read_bytes=work.kv_read_bytes * f, kv_write_bytes=work.kv_write_bytes * f,
-                        activation_ends_bytes=ends, activation_bytes=work.activation_bytes + extra)
+    return attention_scaled(work, np.maximum(1.0, group.dp / np.asarray(sequences, dtype=float)))
 
 
 def activation_bytes_per_device(work: Work, group: DeviceGroup) -> Any:
@@ -609,9 +613,10 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
     shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
     micro = np.minimum(B, pp) if pp > 1 else 1.0
+    riders = 1.0 if params.attention_dp_balance is True else rider_rank_share(chunks, group.dp)   # unbalanced DP ranks
     work = pass_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
                      logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed, chunks=chunks,
-                     chunk_tokens=chunk_tokens, chunk_prefix=chunk_prefix)
+                     chunk_tokens=chunk_tokens, chunk_prefix=chunk_prefix, chunk_attention_scale=riders)
     work = _busiest_dp_rank(work, group, B / micro if pp > 1 else B)
     compute, dequant_s, core_s = compute_time_s(work, group, formats, params)
     if stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency

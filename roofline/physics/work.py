@@ -199,6 +199,85 @@ def expert_load_imbalance(ep: int, slope: float) -> float:
     return 1.0 + slope * math.log2(ep) if ep > 1 else 1.0
 
 
+#: Chunk counts up to which the busiest rank's load is computed exactly; above it the Poisson form (accurate there).
+_EXACT_CHUNKS = 64
+
+
+def busiest_rank_chunks(chunks: ArrayLike, ranks: int) -> Array:
+    """Expected prompt chunks on the busiest of ``ranks`` attention data-parallel ranks when ``chunks`` chunks
+    land on them independently and uniformly (balls into bins; Raab and Steger, "Balls into bins - a simple and
+    tight analysis", RANDOM 1998, https://doi.org/10.1007/3-540-49543-6_13). Exact for n chunks: with the ranks'
+    counts as independent Poisson(n / ranks) conditioned on their sum n,
+    P(max <= m) = F_m^ranks P(S_m = n) / P(S = n), F_m the Poisson CDF at m, S_m the sum of ranks draws of the
+    Poisson truncated at m, S ~ Poisson(n); E[max] = sum_{m<n} (1 - P(max <= m)). One chunk: 1 (it sits on one
+    rank); many: n / ranks. Fractional counts (a mean-field step) interpolate between their neighbours."""
+    n = np.asarray(chunks, dtype=float)
+    if ranks <= 1:
+        return n.copy()
+    lo = np.floor(n)
+    f_lo = _busiest_of(lo, ranks)
+    frac = n - lo
+    return f_lo if not np.any(frac > 0) else f_lo + frac * (_busiest_of(lo + 1, ranks) - f_lo)
+
+
+def _busiest_of(n: Array, ranks: int) -> Array:
+    uniq, inverse = np.unique(n, return_inverse=True)
+    return np.array([_busiest_exact(int(k), ranks) for k in uniq])[inverse].reshape(n.shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _busiest_exact(n: int, ranks: int) -> float:
+    """E[max load] of ``n`` balls in ``ranks`` bins (:func:`busiest_rank_chunks`)."""
+    if n <= 1:
+        return float(max(n, 0))
+    lam = n / ranks
+    k = np.arange(n + 1, dtype=float)
+    log_pois = k * math.log(lam) - lam - np.array([math.lgamma(x + 1) for x in k])
+    pois = np.exp(log_pois)
+    if n > _EXACT_CHUNKS:   # Poissonized: E[max] of ranks independent Poisson(lam) counts
+        cdf = np.cumsum(pois)
+        return float(np.sum(1.0 - np.minimum(cdf, 1.0) ** ranks))
+    total = math.exp(n * math.log(n) - n - math.lgamma(n + 1))   # P(S = n), S ~ Poisson(n)
+    expected = 0.0
+    for m in range(n):
+        cdf = float(np.sum(pois[:m + 1]))
+        one = pois[:m + 1] / cdf
+        expected += 1.0 - cdf ** ranks * _convolution_power(one, ranks, n)[n] / total
+    return expected
+
+
+def _convolution_power(pmf: Array, power: int, length: int) -> Array:
+    """The pmf of the sum of ``power`` independent draws of ``pmf``, up to value ``length`` (binary powering)."""
+    out = np.zeros(length + 1)
+    out[0] = 1.0
+    base = np.zeros(length + 1)
+    base[:min(len(pmf), length + 1)] = pmf[:length + 1]
+    while power:
+        if power & 1:
+            out = np.convolve(out, base)[:length + 1]
+        power >>= 1
+        if power:
+            base = np.convolve(base, base)[:length + 1]
+    return out
+
+
+def rider_rank_share(chunks: ArrayLike, ranks: int) -> Array:
+    """How much more attention work the busiest attention data-parallel rank does for a step's prompt chunks than
+    an even split gives it: E[busiest rank's chunks] x ranks / chunks (:func:`busiest_rank_chunks`; 1 without data
+    parallelism or chunks). Each arriving prompt lives on one rank, which alone runs its projections and attention,
+    and every rank waits for the slowest at the next MoE exchange: "the iteration time is dominated by the slowest
+    rank" (TensorRT-LLM's ADP balance study: DeepSeek-V3 on 8 GB200s with attention DP 8 and round-robin placement
+    averaged a balance ratio of 54%, and synchronising the ranks' context phases gained 1.31-1.33x,
+    https://github.com/NVIDIA/TensorRT-LLM/blob/011cfc2cc18a24a95603f91dc53f8fc60bc80189/docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md).
+    One chunk in a step: ``ranks`` times."""
+    n = np.asarray(chunks, dtype=float)
+    if ranks <= 1:
+        return np.ones_like(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = busiest_rank_chunks(n, ranks) * ranks / n
+    return np.where(n > 0, share, 1.0)
+
+
 @functools.lru_cache(maxsize=4096)
 def _scalar_shard_imbalance(num_experts: int, experts_per_token: int, tokens: float, ep: int) -> Array:
     return _shard_imbalance(num_experts, experts_per_token, np.asarray(tokens, dtype=float), ep)
@@ -366,16 +445,20 @@ def _expert_weight_bytes(model: ModelSpec, formats: Formats, touched: Any) -> An
 
 
 def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks: Any, chunk_tokens: Any,
-                       chunk_prefix: Any) -> Work:
+                       chunk_prefix: Any, attention_scale: Any = 1.0) -> Work:
     """``work`` (a decode or verify pass) with ``chunks`` prompt chunks of ``chunk_tokens`` tokens riding along
     (continuous batching with chunked prefill, Sarathi-Serve, https://arxiv.org/abs/2403.02310): each chunk
     belongs to one arriving sequence and attends causally to its own prompt's first ``chunk_prefix`` tokens
     plus itself, in the prefill form (MLA not absorbed: a prompt's attention runs as MHA over decompressed
     keys, DeepSeek-V2 §2.1). The pass's matmuls, activations, KV traffic and communication see every token;
-    weights are read once for all of them, and routed experts are those the union of tokens touches."""
+    weights are read once for all of them, and routed experts are those the union of tokens touches.
+    ``attention_scale`` multiplies the chunks' attention side (projections, attention, KV traffic, the attention
+    block's activations): as the busiest attention data-parallel rank sees them (:func:`rider_rank_share`)."""
     c = np.asarray(chunks, dtype=float)
     extra = count_work(model, formats, batch=c, new_tokens=chunk_tokens, prefix_tokens=chunk_prefix,
                        logits_per_seq=0.0, mla_absorbed=False)
+    if np.any(np.asarray(attention_scale) != 1.0):
+        extra = attention_scaled(extra, attention_scale)
     T = work.tokens + extra.tokens
     draws = work.routing_draws + extra.routing_draws   # independent sequences: their misses multiply
     touched = (expected_experts_touched(model.num_experts, model.experts_per_token, draws) if model.is_moe
@@ -390,6 +473,18 @@ def with_prompt_chunks(model: ModelSpec, formats: Formats, work: Work, *, chunks
                         experts_touched_per_layer=touched, routing_draws=draws, activation_ends_bytes={
                             k: work.activation_ends_bytes.get(k, 0.0) + extra.activation_ends_bytes.get(k, 0.0)
                             for k in sorted(work.activation_ends_bytes.keys() | extra.activation_ends_bytes.keys())})
+
+
+def attention_scaled(work: Work, factor: Any) -> Work:
+    """``work`` with its attention side (the attention projections' and the attention core's FLOP, KV reads and
+    writes, the attention block's activations) times ``factor``: what one rank does when it carries ``factor``
+    times its even share of the sequences (attention data parallelism puts a sequence's attention on one rank)."""
+    f = np.asarray(factor, dtype=float)
+    flop = {k: v * f if k in ("attention_proj", "attention_core") else v for k, v in work.flop.items()}
+    ends = {k: v * f if k == "attention" else v for k, v in work.activation_ends_bytes.items()}
+    extra = (f - 1.0) * work.activation_ends_bytes.get("attention", 0.0)
+    return attrs.evolve(work, flop=flop, kv_read_bytes=work.kv_read_bytes * f, kv_write_bytes=work.kv_write_bytes * f,
+                        activation_ends_bytes=ends, activation_bytes=work.activation_bytes + extra)
 
 
 #: pass_work's remembered answers by the model's identity, the formats and the scalar arguments
@@ -409,12 +504,12 @@ def _value_key(a: Any) -> tuple[Any, ...]:
 
 def pass_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any, prefix_tokens: Any,
               logits_per_seq: Any, mla_absorbed: bool, chunks: Any = 0.0, chunk_tokens: Any = 0.0,
-              chunk_prefix: Any = 0.0) -> Work:
+              chunk_prefix: Any = 0.0, chunk_attention_scale: Any = 1.0) -> Work:
     """:func:`count_work` of one pass, with :func:`with_prompt_chunks` when ``chunks`` ride along; for arguments
     of a few points the answer is remembered (a calibration times every row hundreds of times under new engine
     parameters, which never change the counts). The remembered Work is shared: callers only read it (the
     timing layer builds new records from it; nothing here or there writes into a Work)."""
-    args = (batch, new_tokens, prefix_tokens, logits_per_seq, chunks, chunk_tokens, chunk_prefix)
+    args = (batch, new_tokens, prefix_tokens, logits_per_seq, chunks, chunk_tokens, chunk_prefix, chunk_attention_scale)
     small = all(np.size(a) <= _REMEMBERED_SIZE for a in args)
     key = (formats, mla_absorbed, *(_value_key(a) for a in args)) if small else None
     hit = _PASS_WORK.get((model,), key) if key is not None else MISSING
@@ -424,7 +519,7 @@ def pass_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any
                       logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
     if np.any(np.asarray(chunks) > 0):
         work = with_prompt_chunks(model, formats, work, chunks=chunks, chunk_tokens=chunk_tokens,
-                                  chunk_prefix=chunk_prefix)
+                                  chunk_prefix=chunk_prefix, attention_scale=chunk_attention_scale)
     return _PASS_WORK.put((model,), key, _sealed(work)) if key is not None else work
 
 

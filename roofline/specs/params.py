@@ -56,6 +56,7 @@ def _p(default: float, validators: list[Any]) -> Any:
 FAMILIES = ("gpu", "groq", "cerebras", "sambanova", "d-matrix", "tpu", "trainium", "gaudi", "cpu", "generic")
 COLLECTIVES = ("ring", "scheduled", "auto", "none")
 ADMISSIONS = ("paged", "reserve")
+MOE_DISPATCHES = ("gather", "alltoall")
 OVERLAPS = ("pass", "kernel")
 
 
@@ -166,6 +167,18 @@ class EngineParams:
       1 + slope x log2(ep) (:func:`roofline.physics.work.expert_load_imbalance`); it scales that rank's expert
       matmuls and the tokens it receives. 0.17 = DeepSeek-V3's measured routing without a load balancer (SGLang's
       simulation, EP 8-64); about 0.04 with EPLB's redundant experts; 0 = perfectly balanced routing.
+    * ``attention_dp_balance``: whether an engine with attention data parallelism synchronises its ranks' prompt
+      phases (TensorRT-LLM's ``attention_dp_config.enable_balance``) or places each arriving prompt on one rank
+      while the others decode (the default of TensorRT-LLM, vLLM and SGLang; None = that): then the step waits
+      for the rank carrying the prompts (:func:`roofline.physics.work.rider_rank_share`).
+    * ``moe_dispatch``: how attention data-parallel ranks hand their tokens to the experts: ``gather`` (every rank
+      all-gathers every token, runs its experts on them and reduce-scatters the outputs: vLLM's default
+      ``--all2all-backend allgather_reducescatter``, https://docs.vllm.ai/en/latest/configuration/engine_args.html;
+      TensorRT-LLM's CUTLASS MoE under attention DP, "fp4_allgather + FusedMoe Op + reducescatter",
+      https://github.com/NVIDIA/TensorRT-LLM/blob/000a01de66f0eab4ab05640711f0253f50f5209c/tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py,
+      which keeps it whenever EP <= top-k or without multi-node NVLink) or ``alltoall`` (each token's top-k copies
+      sent to the experts' ranks: DeepEP, TensorRT-LLM's MNNVL all-to-all on GB200 NVL72 with EP > top-k);
+      None = gather.
     * ``family``: the device family this profile describes.
     * ``m_tile``: rows of the matmul unit's tile; a pass over T tokens computes ceil(T/m_tile) x m_tile
       rows (1 = matrix-vector native: nothing wasted at batch 1).
@@ -252,6 +265,9 @@ class EngineParams:
     usable_memory_fraction: float = _p(0.95, _frac)
     expert_imbalance: float = _p(1.0, [in_range(1)])
     expert_load_slope: float = _p(0.17, _nonneg)
+    attention_dp_balance: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
+        attrs.validators.instance_of(bool)))
+    moe_dispatch: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(MOE_DISPATCHES)))
     family: str = attrs.field(default="gpu", validator=one_of(FAMILIES))
     m_tile: float = _p(1.0, [in_range(1)])
     tier_bandwidth_fraction: Mapping[str, float] = attrs.field(
@@ -539,7 +555,7 @@ STACK_WEIGHT_ONLY_KERNEL = {"gpt-fast": "tinygemm"}
 STACK_SETTINGS: dict[str, dict[str, Any]] = {
     "collective": STACK_COLLECTIVES, "kv_admission": STACK_ADMISSION, "chunked_prefill": STACK_CHUNKED_PREFILL,
     "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT, "expert_recipe": STACK_EXPERT_RECIPE,
-    "weight_only_kernel": STACK_WEIGHT_ONLY_KERNEL}
+    "weight_only_kernel": STACK_WEIGHT_ONLY_KERNEL, "attention_dp_balance": {}, "moe_dispatch": {}}
 
 
 @attrs.frozen(kw_only=True)
