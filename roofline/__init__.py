@@ -49,8 +49,8 @@ from .physics.speculative import (
     optimal_gamma_closed_form,
     speedup_closed_form,
 )
+from .physics.stage_result import StageResult
 from .physics.stages import decode_step, draft, draft_head, max_batch, prefill, verify
-from .physics.timing import StageResult
 from .physics.work import forward_work
 from .serving.emit import LaunchCommand, launch_command
 from .serving.frontier import compare_frontiers, pareto_frontier
