@@ -155,7 +155,8 @@ def _rate(device: Device, cls: str) -> float:
             f"{device.id} has no native {cls} units (native: {', '.join(device.native) or 'none'}); choose formats "
             f"it runs natively (e.g. {suggest} for the weights, KV and activations{int8}) or supply the rate as a "
             f"what-if, {device.id}.compute.{cls}=VALUE")
-    return device.get(f"compute.{cls}")
+    rate = device.peak_flop_per_s.get(cls)   # the field compute.<cls> reads, without the path lookup
+    return rate if rate is not None else device.get(f"compute.{cls}")   # unpublished: get says how to supply it
 
 
 _COMPONENT_WEIGHTS = (("attention", "mlp", "shared_experts", "router"), ("experts",), ("lm_head",))
