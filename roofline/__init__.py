@@ -33,7 +33,8 @@ from . import startup
 
 startup.guard()   # first: Ctrl-C while the command is still importing exits 130 with one line, no traceback
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from . import records  # noqa: F401  (first: lets records with read-only mappings be pickled)
 from .errors import InfeasibleError, NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, WorkloadError
@@ -49,18 +50,9 @@ from .physics.speculative import (
     optimal_gamma_closed_form,
     speedup_closed_form,
 )
+from .physics.stage_result import StageResult
 from .physics.stages import decode_step, draft, draft_head, max_batch, prefill, verify
-from .physics.timing import StageResult
 from .physics.work import forward_work
-from .serving.emit import LaunchCommand, launch_command
-from .serving.frontier import compare_frontiers, pareto_frontier
-from .serving.load import LoadResult, Workload, max_rate, serve_at_rate
-from .serving.load_sizing import LoadOption, LoadTarget, size_at_rate
-from .serving.serve import Placement, Request, ServingResult, evaluate_serving
-from .serving.sizing import Option, Target, size
-from .serving.speculation import SpecResult, optimal_gamma, speculative_round
-from .serving.sweep import SweepResult, pareto_mask, sweep
-from .serving.trust import interval, with_intervals
 from .specs.devices import Device, Link, MemoryTier, list_devices, load_device, override
 from .specs.execution import family_profile, resolve_profile
 from .specs.formats import Format, Formats, get_format, list_formats
@@ -75,6 +67,32 @@ from .specs.prices import Price, Prices, shipped_prices
 from .specs.resolve import resolve_group
 from .units import parse_quantity
 from .version import __version__
+
+if TYPE_CHECKING:   # imported on first use (:func:`__getattr__`); named here for type checkers
+    from .serving.emit import LaunchCommand, launch_command
+    from .serving.frontier import compare_frontiers, pareto_frontier
+    from .serving.load import LoadResult, Workload, max_rate, serve_at_rate
+    from .serving.load_sizing import LoadOption, LoadTarget, size_at_rate
+    from .serving.serve import Placement, Request, ServingResult, evaluate_serving
+    from .serving.sizing import Option, Target, size
+    from .serving.speculation import SpecResult, optimal_gamma, speculative_round
+    from .serving.sweep import SweepResult, pareto_mask, sweep
+    from .serving.trust import interval, with_intervals
+
+#: The serving layer's public names and the module of each, imported on first use: ``import roofline`` for a
+#: stage call does not build the serving, planning and load records (issue 51: import within 1.8x of numpy and
+#: attrs).
+_LAZY: dict[str, str] = {name: module for module, names in {
+    "serving.emit": ("LaunchCommand", "launch_command"),
+    "serving.frontier": ("compare_frontiers", "pareto_frontier"),
+    "serving.load": ("LoadResult", "Workload", "max_rate", "serve_at_rate"),
+    "serving.load_sizing": ("LoadOption", "LoadTarget", "size_at_rate"),
+    "serving.serve": ("Placement", "Request", "ServingResult", "evaluate_serving"),
+    "serving.sizing": ("Option", "Target", "size"),
+    "serving.speculation": ("SpecResult", "optimal_gamma", "speculative_round"),
+    "serving.sweep": ("SweepResult", "pareto_mask", "sweep"),
+    "serving.trust": ("interval", "with_intervals"),
+}.items() for name in names}
 
 #: An execution profile (one family's efficiencies and fixed costs); the same record as EngineParams.
 ExecutionProfile = EngineParams
@@ -97,7 +115,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``rl.DEFAULT_PARAMS``: the shipped calibration's parameters, read on first use (not at import)."""
+    """The serving layer's names (:data:`_LAZY`), imported on first use and kept; ``rl.DEFAULT_PARAMS``: the
+    shipped calibration's parameters, read on first use (not at import)."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
     if name == "DEFAULT_PARAMS":
         return default_params()
     raise AttributeError(f"module 'roofline' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -45,6 +45,8 @@ def as_array(name: str, value: ArrayLike) -> Array:
     if isinstance(value, (str, bytes)) or value is None:
         raise WorkloadError(f"{name} must be a number or an array of numbers, got {value!r}")
     try:   # a copy: a result must not change when the caller reuses the array it passed
+        if type(value) is int or type(value) is float:   # one plain number (not a bool): one conversion
+            return np.array(value, dtype=float)
         if np.asarray(value).dtype == np.bool_:   # True is not a batch of 1
             raise WorkloadError(f"{name} must be numbers, got booleans {show(value)}")
         a = np.array(value, dtype=float)
@@ -191,12 +193,13 @@ def check_grid(*arrays: Any, names: Sequence[str] = (), bytes_per_point: float =
             [str(np.shape(a)) for a in arrays]
         raise WorkloadError(f"workload arguments of shapes {', '.join(shapes)} do not broadcast together; give each "
                             "swept argument its own axis (batch=B[:, None], gamma=G[None, :])") from None
-    points = int(np.prod(shape, dtype=float))
+    points = math.prod(shape)
     if points > MAX_POINTS:
         raise WorkloadError(f"a grid of {points:,} points is beyond the {MAX_POINTS:,} one call evaluates; "
                             "split the sweep into chunks")
-    need, have = points * bytes_per_point, usable_memory_bytes()
-    if need > have:   # refused before allocating: numpy would raise MemoryError part-way, or the OS kill us
+    # refused before allocating: numpy would raise MemoryError part-way, or the OS kill us
+    need = points * bytes_per_point
+    if need > 0 and need > (have := usable_memory_bytes()):
         raise WorkloadError(f"a grid of {points:,} points needs about {need / 1e9:.3g} GB of memory ({bytes_per_point:,.0f} "
                             f"bytes a point), more than the {have / 1e9:.3g} GB this machine has; split the sweep "
                             "into chunks")

@@ -1,5 +1,5 @@
 """The house rules, checked by parsing the package: layers import one way, no cycles, no private names across
-modules, no file reading below the interface outside ``specs``, short functions, sources inside the repository."""
+modules, no file reading below the interface outside ``specs``, short functions and modules, sources inside the repository."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ LAYERS = {
     "roofline.evidence": 4, "roofline": 4.5, "roofline.ui": 5, "roofline.__main__": 6,
 }
 MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 800
 
 
 def _module_name(path: Path) -> str:
@@ -137,6 +138,14 @@ def test_functions_are_short(path):
             for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, long
+
+
+def test_modules_are_short():
+    """No module of the package over MAX_MODULE_LINES lines (issue 51: a module a maintainer can read in one
+    sitting; a longer one is split along a seam, its names re-exported where callers import them)."""
+    long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
     assert not long, long
 
 

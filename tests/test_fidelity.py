@@ -155,7 +155,7 @@ def test_gpu_busy_floors_are_the_energy_fit():
     edit, or new rows without a refit, moves them off that minimum and fails here): each is checked against its
     grid neighbours, the others fixed; the floors by bound beat no floor and the single floor of 0.73 of TDP they
     replace. The search itself is run on a few rows."""
-    from roofline.evidence.calibrate import NO_FLOOR, POWER_GRIDS, _energy_errors, _floor_costs, fit_power_floor, row_family
+    from roofline.evidence.power_fit import NO_FLOOR, POWER_GRIDS, _energy_errors, _floor_costs, fit_power_floor, row_family
     gpu = [r for r in read_rows(shipped_data()) if row_family(r) == "gpu"]
     power = [r for r in gpu if r.get("metric") == "power_w"]
     energy = [r for r in gpu if r.get("metric") == "energy_per_token_j"]

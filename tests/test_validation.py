@@ -557,7 +557,8 @@ def test_a_parameter_hidden_under_a_longer_cost_keeps_its_fitted_value(monkeypat
     they were: a host cost hidden under the GPU's step at the fitted value but not at the pooled one keeps the
     fitted value (so the profile predicts its rows as the fit did), and the profile says why."""
     import roofline.evidence.calibrate as cal
-    from roofline.evidence.calibrate import _blind_note, _pool_blind, _stack_layout, _unseen_by_rows
+    from roofline.evidence.calibrate import _pool_blind, _stack_layout, _unseen_by_rows
+    from roofline.evidence.fit_report import _blind_note
     rows = [attrs.evolve(ROWS[0], id=f"x#{i}") for i in range(30)]
     monkeypatch.setattr(cal, "row_stack_family", lambda r: "x")
     # a step of 1 s of GPU work with the host's per-sequence cost (64 sequences) overlapped under it
@@ -589,7 +590,7 @@ def test_a_parameter_hidden_under_a_longer_cost_keeps_its_fitted_value(monkeypat
 def test_uncertainty_notes_say_when_a_fit_stopped_at_a_bound():
     """A parameter at one of its physical bounds has a standard error that means nothing: the profile says so
     instead of printing it (and says it beside "not identified")."""
-    from roofline.evidence.calibrate import _note
+    from roofline.evidence.fit_report import _note
 
     def _notes(name, value, se):
         return _note(name, value, se)[1]

@@ -29,114 +29,66 @@ from __future__ import annotations
 
 import math
 import random
-import re
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import numpy as np
 
 from ..errors import RooflineError
-from ..specs.execution import family_profile, resolve_profile
+from ..specs.execution import family_profile
 from ..specs.params import (
     NOT_IN_PROFILE_FILES,
     PLATFORM_OWN,
-    STACK_SET,
     EngineParams,
     Profile,
-    StackChoice,
     family_chain,
     parent_family,
     platform_donors,
-    profile_toml,
     with_platform_of,
-    with_values,
-    write_profile,
 )
-from ..specs.resolve import resolve_device, resolve_model
+from .fit_report import (
+    UNIDENTIFIED,
+    assessment,
+    fit_record,
+    profile_text,
+    save_profile,
+    stack_record,
+    standard_error_record,
+    uncertainty,
+)
+from .fit_space import (
+    BOUNDS,
+    EARLY_BUILDS,
+    FITTED_GRADES,
+    MIN_PLATFORM_ROWS,
+    PER_FAMILY,
+    PLATFORM_FULL,
+    SHARED,
+    Fit,
+    bound_side,
+    fitted_row,
+    row_family,
+)
+from .layer_fit import SMALL_MODEL_PARAMS, LayerFit, fit_layer_overhead
+from .power_fit import NO_FLOOR, POWER_GRIDS, PowerFit, fit_power_floor
 from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_family, shipped_data
 from .workers import Workers, check_jobs
 from .workers import workers as workers_for
 
-#: name -> (lower bound, upper bound, scale used inside the optimiser). The bounds bracket the physical ranges
-#: of docs/theory.md: a pass costs 0.05-0.3 ms of fixed time with CUDA graphs and over 1 ms without (§1.2;
-#: bounds 20 us-2 ms), a collective 5-20 us of NCCL small-message
-#: latency (§5.1; bounds 2-20 us), a request at most 200 ms of serving overhead before its first token
-#: (HTTP, tokenisation, admission), a running sequence at most 200 us of host time per step, a kernel at most
-#: 10 us of launch gap and tail (1-3 us inside CUDA graphs, 5-10 us launched one by one); they keep the
-#: fit from turning a fixed cost into a catch-all for what the model misses.
-BOUNDS: dict[str, tuple[float, float, float]] = {
-    "memory_bandwidth_fraction": (0.3, 1.0, 1.0),
-    "compute_fraction": (0.2, 1.0, 1.0),
-    "low_precision_compute_scale": (0.3, 1.0, 1.0),
-    "fp4_compute_scale": (0.3, 1.0, 1.0),
-    "step_overhead_s": (20e-6, 2e-3, 1e-4),
-    "kernel_overhead_s": (0.0, 10e-6, 1e-6),
-    "collective_base_s": (2e-6, 20e-6, 1e-5),
-    "prefill_compute_scale": (0.2, 1.0, 1.0),
-    "request_overhead_s": (0.0, 0.2, 0.01),
-    "sequence_overhead_s": (0.0, 200e-6, 1e-5),
-    "dequant_ops_per_element": (0.0, 32.0, 1.0),
-    "allreduce_bandwidth_fraction": (0.2, 1.0, 1.0),
-}
-PER_FAMILY = ("memory_bandwidth_fraction", "compute_fraction", "prefill_compute_scale", "step_overhead_s",
-              "request_overhead_s", "sequence_overhead_s")
-#: A stack's platform build (``sglang-rocm-gfx942``) is fitted apart from the family it specialises only with at
-#: least this many rows; fewer rows fit with that family (:func:`_stack_layout`).
-MIN_PLATFORM_ROWS = 4
-#: A platform build with MIN_PLATFORM_ROWS or more rows, but fewer than twice PLATFORM_FULL, fits PLATFORM_OWN of
-#: its own (the CUDA stacks share one kernel gap).
-SHARED = tuple(k for k in BOUNDS if k not in PER_FAMILY)
-#: What a platform build with rows for each of these twice over fits of its own.
-PLATFORM_FULL = PER_FAMILY + tuple(k for k in PLATFORM_OWN if k not in PER_FAMILY)
+#: The names this module held before the parameter space (:mod:`.fit_space`), the fit's report
+#: (:mod:`.fit_report`) and the layer and power fits (:mod:`.layer_fit`, :mod:`.power_fit`) moved out; still
+#: importable from here.
+__all__ = [
+    "BOUNDS", "DEQUANT_START", "EARLY_BUILDS", "FITTED_GRADES", "FOLD_BY", "F_SCALE", "MAX_LEVERAGE",
+    "MIN_PLATFORM_ROWS", "NO_FLOOR", "PER_FAMILY", "PLATFORM_FULL", "PLATFORM_OWN", "POWER_GRIDS", "SHARED", "SHRINK",
+    "SMALL_MODEL_PARAMS", "UNIDENTIFIED", "Fit", "LayerFit", "PowerFit", "approximate_loo", "assessment",
+    "bound_side", "builds_left_out", "calibrate", "fit_layer_overhead", "fit_power_floor", "fit_record", "fitted_row",
+    "heldout_fold", "profile_text", "row_family", "save_profile", "stack_record", "standard_error_record",
+    "uncertainty",
+]
 
 
-@attrs.frozen(kw_only=True)
-class Fit:
-    """A calibration: the fitted profile, standard errors by parameter set (``default``, ``*`` for the
-    parameters the stack families share, one per family), the rows used and skipped, and the errors."""
 
-    profile: Profile
-    standard_errors: dict[str, dict[str, float]]
-    rows: list[str]
-    skipped: list[dict[str, str]]
-    #: of ``rows``, those the fit predicts without fitting them (grades outside :data:`FITTED_GRADES`)
-    checked_rows: tuple[str, ...] = ()
-    median_abs_error: float
-    loo_median_abs_error: float | None     # held-out error (``holdout`` says how rows were held out)
-    loo_errors: dict[str, float] | None
-    holdout: str = ""
-    #: held-out rows whose stack build (:func:`roofline.evidence.validate.row_stack_family`) no training row of
-    #: their fold shares: predicted with the parameters of the family the build specialises (or the pooled ones), with
-    #: the kernel efficiencies and gap of the same ISA's other builds where the training rows fit any (platform_donors)
-    heldout_unseen_builds: frozenset[str] = frozenset()
-    #: row id -> (predicted - measured) / measured under the fit without that row, estimated by one Newton step
-    #: from the full fit (:func:`approximate_loo`); NaN for a row too influential to estimate that way
-    approx_loo_errors: dict[str, float] = attrs.field(factory=dict)
-    #: the stack builds the rows measured (:func:`roofline.evidence.validate.row_stack_family`), sorted
-    builds: tuple[str, ...] = ()
-    #: per stack family, the parameters none of its rows responds to that took the pooled fit's value
-    #: (:func:`_unseen_by_rows`); a blind parameter not listed is hidden under a longer cost and kept as fitted
-    pooled_params: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
-    #: the partial pooling the fit ran with (:data:`SHRINK`; 0: none)
-    shrink: float = 0.0
-
-    def heldout_split(self) -> dict[str, dict[str, float]]:
-        """Median held-out |error| and row count of the rows whose stack build other rows in training share
-        (``seen``) and of those whose build left with their fold (``unseen``): a publication of a known build or
-        a new build. A group without rows is left out."""
-        errs = self.loo_errors or {}
-        out: dict[str, dict[str, float]] = {}
-        for name, keep in (("seen", False), ("unseen", True)):
-            mine = [abs(e) for k, e in errs.items() if (k in self.heldout_unseen_builds) == keep]
-            if mine:
-                out[name] = {"median_abs_error": float(np.median(mine)), "rows": len(mine)}
-        return out
-
-    @property
-    def approx_loo_median_abs_error(self) -> float | None:
-        errs = [abs(e) for e in self.approx_loo_errors.values() if math.isfinite(e)]
-        return float(np.median(errs)) if errs else None
 
 
 class _Layout:
@@ -216,11 +168,6 @@ class _Layout:
         for j, (i, m, _scale) in enumerate(self.prior_pairs):
             out[j, i] = out[j, m] = True
         return out
-
-
-def row_family(row: Row) -> str:
-    """The execution family of a row's device (``gpu``, ``groq``, ...)."""
-    return resolve_device(row.get("hardware")).family
 
 
 def _usable(rows: list[Row], base: EngineParams) -> tuple[list[Row], list[dict[str, str]]]:
@@ -327,37 +274,6 @@ SHRINK = 2.0
 #: Rows at least this influential (leverage) are not estimated by one Newton step: without them the fit may lose
 #: a parameter, which a local step cannot see (:func:`approximate_loo` gives them NaN).
 MAX_LEVERAGE = 0.9
-#: The grades (data README) of the rows the fit moves its parameters with. Rows of grade C (a vendor claim or a
-#: third-party measurement with the setup partly assumed: ML.ENERGY's unpublished prompt lengths) and D (second
-#: hand) are predicted by the fitted parameters and reported with the others (in-sample, leave-one-out and held
-#: out, where each is out of sample by construction), but a setup the row does not carry would leak into a
-#: stack's constants: fitted with them, one fold put vLLM's request overhead at 153 ms to absorb ML.ENERGY's B200
-#: rows (docs/validation.md).
-FITTED_GRADES = ("A", "B")
-
-
-#: Builds measured while their kernels for the model were still being brought up, several times slower than the
-#: same stack's releases a few months on: DeepSeek-V3/R1 on AMD's February 2025 staging images (SGLang 0.4.2 on
-#: rocm/sglang-staging, vLLM 0.7.3.dev on rocm/vllm-dev:vllm-ds3-staging; dstack's MI300X runs): 34-46 ms per token
-#: at 4 concurrent requests where SGLang 0.5.5 on the same GPUs takes 27 (InferenceMAX); DeepSeek-R1 at batch 1 on
-#: 8 B200s in TensorRT-LLM's pre-GTC 2025 build (tech blog 1's MTP table: 111 TPS/user without MTP, 253 with MTP3),
-#: which the same blog's later kernels took from 253 to 299 and 340 TPS/user at the same strict acceptance
-#: (https://github.com/NVIDIA/TensorRT-LLM/blob/01c4ece911eb569e72cf4177f83238a0520641c2/docs/source/blogs/tech_blog/blog1_Pushing_Latency_Boundaries_Optimizing_DeepSeek-R1_Performance_on_NVIDIA_B200_GPUs.md).
-#: Predicted and reported, not fitted: one parameter set cannot describe both builds, and the later one is what
-#: users run.
-EARLY_BUILDS = re.compile(r"staging|pre-GTC", re.IGNORECASE)
-
-
-def fitted_row(row: Row) -> bool:
-    """Whether the fit uses ``row`` (its grade is in :data:`FITTED_GRADES` and its build is not an early one,
-    :data:`EARLY_BUILDS`), rather than only predicting it. Rows at a latency-bound load (``batch = slo``) are
-    predicted, never fitted: they test the queues of :mod:`roofline.serving.load` on the fitted physics. So are
-    ``speedup`` rows: a ratio of two predictions on one stack, which tests the speculative round, not the stack's
-    constants."""
-    return (row.get("grade") in FITTED_GRADES and not EARLY_BUILDS.search(row.get("stack"))
-            and row.get("batch") != "slo" and row.get("metric") != "speedup")
-
-
 def approximate_loo(res: Any, f_scale: float = F_SCALE, n_rows: int | None = None) -> np.ndarray:
     """Each row's log residual under the fit without it, from the full fit ``res`` of scipy least squares with
     ``loss="soft_l1"`` and this ``f_scale`` (the formula below is that loss's; another loss needs its own),
@@ -646,327 +562,3 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams, shrink: f
         params = with_platform_of(per[fam] if fam is not None else pooled(), [per[d] for d in donors])
         out[r.id] = float(predict_row(r, params) / float(r.get("value")) - 1)
     return out
-
-
-def bound_side(name: str, value: float) -> str | None:
-    """``"lower"`` or ``"upper"`` where a fitted parameter stopped at that bound of :data:`BOUNDS`, else None
-    (also for a parameter the calibration does not fit)."""
-    if name not in BOUNDS:
-        return None
-    lo, hi, scale = BOUNDS[name]
-    return next((s for b, s in ((lo, "lower"), (hi, "upper")) if abs(value - b) <= 1e-4 * scale), None)
-
-
-def stack_record(choice: StackChoice, prof: Profile) -> dict[str, Any]:
-    """What ``--stack`` chose, for the JSON ``stack`` record and the line under the tables: the stack, the build
-    the GPUs run, the fitted set that answers for it, and that set's parameters its rows do not pin down (with
-    the value used and whether it sits at a bound of the fit); ``at_bound``, its identified parameters the fit
-    stopped at a bound of their physical range (:data:`BOUNDS`: its rows would push them further, so the model
-    misses something there); ``settings``, the engine settings the stack fixes (:data:`STACK_SETTINGS
-    <roofline.specs.params.STACK_SETTINGS>`: all-reduce, KV admission, prompt chunking, ...);
-    ``platform_parameters_from``, the same ISA's builds whose efficiencies and kernel gap it borrowed
-    (:func:`roofline.specs.params.platform_donors`), whose own loose ends then count for those parameters."""
-    names = set(prof.not_identified(choice.fitted))
-    if choice.platform_from:
-        names = (names - set(PLATFORM_OWN)) | {k for d in choice.platform_from for k in prof.not_identified(d)
-                                                if k in PLATFORM_OWN}
-    values = {name: getattr(choice.params, name) for name in sorted(names)}
-    loose = {name: {"value": v, "at_bound": bound_side(name, v)} for name, v in values.items()}
-    at_bound = {k: {"value": getattr(choice.params, k), "bound": side} for k in BOUNDS
-                if k not in names and (side := bound_side(k, getattr(choice.params, k)))}
-    settings = {k: getattr(choice.params, k) for k in STACK_SET if getattr(choice.params, k) is not None}
-    return {"name": choice.name, "build": choice.build, "parameters": choice.fitted,
-            "fitted_on_other_platform": choice.other_platform,
-            "platform_parameters_from": list(choice.platform_from), "not_identified": loose, "at_bound": at_bound,
-            "settings": settings}
-
-
-#: Kinds of note on a fitted parameter (:func:`assessment`) that say the data do not identify it.
-UNIDENTIFIED = ("not identified", "hidden")
-
-
-def _note(name: str, value: float, se: float | None) -> tuple[str, str]:
-    """(kind, text) of a fitted parameter's note from its value and standard error."""
-    if se is None:
-        return "", ""
-    side = bound_side(name, value)
-    if not math.isfinite(se) or se > max(abs(value), 1e-300):
-        return "not identified", f"not identified by this data (+/- {se:.2g})" + (f", at its {side} bound" if side else "")
-    if side:
-        return "bound", f"at its {side} bound (its standard error does not apply)"
-    return "se", f"+/- {se:.3g}"
-
-
-def _blind_note(name: str, value: float, pooled: bool) -> tuple[str, str]:
-    """(kind, text) of a parameter no row of its stack responds to at the optimum: ``pooled`` when it took the
-    pooled value (:func:`_unseen_by_rows`), else hidden under a longer cost and kept as fitted."""
-    if pooled:
-        return "pooled", "no row of this stack responds to it: the pooled value"
-    side = bound_side(name, value)
-    return "hidden", ("hidden under a longer cost in every row of this stack (no row responds to a small change, "
-                      "the pooled value would move them): kept where the fit left it"
-                      + (f", at its {side} bound" if side else ""))
-
-
-def assessment(fit: Fit) -> dict[str, dict[str, tuple[str, str]]]:
-    """Per parameter set and name, (kind, text): ``se`` (``+/- se``); ``not identified`` where the standard
-    error exceeds the value itself (the data cannot tell the parameter from zero); ``bound`` where the fit stopped
-    at a physical bound of :data:`BOUNDS` (a standard error there means nothing); ``tied`` for a platform build's
-    parameter taken from the family it specialises; ``pooled`` or ``hidden`` for one no row of its stack
-    responds to (:func:`_blind_note`)."""
-    out: dict[str, dict[str, tuple[str, str]]] = {"default": {}}
-    for k, se in fit.standard_errors.get("default", {}).items():
-        out["default"][k] = _note(k, getattr(fit.profile.default, k), se)
-    full = {f for f in fit.profile.families if set(PER_FAMILY) <= set(fit.standard_errors.get(f, {}))}
-    for fam, p in fit.profile.families.items():
-        up = next((f for f in family_chain(fam)[1:] if f in full), None) if fam not in full else None
-        tied = {k: ("tied", f"as {up} (too few rows to fit it apart)") for k in PER_FAMILY if k not in PLATFORM_OWN} if up else {}
-        ses = {**fit.standard_errors.get("*", {}), **fit.standard_errors.get(fam, {})}
-        pooled = fit.pooled_params.get(fam, frozenset())
-        blind = {k: _blind_note(k, getattr(p, k), k in pooled) for k, se in
-                 fit.standard_errors.get(fam, {}).items() if not math.isfinite(se) and k in PLATFORM_FULL}
-        out[fam] = {**{k: _note(k, getattr(p, k), se) for k, se in ses.items()}, **tied, **blind}
-    return out
-
-
-def uncertainty(fit: Fit) -> dict[str, dict[str, str]]:
-    """Per parameter set and name, the text of its note (:func:`assessment`), as the profile's comments say it."""
-    return {name: {k: text for k, (_kind, text) in notes.items()} for name, notes in assessment(fit).items()}
-
-
-def fit_record(fit: Fit, *, data: str) -> dict[str, Any]:
-    """What a fit says of itself (a profile's ``[fit]`` table): the data, rows and median |error| in-sample,
-    estimated leave-one-out and held out, and the parameters its data do not identify (``set.name``)."""
-    # five decimals: a percentage printed to one decimal from the record is not rounded twice (0.09548 -> 9.5%)
-    record: dict[str, Any] = {"data": data, "rows": len(fit.rows), "median_abs_error": round(fit.median_abs_error, 5)}
-    if fit.checked_rows:
-        record["checked_rows"] = len(fit.checked_rows)
-        record["checked"] = (f"rows of grade other than {' or '.join(FITTED_GRADES)} or of an early build "
-                             f"(EARLY_BUILDS): predicted by this fit, not "
-                             "fitted; every median of this record counts them as predicted")
-    if fit.shrink:
-        record["shrink"] = fit.shrink
-    if fit.approx_loo_median_abs_error is not None:
-        record["loo_approx_median_abs_error"] = round(fit.approx_loo_median_abs_error, 5)
-        unestimated = sum(1 for e in fit.approx_loo_errors.values() if not math.isfinite(e))
-        record["loo_approx"] = "one Newton step per row from this fit" + (
-            f"; {unestimated} rows too influential to estimate, left out of the median" if unestimated else "")
-    if fit.loo_median_abs_error is not None:
-        record["heldout_median_abs_error"] = round(fit.loo_median_abs_error, 5)
-        record["heldout"] = fit.holdout
-        for name, part in fit.heldout_split().items():
-            record[f"heldout_{name}_build_median_abs_error"] = round(part["median_abs_error"], 5)
-            record[f"heldout_{name}_build_rows"] = part["rows"]
-    missing = sorted(f"{name}.{k}" for name, notes in assessment(fit).items() for k, (kind, _text) in notes.items()
-                     if kind in UNIDENTIFIED)
-    if missing:
-        record["not_identified"] = missing
-    if fit.builds:
-        record["builds"] = list(fit.builds)
-    record["standard_errors"] = standard_error_record(fit.standard_errors.get("default", {}))
-    return record
-
-
-def standard_error_record(errors: Mapping[str, float]) -> dict[str, float]:
-    """The default set's finite standard errors, to three significant figures (the ``[fit]`` record's
-    ``standard_errors``, what `roofline show` prints beside a fitted value)."""
-    return {k: float(f"{se:.3g}") for k, se in sorted(errors.items()) if math.isfinite(se)}
-
-
-def profile_text(fit: Fit, *, data: str) -> str:
-    """The profile file of a fit, with each parameter's uncertainty and the fit's record."""
-    return profile_toml(fit.profile, uncertainty=uncertainty(fit), fit=fit_record(fit, data=data))
-
-
-def save_profile(fit: Fit, path: str, *, data: str) -> None:
-    """Write ``fit`` as a profile every command accepts with ``--profile`` (atomically)."""
-    write_profile(path, profile_text(fit, data=data))
-
-
-#: "Smallest models" for a family fit: the per-layer latency is fitted on these and checked on larger ones.
-SMALL_MODEL_PARAMS = 10e9
-
-
-@attrs.frozen(kw_only=True)
-class LayerFit:
-    """A dataflow family's per-layer stage latency fitted on its smallest models' batch-1 rows (and the extra
-    latency of an MoE layer on its smallest MoE model's rows), and how the fitted values predict the family's
-    other rows, which the fit never saw."""
-
-    family: str
-    layer_overhead_s: float
-    moe_layer_overhead_s: float | None
-    fitted_rows: dict[str, float]          # row id -> the per-layer latency that row alone implies
-    held_out_errors: dict[str, float]      # row id -> (predicted - measured) / measured with the fitted values
-
-
-def _tpot_s(row: Row, value: float) -> float:
-    metric = row.get("metric")
-    if metric == "decode_tokens_per_s_per_user":
-        return 1.0 / value
-    if metric == "itl_ms":
-        return value / 1e3
-    raise RooflineError(f"{row.id}: a layer-latency fit needs decode speed or ITL, not {metric}")
-
-
-def _implied(rows: list[Row], params: EngineParams, layers: Any) -> dict[str, float]:
-    """Per row: (measured TPOT - TPOT predicted with ``params``) / layers(model)."""
-    out = {}
-    for r in rows:
-        m = resolve_model(r.get("model"))
-        out[r.id] = (_tpot_s(r, float(r.get("value"))) - _tpot_s(r, predict_row(r, params))) / layers(m)
-    return out
-
-
-def fit_layer_overhead(rows: list[Row], family: str) -> LayerFit:
-    """Fit ``layer_overhead`` (and ``moe_layer_overhead``) of ``family`` in closed form.
-
-    For each plain batch-1 decode row of a small dense model (<= 10B parameters) the per-layer time left
-    after everything else the model predicts is (measured TPOT - predicted TPOT without it) / layers; the fit
-    is the median over those rows. The MoE extra is fitted the same way on the rows of the family's smallest
-    MoE model, per MoE layer. Every other row of the family is then predicted and reported as held out.
-    """
-    base = family_profile(family).profile
-    mine = [r for r in rows if r.get("spec_method") in ("", "none") and row_family(r) == family
-            and r.get("batch") == "1" and r.get("metric") in ("decode_tokens_per_s_per_user", "itl_ms")]
-    models = {r.id: resolve_model(r.get("model")) for r in mine}
-    small = [r for r in mine if not models[r.id].is_moe and models[r.id].total_params <= SMALL_MODEL_PARAMS]
-    if not small:
-        raise RooflineError(f"no small-model (<= 10B) batch-1 decode rows of family {family} to fit on")
-    zero = with_values(base, {"layer_overhead_s": 0.0, "moe_layer_overhead_s": 0.0}, what=f"{family} fit")
-    implied = _implied(small, zero, lambda m: m.num_layers)
-    layer = float(np.median(list(implied.values())))
-    use = with_values(zero, {"layer_overhead_s": layer}, what=f"{family} fit")
-    moe_rows = [r for r in mine if models[r.id].is_moe]
-    moe = None
-    if moe_rows:
-        smallest = min((models[r.id] for r in moe_rows), key=lambda m: m.total_params).id
-        extra = _implied([r for r in moe_rows if models[r.id].id == smallest], use, lambda m: m.num_moe_layers)
-        implied.update(extra)
-        moe = float(np.median(list(extra.values())))
-        use = with_values(use, {"moe_layer_overhead_s": moe}, what=f"{family} fit")
-    held = {}
-    for r in (r for r in rows if row_family(r) == family and r.id not in implied):
-        try:
-            held[r.id] = predict_row(r, use) / float(r.get("value")) - 1
-        except RooflineError:
-            continue
-    return LayerFit(family=family, layer_overhead_s=layer, moe_layer_overhead_s=moe, fitted_rows=implied,
-                    held_out_errors=held)
-
-
-#: The GPU busy floors fitted on measured power (the other power fields are measured on our H200, gpu.toml), each
-#: with the grid it is searched on: the bandwidth-bound floor from our H200's graph-replayed batch-1 decode step
-#: (0.57 of TDP, h200_microbench.json run 5) to TDP, the communication floor from 0 (idle) to TDP.
-POWER_GRIDS: dict[str, np.ndarray] = {
-    "busy_floor_fraction": np.round(np.arange(0.57, 1.0001, 0.01), 2),
-    "communication_floor_fraction": np.round(np.arange(0.0, 1.0001, 0.01), 2)}
-
-
-@attrs.frozen(kw_only=True)
-class PowerFit:
-    """The GPU family's busy floors fitted on measured power rows, and how they predict every energy row (the
-    J-per-token rows are not used by the fit: they check it). ``held_out_rows``: with ``holdout``, each row's
-    error under floors fitted on the folds without it."""
-
-    floors: dict[str, float]               # POWER_GRIDS field -> fitted value
-    fitted_rows: dict[str, float]          # power row id -> error at the fitted floors
-    checked_rows: dict[str, float]         # energy-per-token row id -> error at the fitted floors
-    median_abs_error_before: float         # power rows with no floor (the linear utilisation model alone)
-    holdout: str | None = None             # "hardware" or "model": what the held-out folds group by
-    held_out_rows: dict[str, float] = attrs.field(factory=dict)   # every energy row id -> held-out error
-
-    @property
-    def floor_fraction(self) -> float:
-        """The bandwidth-bound floor (``busy_floor_fraction``)."""
-        return self.floors["busy_floor_fraction"]
-
-
-def _what_if(floors: Mapping[str, float]) -> dict[str, float]:
-    return {f"execution.{k}": float(v) for k, v in floors.items()}
-
-
-def _energy_errors(rows: list[Row], profile: Profile, floors: Mapping[str, float]) -> dict[str, float]:
-    out = {}
-    for r in rows:
-        try:
-            p = predict_row(r, row_params(profile, r), _what_if(floors))
-        except RooflineError:
-            continue
-        out[r.id] = p / float(r.get("value")) - 1
-    return out
-
-
-def _floor_costs(points: list[dict[str, float]], rows: list[Row], profile: Profile) -> list[float]:
-    """The power rows' summed squared log error at each set of busy floors (inf where none can be predicted)."""
-    out = []
-    for floors in points:
-        errs = np.array(list(_energy_errors(rows, profile, floors).values()))
-        out.append(float(np.sum(np.log1p(errs) ** 2)) if errs.size else math.inf)
-    return out
-
-
-NO_FLOOR = {"busy_floor_fraction": 0.0, "compute_floor_fraction": 0.0, "communication_floor_fraction": 0.0,
-            "fixed_floor_fraction": 0.0}
-
-
-def _search_floors(power: list[Row], profile: Profile, workers: Workers | None) -> dict[str, float]:
-    """Coordinate search on :data:`POWER_GRIDS`: each floor in turn is set to its grid's least-cost point (every
-    fifth point, then the points around the best), until neither moves."""
-    start = resolve_profile(resolve_device("h100-sxm"))
-    best = {k: float(getattr(start, k)) for k in POWER_GRIDS}
-
-    def costs(points: list[dict[str, float]]) -> list[float]:
-        return (_floor_costs(points, power, profile) if workers is None
-                else workers.map_rows(_floor_costs, points, power, profile))
-
-    for _ in range(6):
-        before = dict(best)
-        for name, grid in POWER_GRIDS.items():
-            coarse = [float(v) for v in grid[::5]]
-            c = costs([{**best, name: v} for v in coarse])
-            i = int(np.searchsorted(grid, coarse[int(np.argmin(c))]))
-            fine = [float(v) for v in grid[max(i - 4, 0):i + 5]]
-            c = costs([{**best, name: v} for v in fine])
-            best[name] = fine[int(np.argmin(c))]
-        if best == before:
-            break
-    return best
-
-
-def _fold_key(row: Row, holdout: str) -> str:
-    return row.get("hardware") if holdout == "hardware" else row.get("model")
-
-
-def fit_power_floor(rows: list[Row], profile: Profile, jobs: int = 1, holdout: str | None = None) -> PowerFit:
-    """Fit the gpu family's busy floors (:data:`POWER_GRIDS`) to the measured ``power_w`` rows of GPUs.
-
-    Busy power is idle + (TDP - idle) x utilisation, never below a floor set by what bounds each part of the
-    step (:func:`roofline.physics.energy.busy_floor_w`): fixed costs at idle, the compute-bound floor and the
-    share of compute time that reaches it measured on our H200 (gpu.toml); the bandwidth-bound and the
-    communication floors are fitted here, on grids of 0.01 within physical bounds, to minimise the power rows'
-    squared log error (time parameters fixed at ``profile``). J-per-token rows are then predicted as a check.
-    ``holdout`` ("hardware" or "model") refits without each group of rows in turn and predicts that group's
-    power and J-per-token rows (the rows are one publication's: ML.ENERGY's). ``jobs`` > 1 shares each grid
-    among that many processes (the same numbers).
-    """
-    check_jobs(jobs)
-    if holdout not in (None, "hardware", "model"):
-        raise RooflineError(f"holdout must be 'hardware' or 'model', got {holdout!r}")
-    gpu = [r for r in rows if row_family(r) == "gpu"]
-    power = [r for r in gpu if r.get("metric") == "power_w"]
-    energy = [r for r in gpu if r.get("metric") == "energy_per_token_j"]
-    if not power:
-        raise RooflineError("no measured GPU power rows (metric power_w) to fit the busy floor on")
-    held: dict[str, float] = {}
-    with workers_for(jobs) as workers:
-        best = _search_floors(power, profile, workers)
-        for key in sorted({_fold_key(r, holdout) for r in power}) if holdout else ():
-            floors = _search_floors([r for r in power if _fold_key(r, holdout) != key], profile, workers)
-            held.update(_energy_errors([r for r in gpu if _fold_key(r, holdout) == key and r.get("metric") in
-                                        ENERGY_METRICS], profile, floors))
-    fitted = _energy_errors(power, profile, best)
-    checked = _energy_errors(energy, profile, best)
-    before = np.abs(list(_energy_errors(power, profile, NO_FLOOR).values()))
-    return PowerFit(floors=best, fitted_rows=fitted, checked_rows=checked,
-                    median_abs_error_before=float(np.median(before)), holdout=holdout, held_out_rows=held)

@@ -34,7 +34,7 @@ from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.groups import DeviceGroup
 from ..workload import in_range
-from .timing import StageResult
+from .stage_result import StageResult
 
 Array = NDArray[np.float64]
 

@@ -510,7 +510,7 @@ def pass_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any
     parameters, which never change the counts). The remembered Work is shared: callers only read it (the
     timing layer builds new records from it; nothing here or there writes into a Work)."""
     args = (batch, new_tokens, prefix_tokens, logits_per_seq, chunks, chunk_tokens, chunk_prefix, chunk_attention_scale)
-    small = all(np.size(a) <= _REMEMBERED_SIZE for a in args)
+    small = all(_size(a) <= _REMEMBERED_SIZE for a in args)
     key = (formats, mla_absorbed, *(_value_key(a) for a in args)) if small else None
     hit = _PASS_WORK.get((model,), key) if key is not None else MISSING
     if hit is not MISSING:
@@ -550,7 +550,9 @@ def _attention_core_flop(m: ModelSpec, B: Any, n: Any, p: Any, mla_absorbed: boo
     """FLOP of QK^T and AV over the attended query-key pairs (full and sliding layers), MLA absorbed or not."""
     nL, nh = m.num_layers, m.num_heads
     n_full = nL - m.num_sliding_layers
-    pairs = n_full * attended_pairs(p, n) + m.num_sliding_layers * attended_pairs(p, n, m.sliding_window)
+    pairs = n_full * attended_pairs(p, n)
+    if m.num_sliding_layers:   # without sliding layers the term is 0 (x + 0.0 is x: the same numbers)
+        pairs = pairs + m.num_sliding_layers * attended_pairs(p, n, m.sliding_window)
     if m.is_mla:
         dc, dr = m.kv_lora_rank or 0, m.qk_rope_head_dim or 0
         if mla_absorbed:

@@ -11,8 +11,8 @@ from numpy.typing import NDArray
 
 from ..errors import RooflineError
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
+from ..physics.stage_result import StageResult
 from ..physics.stages import decode_step, max_batch, prefill
-from ..physics.timing import StageResult
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams

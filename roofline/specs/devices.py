@@ -28,8 +28,8 @@ import attrs
 from ..errors import NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, did_you_mean
 from ..units import parse_quantity
 from ..workload import in_range, one_of
+from .engine_params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
 from .files import loads_toml, read_text
-from .params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
 
 STATUSES = ("shipping", "announced")
 #: Rates and sizes below these are not hardware (a 1e-300 FLOP/s peak would make every time infinite).

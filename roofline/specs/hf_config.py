@@ -439,7 +439,14 @@ def presets_dir() -> Path:
 
 def list_models() -> list[str]:
     """Ids of the shipped model presets."""
-    return sorted(p.stem for p in presets_dir().glob("*.json"))
+    return list(_preset_ids())
+
+
+@functools.cache
+def _preset_ids() -> tuple[str, ...]:
+    """The shipped presets' ids, sorted: the package's own files, listed once per process (a glob of the folder
+    was a third of a scalar ``decode_step`` named by id)."""
+    return tuple(sorted(p.stem for p in presets_dir().glob("*.json")))
 
 
 #: a Hugging Face repository id: owner/name, as the hub spells them (https://huggingface.co/docs/hub/repositories)
@@ -464,7 +471,7 @@ def preset_repos() -> dict[str, str]:
 def names_shipped_model(text: str) -> bool:
     """Whether ``text`` names a shipped preset, by id or Hugging Face repo id, and is not written as a path."""
     key = text.strip().lower()
-    return not _written_as_path(text) and (key in list_models() or key in preset_repos())
+    return not _written_as_path(text) and (key in _preset_ids() or key in preset_repos())
 
 
 def _written_as_path(text: str) -> bool:
@@ -489,7 +496,7 @@ def load_model(id_or_path: str | os.PathLike[str]) -> ModelSpec:
                             "the path of a config.json")
     if isinstance(id_or_path, str) and not _written_as_path(text):
         key = text.strip(" ").lower()   # 'llama-3.1-8b\n' (a stray newline) is no id
-        if key in list_models():
+        if key in _preset_ids():
             return _load_preset(key)
         if key in preset_repos():
             return _load_preset(preset_repos()[key])

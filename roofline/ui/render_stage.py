@@ -10,7 +10,7 @@ import numpy as np
 from rich.console import RenderableType
 from rich.table import Table
 
-from ..physics.timing import StageResult
+from ..physics.stage_result import StageResult
 from ..specs.formats import brief
 from ..specs.groups import DeviceGroup
 from .render_common import (
