@@ -173,3 +173,14 @@ def test_tree_is_clean_under_ruff():
     p = subprocess.run([sys.executable, "-m", "ruff", "check", "--quiet", str(ROOT)], capture_output=True, text=True,
                        cwd=ROOT)
     assert p.returncode == 0, p.stdout[-3000:]
+
+
+def test_run_level_tables_are_bounded(monkeypatch):
+    """validate's tables of largest batches and latency-bound searches keep at most their limit of entries, the
+    oldest leaving first (a long notebook session or a calibration with many folds must not grow them forever)."""
+    from roofline.evidence import validate as v
+    table: dict = {}
+    monkeypatch.setattr(v, "_TABLE_LIMIT", 3)
+    for k in range(5):
+        v._bounded(table, k, k)
+    assert list(table) == [2, 3, 4]

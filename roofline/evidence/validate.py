@@ -266,6 +266,17 @@ def _placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Acceptance
 
 #: Largest batches found for ``batch = max`` rows, by (row, usable memory, group): fitting depends on memory only.
 _MAX_BATCH: dict[Any, int] = {}
+#: Entries each of the run-level tables here keeps (the shipped file's ~2,000 rows under a calibration's few memory
+#: settings fit many times over); the oldest go first.
+_TABLE_LIMIT = 20_000
+
+
+def _bounded(table: dict[Any, Any], key: Any, value: Any) -> Any:
+    """Remember ``value`` under ``key`` in ``table``, dropping its oldest entries beyond :data:`_TABLE_LIMIT`."""
+    table[key] = value
+    while len(table) > _TABLE_LIMIT:
+        del table[next(iter(table))]
+    return value
 
 
 def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[str, str], params: EngineParams,
@@ -301,9 +312,10 @@ def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: d
         key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction,
                tuple(getattr(params, f) for f in STACK_SET), group.tp, group.pp, group.ep, group.dp,
                tuple(t.capacity_bytes for t in group.device.memory))
-        if key not in _MAX_BATCH:    # memory only: the same for every efficiency a calibration tries
-            _MAX_BATCH[key] = _largest_fitting(row, model, group, fmt, params, serve)
-        return min(_MAX_BATCH[key], cap) if cap is not None else _MAX_BATCH[key]
+        largest = _MAX_BATCH.get(key)
+        if largest is None:    # memory only: the same for every efficiency a calibration tries
+            largest = _bounded(_MAX_BATCH, key, _largest_fitting(row, model, group, fmt, params, serve))
+        return min(largest, cap) if cap is not None else largest
     total = _int(row, "batch")
     if total % replicas:
         raise RooflineError(f"batch {total} does not spread evenly over {replicas} replicas")
@@ -558,11 +570,12 @@ def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, str], params: Engine
     key = (row.get("model"), group.describe(), repr(group.device), replicas, row.get("lengths"), row.get("isl"),
            row.get("osl"), tuple(limits.values()),
            repr(params), tuple(sorted(fmt.items())), tuple(sorted(settings.items())))
-    if key not in _SLO_RATES:   # a run's throughput, TTFT and TPOT rows share one search
-        _SLO_RATES[key] = (params, max_rate(model, Placement(name=row.id, decode=group),
-                                            Workload(lengths=_row_lengths(row)), limits, replicas=replicas,
-                                            params=params, formats=fmt, **settings))
-    rate, r = _SLO_RATES[key][1]
+    hit = _SLO_RATES.get(key)
+    if hit is None:   # a run's throughput, TTFT and TPOT rows share one search
+        hit = _bounded(_SLO_RATES, key, (params, max_rate(model, Placement(name=row.id, decode=group),
+                                                          Workload(lengths=_row_lengths(row)), limits,
+                                                          replicas=replicas, params=params, formats=fmt, **settings)))
+    rate, r = hit[1]
     if rate <= 0:
         raise RooflineError("no load meets the latency limits")
     total = float(r.output_tokens_per_s[0])
