@@ -98,10 +98,9 @@ def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: Ar
     S, P = check_count("prompt", prompt, minimum=1), check_count("prefix", prefix)
     Bb = check_count("batch", batch, minimum=1)
     check_grid(S, P, Bb)
-    common = dict(mla_absorbed=False, params=s.params, stage="prefill")
     if chunk is None:
         r = evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=S, prefix_tokens=P, logits_per_seq=1.0,
-                          **common)
+                          mla_absorbed=False, params=s.params, stage="prefill")
         return check_feasible(r, on_infeasible, _scalar(batch, prompt, prefix))
     C = check_whole("chunk", chunk)
     S, P, Bb = np.broadcast_arrays(S, P, Bb)
@@ -112,9 +111,10 @@ def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: Ar
     results, masks = [], []
     for j in range(int(n_chunks.max())):
         c = np.clip(S - j * C, 0, C)
-        last = (j == n_chunks - 1).astype(float)
+        last = np.asarray(j == n_chunks - 1).astype(float)
         results.append(evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=np.maximum(c, 1),
-                                     prefix_tokens=P + j * C, logits_per_seq=last, **common))
+                                     prefix_tokens=P + j * C, logits_per_seq=last, mla_absorbed=False,
+                                     params=s.params, stage="prefill"))
         masks.append(c > 0)
     out = combine(results, masks, stage=f"prefill (chunk {C})")
     return check_feasible(out, on_infeasible, _scalar(batch, prompt, prefix))
@@ -185,7 +185,7 @@ def draft_head(target: ModelLike, device: GroupLike, *, layers: int = 1, batch: 
                gamma: ArrayLike, **kwargs: object) -> StageResult:
     """gamma steps of an MTP or EAGLE-style head of ``layers`` of the target's layers (see :func:`head_model`)."""
     return draft(head_model(resolve_model(target), layers), device, batch=batch, context=context, gamma=gamma,
-                 **kwargs)  # type: ignore[arg-type]
+                 **kwargs)
 
 
 @broadcast_errors

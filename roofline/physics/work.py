@@ -88,7 +88,7 @@ class Work:
     #: The part of ``activation_bytes`` that is model-width (d) by layer part ("attention", "mlp", "experts",
     #: "lm_head"): a block's input and output, the norms, the experts' router input and combine, which every
     #: tensor-parallel rank moves whole (:func:`_activation_bytes`, :func:`count_work`).
-    activation_ends_bytes: dict[str, Array] = attrs.field(factory=dict)
+    activation_ends_bytes: dict[str, Array | float] = attrs.field(factory=dict)
     #: Positions the LM head computes logits for (batch x logits per sequence): the rows its matmul multiplies.
     logit_rows: Array = attrs.field(default=0.0)
 

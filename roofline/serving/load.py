@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import attrs
 import numpy as np
@@ -69,6 +69,7 @@ from .queueing import (
 from .serve import DEFAULT_TOKEN_BUDGET, Placement, kv_transfer_s
 
 Array = NDArray[np.float64]
+Index = NDArray[np.integer[Any]]
 #: Percentiles every load result reports.
 PERCENTILES = (50, 90, 99)
 #: Points of the midpoint rule over the residual step an arrival lands in.
@@ -234,7 +235,7 @@ def _merged(key: Array, weights: Array, k: int, *values: Array) -> tuple[Array, 
     order = np.argsort(key, kind="stable")
     cum = np.cumsum(weights[order])
     group = np.minimum((cum - weights[order] / 2) / cum[-1] * k, k - 1).astype(int)
-    w = np.bincount(group, weights=weights[order], minlength=k)
+    w = cast(Array, np.bincount(group, weights=weights[order], minlength=k))   # numpy's stub: intp even with weights
     keep = w > 0
     out = [np.bincount(group, weights=weights[order] * v[order], minlength=k)[keep] / w[keep] for v in values]
     return (*out, w[keep])
@@ -257,7 +258,7 @@ AHEAD_EDGES = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99, 1.0)
 BATCH_EDGES = (0.0, 0.5, 0.9, 1.0)
 
 
-def _atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Array, Array]:
+def _atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Index, Array]:
     """Atoms of pmfs over an ordered axis (per row), one per slice of probability between ``edges``: the index
     at the slice's middle level, weighted by the slice's width."""
     cum = np.cumsum(pmf, axis=-1)
@@ -309,12 +310,12 @@ def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Arra
     T, left = (np.take_along_axis(x, idx, axis=-1)[..., None, None, None] for x in (chain.step_s, chain.left))
     U = u[None, None, :, None, None]
     lam, room, d, full = (v[:, None, None, None, None] for v in (st.lam, st.room, st.d, chain.full_s))
-    ahead = left + came[..., None]
-    steps = np.maximum(np.ceil((ahead + n) / room - 1e-9), 1.0)
+    queued = left + came[..., None]   # the tokens ahead of it
+    steps = np.maximum(np.ceil((queued + n) / room - 1e-9), 1.0)
     later = renewal_mean((1 - U) * T + (steps - 1) * full, lam, chain.arrival_cv2) * en
-    mine = ahead + n - (steps - 1) * room
+    mine = queued + n - (steps - 1) * room
     behind = np.maximum(np.minimum(room, mine + later) - mine, 0.0)
-    ttft = (1 - U) * T + steps * d + cost * (ahead + behind) + a
+    ttft = (1 - U) * T + steps * d + cost * (queued + behind) + a
     weights = qw[..., None, None, None] * cw[..., None] * w / RESIDUAL_POINTS
     if spread is not None:
         delta, dw = spread
@@ -513,7 +514,7 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
         slots = min(slots, int(max_slots))
     if slots < 1:
         decode_step(model, group, batch=1, context=ctx, params=params, on_infeasible="raise", **fmt)
-        raise InfeasibleError(f"{model.name} on {group.shape}: no room for a sequence at context {ctx:.0f}")
+        raise InfeasibleError(f"{model.id} on {group.shape}: no room for a sequence at context {ctx:.0f}")
     grid = np.unique(np.round(np.geomspace(1, slots, min(BATCH_POINTS, slots))))
     step = decode_step(model, group, batch=grid, context=ctx, params=params, **fmt).time_s
     overhead = resolve_profile(group.device, params).request_overhead_s
@@ -600,7 +601,7 @@ class Deployment:
         decode_s = (L.output_tokens - 1)[None, :] * tpot[..., None]
         nan = np.where(stable, 1.0, np.nan)
         points = (("ttft", np.broadcast_to(own, decode_s.shape)), ("e2e", own[None, :] + decode_s))
-        out = {f"{name}_p{p}_s": v * nan for name, values in points
+        out: dict[str, Any] = {f"{name}_p{p}_s": v * nan for name, values in points
                for p, v in _percentiles(_Points(values=values, weights=np.broadcast_to(L.weights, values.shape)),
                                         wait).items()}
         ttft_mean = wait.mean_s + L.mean(own)

@@ -64,25 +64,24 @@ def smallest_group(fits: Any, device: Device, *, max_tp: int | None = None, max_
     if max_tp is None:
         max_tp = int(resolve_profile(device).max_tp)
     tps = [t for t in TP_CHOICES if t <= max_tp] or [1]
-    given = fits
 
-    def fits(g: DeviceGroup) -> bool:   # a TP that cannot split the model's heads is not a candidate
+    def holds(g: DeviceGroup) -> bool:   # a TP that cannot split the model's heads is not a candidate
         try:
-            return bool(given(g))
+            return bool(fits(g))
         except LayoutError:
             return False
     for tp in tps:
-        if fits(DeviceGroup(device=device, tp=tp)):
+        if holds(DeviceGroup(device=device, tp=tp)):
             return DeviceGroup(device=device, tp=tp)
     tp = tps[-1]
     lo, hi = 1, 2
-    while not fits(DeviceGroup(device=device, tp=tp, pp=hi)):
+    while not holds(DeviceGroup(device=device, tp=tp, pp=hi)):
         lo, hi = hi, hi * 2
         if tp * hi > max_devices:
             raise RooflineError(f"does not fit on up to {max_devices} {device.id} devices")
     while hi - lo > 1:  # fewest stages: fitting is monotone in the stage count
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(DeviceGroup(device=device, tp=tp, pp=mid)) else (mid, hi)
+        lo, hi = (lo, mid) if holds(DeviceGroup(device=device, tp=tp, pp=mid)) else (mid, hi)
     return DeviceGroup(device=device, tp=tp, pp=hi)
 
 

@@ -138,9 +138,10 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
     check_instance("power", power, PowerModel, optional=False)
     tg = resolve_group(verify_on)
     dg = resolve_group(draft_on) if draft_on is not None else tg
+    between = get_link(link)
     fmt = Formats.for_model(tgt, **check_format_keys(target_formats, "target_formats"), devices=(tg.device,))
     plan = RoundPlan(target=tgt, target_group=tg, target_formats=fmt,
-                     drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=get_link(link),
+                     drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=between,
                      sampling=sampling, shared=dg == tg)
     acc = _acceptance(acceptance)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
@@ -150,11 +151,11 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
     rnd = run_round(plan, batch=B, gamma=G, context=L, params=p)
     base = evaluate_pass(tgt, tg, plan.target_formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
                          mla_absorbed=True, stage="decode", params=p)
-    return _result(plan, rnd, base, acc, G, B, L, power)
+    return _result(plan, drafter, between, rnd, base, acc, G, B, L, power)
 
 
-def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: Array, L: Array,
-            power: PowerModel) -> SpecResult:
+def _result(plan: RoundPlan, drafter: Drafter, link: GroupLink, rnd: Any, base: Any, acc: Acceptance, G: Array,
+            B: Array, L: Array, power: PowerModel) -> SpecResult:
     shape = rnd.fits.shape
     nan = np.where(rnd.fits, 1.0, np.nan)
     E = np.broadcast_to(acc.expected_tokens(G), shape)
@@ -170,9 +171,9 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         base_energy = group_busy_w(tg, base, power) * base.time_s * power.pue / B   # the target group alone
     full = lambda a: np.broadcast_to(a, shape)  # noqa: E731
     return SpecResult(
-        target=plan.target.id, draft=plan.drafter.describe(plan.target), draft_kind=plan.drafter.kind,
+        target=plan.target.id, draft=drafter.describe(plan.target), draft_kind=drafter.kind,
         target_group=tg.describe(), draft_group=dg.describe(),
-        link="same devices" if plan.shared else plan.link.name, acceptance=acc.describe(), gamma=full(G),
+        link="same devices" if plan.shared else link.name, acceptance=acc.describe(), gamma=full(G),
         batch=full(B), context=full(L), expected_tokens=E, alpha=full(acc.alpha_or_nan(G)), draft_s=rnd.draft_s * nan,
         verify_s=rnd.verify.time_s * nan, transfer_s=rnd.transfer_s * nan, round_s=round_s,
         tokens_per_s_per_user=E / round_s, tokens_per_s=B * E / round_s, baseline_decode_s=full(base.time_s),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import attrs
 
@@ -81,7 +82,7 @@ def resolve_group(group: GroupLike, *, tp: int | None = None, ep: int | None = N
         base = DeviceGroup(device=load_device(name), tp=t, pp=p)
     else:
         raise WorkloadError(f"a device group is {SYNTAX}, a Device or a DeviceGroup, got {group!r}")
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     for key, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
         if value is None:
             continue
