@@ -179,7 +179,7 @@ def _formats(row: Row, device: Device) -> dict[str, str | None]:
     return {"weights": w, "experts": e, "kv": kv, "activations": "fp8" if low and device.supports("fp8") else sixteen}
 
 
-def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, str | None], batch: int | None,
+def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, Any], batch: int | None,
             context: int, params: EngineParams) -> tuple[DeviceGroup, int]:
     """The row's device group and how many data-parallel replicas of it run: its tp x pp (x ep), with
     n_devices = replicas x tp x pp; or from n_devices alone the family's layout (TP up to the family's
@@ -270,7 +270,7 @@ def _placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Acceptance
 _MAX_BATCH: dict[Any, int] = {}
 
 
-def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[str, str | None], params: EngineParams,
+def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[str, Any], params: EngineParams,
                      serve: Any) -> int:
     isl, osl = _int(row, "isl"), _int(row, "osl")
     paged = (row.get("serving") or "static") == "continuous" and params.kv_admission != "reserve"
@@ -284,7 +284,7 @@ def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[s
     return int(fits[-1]) + 1
 
 
-def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: dict[str, str | None],
+def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: dict[str, Any],
            params: EngineParams, serve: Any) -> int:
     """Sequences per replica: ``max`` = the largest batch the serving model holds (continuous batching: at the
     steady-state mean context isl + osl/2 of a paged KV cache, with the step's prefill workspace; static: at
@@ -484,13 +484,13 @@ def _submitter_layouts(row: Row, model: ModelSpec, device: Device, params: Engin
             if t <= max_tp and n % t == 0 and model.num_heads % t == 0 and t % ep == 0 and t % dp == 0]
 
 
-def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str | None], params: EngineParams, group: DeviceGroup,
+def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, Any], params: EngineParams, group: DeviceGroup,
                 replicas: int) -> tuple[float, float]:
     """(total output tokens/s, the row's metric) on ``replicas`` copies of ``group``."""
     metric, isl, osl = row.get("metric"), _int(row, "isl"), _int(row, "osl")
     placement, gamma, acceptance = _placement(row, group)
 
-    settings = {arg: _int(row, col) for col, arg in SERVING_COLUMNS.items() if row.get(col)}
+    settings: dict[str, Any] = {arg: _int(row, col) for col, arg in SERVING_COLUMNS.items() if row.get(col)}
     shapes = CompiledShapes(**{arg: _int(row, col) for col, arg in COMPILED_COLUMNS.items() if row.get(col)})
 
     def serve(batch: Any) -> Any:
@@ -537,7 +537,7 @@ def _row_lengths(row: Row) -> Lengths:
                       np.maximum(h.output_tokens * osl / h.mean_output_tokens, 1.0), h.weights, name=h.name)
 
 
-def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, str | None], params: EngineParams, group: DeviceGroup,
+def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, Any], params: EngineParams, group: DeviceGroup,
                  replicas: int) -> tuple[float, float]:
     """(total output tokens/s, the row's metric) at the largest Poisson rate whose p99 TTFT and p99 TPOT meet the
     row's limits (MLPerf Server and Interactive, whose LoadGen sends queries as a Poisson process:

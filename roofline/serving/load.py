@@ -54,8 +54,7 @@ from ..specs.groups import DeviceGroup
 from ..specs.lengths import Lengths
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
-from ..specs.resolve import ModelLike, resolve_model
-from ..workload import check_whole
+from ..workload import check_instance, check_whole
 from .queueing import (
     StepChain,
     WaitTail,
@@ -504,7 +503,7 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
     or fixed costs, which the decode step it rides pays anyway (Sarathi-Serve's piggybacking). ``prompts_ride``
     False: prompts run elsewhere
     (a disaggregated prefill pool), the steps carry none."""
-    fmt = formats.names()
+    fmt: dict[str, Any] = formats.names()
     ctx = float(round(decode_context(lengths)))
     # on a pipeline the batch runs as pp microbatches in flight, each scheduled against the whole budget (as
     # :func:`roofline.serving.serve._token_budget` says): a step of the pipeline carries pp budgets of tokens
@@ -611,11 +610,11 @@ class Deployment:
                             utilisation=np.maximum(decode.decode_utilisation, wait.rho) * nan)
 
 
-def deployment(model: ModelLike, placement: Placement, workload: Workload, *, replicas: int = 1,
+def deployment(model: ModelSpec, placement: Placement, workload: Workload, *, replicas: int = 1,
                prefill_groups: int = 1, token_budget: int = DEFAULT_TOKEN_BUDGET, max_slots: int | None = None,
                params: EngineParams | None = None, formats: Mapping[str, Any] | None = None) -> Deployment:
     """``replicas`` copies of ``placement`` serving ``workload``, priced once (:func:`serve_at_rate`)."""
-    m = resolve_model(model)
+    m = check_instance("model", model, ModelSpec, optional=False)
     if not isinstance(placement, Placement):
         raise WorkloadError(f"placement must be a Placement, got {type(placement).__name__}")
     if not isinstance(workload, Workload):
@@ -635,14 +634,15 @@ def deployment(model: ModelLike, placement: Placement, workload: Workload, *, re
     if placement.prefill is None:
         return out
     new = np.maximum(np.round(L.input_tokens * (1 - workload.prefix_hit)), 1.0)
+    names: dict[str, Any] = fmt.names()
     pre = np.asarray(prefill(m, placement.prefill, prompt=new, prefix=L.input_tokens - new, params=p,
-                             **fmt.names()).time_s, dtype=float)
+                             **names).time_s, dtype=np.float64)
     own = (pre + kv_transfer_s(m, placement, fmt.kv, L.input_tokens, pre)
            + resolve_profile(placement.prefill.device, p).request_overhead_s)
     return attrs.evolve(out, prefill_s=pre, prompt_s=own)
 
 
-def serve_at_rate(model: ModelLike, placement: Placement, workload: Workload, rate_per_s: ArrayLike,
+def serve_at_rate(model: ModelSpec, placement: Placement, workload: Workload, rate_per_s: ArrayLike,
                   **kw: Any) -> LoadResult:
     """TTFT, ITL, TPOT and E2E percentiles and each pool's utilisation when ``rate_per_s`` requests/s (an array
     sweeps) arrive at ``replicas`` copies of ``placement`` (module docstring). Aggregated: prompts ride each
@@ -658,7 +658,7 @@ def serve_at_rate(model: ModelLike, placement: Placement, workload: Workload, ra
 RATE_BISECTIONS = 12
 
 
-def max_rate(model: ModelLike, placement: Placement, workload: Workload, limits: Mapping[str, float],
+def max_rate(model: ModelSpec, placement: Placement, workload: Workload, limits: Mapping[str, float],
              **kw: Any) -> tuple[float, LoadResult]:
     """The largest request rate whose percentiles meet ``limits`` (``{"ttft_p99_s": 2.0, "tpot_p99_s": 0.2}``)
     and its result (:func:`best_rate`); 0 (and the result at the lowest rate tried) where none does."""

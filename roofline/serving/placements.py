@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import LayoutError, RooflineError
+from ..errors import LayoutError, RooflineError, WorkloadError
 from ..physics.stages import decode_step, prefill
 from ..physics.stages import draft as draft_stage
 from ..specs.devices import Device
@@ -96,9 +96,9 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
     for checked in (m, dm) if dm is not None else (m,):
         check_context(checked, request)   # no placement serves a request longer than the model's context
     kinds = [resolve_device(d) for d in check_devices(devices, (str, os.PathLike, Device))]
-    tf = dict(target_formats or {})
+    tf: dict[str, Any] = dict(target_formats or {})
     end = request.input_tokens + request.output_tokens
-    nan = dict(params=params, on_infeasible="nan")
+    nan: dict[str, Any] = dict(params=params, on_infeasible="nan")
     cache: dict[tuple[str, str], DeviceGroup | Failure] = {}
 
     def group_for(stage: str, dev: Device) -> DeviceGroup | Failure:
@@ -113,7 +113,9 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
                     cache[key] = smallest_group(lambda g: bool(prefill(m, g, prompt=request.input_tokens, batch=pb,
                                                                        **tf, **nan).fits), dev)
                 else:
-                    fmt = draft_formats(DeviceGroup(device=dev))
+                    if dm is None:   # a draft stage is asked for only with a draft model
+                        raise WorkloadError("a draft stage needs a draft model")
+                    fmt: dict[str, Any] = draft_formats(DeviceGroup(device=dev))
                     cache[key] = smallest_group(lambda g: bool(draft_stage(dm, g, batch=batch, context=end, gamma=1,
                                                                            **fmt, **nan).fits), dev)
             except RooflineError as e:

@@ -48,7 +48,7 @@ from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats, check_format_keys
 from ..specs.groups import DeviceGroup
-from ..specs.links import GroupLink, get_link
+from ..specs.links import LINKS, GroupLink, get_link
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.prices import Prices, shipped_prices
@@ -161,8 +161,8 @@ class Placement:
     head_layers: int = 1
     #: tokens verified per round when the draft is a tree (:class:`~roofline.serving.round.RoundPlan`); None: a chain
     tree_tokens: int | None = None
-    kv_link: GroupLink = attrs.field(factory=lambda: get_link("nvlink"))
-    draft_link: GroupLink = attrs.field(factory=lambda: get_link("pcie5"))
+    kv_link: GroupLink = attrs.field(factory=lambda: LINKS["nvlink"])
+    draft_link: GroupLink = attrs.field(factory=lambda: LINKS["pcie5"])
 
     @name.validator
     def _name(self, _a: attrs.Attribute, v: Any) -> None:   # rows and comparisons are told apart by it
@@ -472,7 +472,7 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
                    batch: Array, step_s: Array, queue_s: Array, prefill_batch: int, chunk: int,
                    params: EngineParams) -> _Prefill:
     isl = request.input_tokens
-    kw = dict(params=params, on_infeasible="nan", **fmt.names())
+    kw: dict[str, Any] = dict(params=params, on_infeasible="nan", **fmt.names())
     aggregated = placement.prefill is None
     if aggregated and mode == "continuous":
         # the new prompt is prefilled in chunks of up to `chunk` tokens (whole where the stack does not chunk) as
@@ -571,7 +571,7 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
 
 
 @broadcast_errors
-def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *, batch: ArrayLike,
+def evaluate_serving(model: ModelSpec, placement: Placement, request: Request, *, batch: ArrayLike,
                      gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
                      prefill_batch: int = 1, chunk: int = DEFAULT_TOKEN_BUDGET, poll_steps: int = 1,
                      target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
@@ -586,7 +586,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     ``prices`` (default: the shipped ``hardware_specs/prices/prices.toml``) turn devices into dollars.
     ``shapes``: a static-shape engine's compiled shapes (:class:`CompiledShapes`), at which its passes are timed.
     """
-    m = resolve_model(model)
+    m = check_instance("model", model, ModelSpec, optional=False)
     if not isinstance(placement, Placement) or not isinstance(request, Request):
         raise WorkloadError("evaluate_serving needs a Placement and a Request")
     B, G, acc = _checked(placement, batch=batch, gamma=gamma, acceptance=acceptance, mode=mode,
