@@ -90,8 +90,7 @@ SPEC_ARGS = ["--target", "gpt-oss-120b", "--draft", "gpt-oss-draft-1.6b", "--dra
 def spec_json(quick: bool, repeat: int) -> dict:
     """`roofline spec` over batch x gamma with --json in a fresh interpreter (wall time, peak resident memory)
     against the library's scan in this process."""
-    from roofline.serving.speculation import optimal_gamma
-    from roofline.serving_api import speculative_round
+    from roofline import optimal_gamma, speculative_round
     from roofline.specs.resolve import resolve_group
     side = 30 if quick else 300
     n = np.arange(1, side + 1)
