@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
+from roofline import Placement, Request, evaluate_serving
 from roofline.serving.placements import smallest_group
-from roofline.serving.serve import Placement, Request, evaluate_serving
 from roofline.ui.output import run_example
 
 MODEL = "llama-3.1-70b"

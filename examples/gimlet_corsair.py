@@ -31,8 +31,8 @@ from rich.console import Console
 from rich.table import Table
 
 import roofline as rl
+from roofline import decode_step
 from roofline.physics.energy import idle_w
-from roofline.physics.stages import decode_step
 from roofline.serving.frontier import Frontier, compare_frontiers, pareto_frontier
 from roofline.serving.sensitivity import input_range
 from roofline.specs.params import shipped_profile

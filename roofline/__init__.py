@@ -37,6 +37,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import records  # noqa: F401  (first: lets records with read-only mappings be pickled)
+from .api import decode_step, draft, draft_head, max_batch, prefill, verify
 from .errors import InfeasibleError, NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, WorkloadError
 from .physics.energy import DEFAULT_POWER, PowerModel
 from .physics.speculative import (
@@ -51,7 +52,6 @@ from .physics.speculative import (
     speedup_closed_form,
 )
 from .physics.stage_result import StageResult
-from .physics.stages import decode_step, draft, draft_head, max_batch, prefill, verify
 from .physics.work import forward_work
 from .specs.devices import Device, Link, MemoryTier, list_devices, load_device, override
 from .specs.execution import family_profile, resolve_profile
@@ -71,13 +71,14 @@ from .version import __version__
 if TYPE_CHECKING:   # imported on first use (:func:`__getattr__`); named here for type checkers
     from .serving.emit import LaunchCommand, launch_command
     from .serving.frontier import compare_frontiers, pareto_frontier
-    from .serving.load import LoadResult, Workload, max_rate, serve_at_rate
+    from .serving.load import LoadResult, Workload
     from .serving.load_sizing import LoadOption, LoadTarget, size_at_rate
-    from .serving.serve import Placement, Request, ServingResult, evaluate_serving
+    from .serving.serve import Placement, Request, ServingResult
     from .serving.sizing import Option, Target, size
-    from .serving.speculation import SpecResult, optimal_gamma, speculative_round
-    from .serving.sweep import SweepResult, pareto_mask, sweep
+    from .serving.speculation import SpecResult, optimal_gamma
+    from .serving.sweep import SweepResult, pareto_mask
     from .serving.trust import interval, with_intervals
+    from .serving_api import evaluate_serving, max_rate, serve_at_rate, speculative_round, sweep
 
 #: The serving layer's public names and the module of each, imported on first use: ``import roofline`` for a
 #: stage call does not build the serving, planning and load records (issue 51: import within 1.8x of numpy and
@@ -85,12 +86,13 @@ if TYPE_CHECKING:   # imported on first use (:func:`__getattr__`); named here fo
 _LAZY: dict[str, str] = {name: module for module, names in {
     "serving.emit": ("LaunchCommand", "launch_command"),
     "serving.frontier": ("compare_frontiers", "pareto_frontier"),
-    "serving.load": ("LoadResult", "Workload", "max_rate", "serve_at_rate"),
+    "serving.load": ("LoadResult", "Workload"),
     "serving.load_sizing": ("LoadOption", "LoadTarget", "size_at_rate"),
-    "serving.serve": ("Placement", "Request", "ServingResult", "evaluate_serving"),
+    "serving.serve": ("Placement", "Request", "ServingResult"),
     "serving.sizing": ("Option", "Target", "size"),
-    "serving.speculation": ("SpecResult", "optimal_gamma", "speculative_round"),
-    "serving.sweep": ("SweepResult", "pareto_mask", "sweep"),
+    "serving.speculation": ("SpecResult", "optimal_gamma"),
+    "serving.sweep": ("SweepResult", "pareto_mask"),
+    "serving_api": ("evaluate_serving", "max_rate", "serve_at_rate", "speculative_round", "sweep"),   # by name
     "serving.trust": ("interval", "with_intervals"),
 }.items() for name in names}
 

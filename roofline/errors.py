@@ -7,8 +7,11 @@ catch one type and the CLI can turn any of them into one line on stderr.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
+
+#: a function type a decorator hands back unchanged
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RooflineError(Exception):
@@ -79,7 +82,7 @@ def _ragged_argument(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return ""
 
 
-def broadcast_errors(func: Any) -> Any:
+def broadcast_errors(func: F) -> F:
     """Turn numpy's shape-mismatch ValueError into a WorkloadError naming the function, and a ragged list (rows of
     unequal length) into one naming the argument (public API boundary)."""
     import functools
@@ -96,4 +99,4 @@ def broadcast_errors(func: Any) -> Any:
                 raise WorkloadError(f"{func.__name__}: {name or 'an argument'} is a ragged list (rows of unequal "
                                     "length), not an array of numbers") from None
             raise
-    return wrapper
+    return cast(F, wrapper)

@@ -52,7 +52,7 @@ def _unit_factor(unit: str, kind: str) -> float | None:
     return None
 
 
-def parse_quantity(text: str | float | int, kind: str, *, what: str = "value") -> float:
+def parse_quantity(text: object, kind: str, *, what: str = "value") -> float:
     """Parse ``"<number> <unit>"`` into base SI units of ``kind``.
 
     ``kind`` is one of ``bytes``, ``bytes_per_s``, ``flop_per_s``, ``w``, ``s``,

@@ -22,7 +22,8 @@ from roofline.physics.work import (
     kernels_per_pass,
     with_prompt_chunks,
 )
-from roofline.serving.serve import Placement, Request, evaluate_serving, offline_tokens_per_s, prefill_queue_s
+from roofline.serving.serve import Placement, Request, offline_tokens_per_s, prefill_queue_s
+from roofline.serving_api import evaluate_serving
 from roofline.specs.execution import resolve_profile
 from roofline.specs.formats import Formats, get_format
 from roofline.specs.params import STACK_COLLECTIVES, family_chain, shipped_profile, stack_family

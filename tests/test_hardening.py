@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import roofline as rl
 from roofline.errors import RooflineError
-from roofline.serving.serve import Placement, Request, evaluate_serving
+from roofline.serving.serve import Placement, Request
+from roofline.serving_api import evaluate_serving
 
 # ------------------------------------------------------------------ CLI matrix
 BAD = [

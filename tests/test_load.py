@@ -14,9 +14,10 @@ from queue_oracle import simulate_engine, simulate_pool
 
 import roofline as rl
 from roofline.errors import WorkloadError
-from roofline.serving.load import Engine, Workload, deployment, engine_load, max_rate, serve_at_rate
+from roofline.serving.load import Engine, Workload, engine_load
 from roofline.serving.queueing import backward_counts, erlang_c, step_chain, wait_tail
 from roofline.serving.serve import Placement
+from roofline.serving_api import deployment, max_rate, serve_at_rate
 from roofline.specs.lengths import Lengths, shipped_lengths
 
 BATCH = np.arange(1, 257, dtype=float)

@@ -13,8 +13,9 @@ from roofline.errors import WorkloadError
 from roofline.physics.speculative import Acceptance
 from roofline.serving.frontier import compare_frontiers, pareto_frontier
 from roofline.serving.placements import enumerate_placements
-from roofline.serving.serve import Placement, Request, evaluate_serving
+from roofline.serving.serve import Placement, Request
 from roofline.serving.whatif import elasticities
+from roofline.serving_api import evaluate_serving
 
 REQ = Request(input_tokens=8192, output_tokens=1024)
 ACC = Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})   # docs/gimlet.md §1.3
@@ -70,7 +71,7 @@ def test_what_if_bandwidth_moves_the_answer_in_the_expected_direction():
 
 def test_draft_transfer_is_the_same_round_transfer_as_the_spec_command():
     # a serving step and a standalone speculative round ship the same bytes over the same link
-    from roofline.serving.speculation import speculative_round
+    from roofline.serving_api import speculative_round
     r = evaluate_serving("gpt-oss-120b", configs()[2], REQ, batch=BATCH, gamma=GAMMA, acceptance=ACC)
     s = speculative_round(target="gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", draft_on="corsair:2",
                           batch=BATCH, context=REQ.input_tokens, acceptance=ACC, gamma=GAMMA)

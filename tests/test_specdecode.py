@@ -8,7 +8,8 @@ import pytest
 import roofline as rl
 from roofline.errors import WorkloadError
 from roofline.physics.speculative import Acceptance
-from roofline.serving.speculation import optimal_gamma, speculative_round
+from roofline.serving.speculation import optimal_gamma
+from roofline.serving_api import speculative_round
 
 KW = dict(target="gpt-oss-120b", verify_on="b200:8", draft="gpt-oss-draft-1.6b", batch=1, context=8192)
 

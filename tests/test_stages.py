@@ -10,8 +10,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import roofline as rl
+from roofline import api as stages  # the public stage functions: names resolved at the door
 from roofline.errors import InfeasibleError, NotFoundError, UnknownSpecError, WorkloadError
-from roofline.physics import stages
 
 DEFAULT_PARAMS = rl.default_params()
 
@@ -242,3 +242,18 @@ def test_a_batch_of_prompts_fills_and_drains_a_pipeline():
     assert float(four.time_s) == pytest.approx(7 / 4 * float(one.time_s), rel=1e-3)   # + 3 sequences of host cost
     d1, d4 = (stages.decode_step("llama-3.1-8b", "h100-sxm:1x4", batch=b, context=1024) for b in (1, 4))
     assert float(d4.time_s) < 1.1 * float(d1.time_s)
+
+
+def test_names_are_resolved_at_the_door_only():
+    """roofline.decode_step (the door, roofline.api) takes ids and gives what the physics gives on the records;
+    roofline.physics.stages takes records only and says where names are taken (issue 51)."""
+    from roofline.physics import stages as physics
+    model, group = rl.load_model("llama-3.1-8b"), rl.resolve_group("h100-sxm:2")
+    by_name = stages.decode_step("llama-3.1-8b", "h100-sxm:2", batch=4, context=1024)
+    assert by_name.time_s == physics.decode_step(model, group, batch=4, context=1024).time_s
+    assert stages.max_batch("llama-3.1-70b", H100, context=2048, tp=2) == physics.max_batch(
+        rl.load_model("llama-3.1-70b"), rl.resolve_group(H100), context=2048, tp=2)
+    with pytest.raises(WorkloadError, match="resolve ids"):
+        physics.decode_step("llama-3.1-8b", group, batch=1, context=1)
+    with pytest.raises(WorkloadError, match="DeviceGroup"):
+        physics.prefill(model, "h100-sxm", prompt=128)

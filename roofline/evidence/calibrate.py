@@ -143,7 +143,8 @@ class _Layout:
         out = {}
         for fam in self.families:
             tied = values.get(self.ties[fam], {}) if fam in self.ties else {}
-            out[fam] = attrs.evolve(base, **{**values.get("*", {}), **tied, **values.get(fam, {})})
+            fitted: dict[str, Any] = {**values.get("*", {}), **tied, **values.get(fam, {})}
+            out[fam] = attrs.evolve(base, **fitted)
         return out
 
     def data_keys(self) -> list[tuple[int, str, str]]:
@@ -220,9 +221,9 @@ def _stack_layout(rows: list[Row], shrink: float = 0.0) -> _Layout:
     ties: dict[str, str] = {}
     for fam in sorted(counts, key=lambda f: len(family_chain(f))):
         if parent_family(fam) and counts[fam] < 2 * len(PLATFORM_FULL):
-            up = next((f for f in family_chain(fam)[1:] if f in counts and f not in ties), None)
-            if up is not None:
-                ties[fam] = up
+            nearest = next((f for f in family_chain(fam)[1:] if f in counts and f not in ties), None)
+            if nearest is not None:
+                ties[fam] = nearest
     return _Layout(sorted(counts), merged, ties, shrink)
 
 
@@ -519,8 +520,8 @@ def _folds(rows: list[Row], holdout: str | int | None, fold_by: str = "source") 
             row_stack_family(r)
         sources.setdefault(key, set()).add(r.id)
     folds: list[set[str]] = [set() for _ in range(min(holdout, len(sources)))]
-    for ids in sorted(sources.values(), key=len, reverse=True):
-        min(folds, key=len).update(ids)
+    for members in sorted(sources.values(), key=len, reverse=True):
+        min(folds, key=len).update(members)
     return folds
 
 
@@ -543,7 +544,7 @@ def _predict_fold(rows: list[Row], fold: set[str], base: EngineParams, shrink: f
     res = _solve(train, base, layout, workers)
     per = layout.params(base, res.x)
     blind = _blind(res, layout)
-    wanted = {layout.fitted_as(row_stack_family(r)) for r in rows if r.id in fold} - {None}
+    wanted = {f for r in rows if r.id in fold if (f := layout.fitted_as(row_stack_family(r))) is not None}
     wanted |= {layout.ties[f] for f in wanted if f in layout.ties}   # whose fixed costs they share
     pooled_params: list[EngineParams] = []
 

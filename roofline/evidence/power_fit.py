@@ -97,7 +97,7 @@ def _search_floors(power: list[Row], profile: Profile, workers: Workers | None) 
     return best
 
 
-def _fold_key(row: Row, holdout: str) -> str:
+def _fold_key(row: Row, holdout: str | None) -> str:
     return row.get("hardware") if holdout == "hardware" else row.get("model")
 
 

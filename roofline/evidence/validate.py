@@ -129,7 +129,7 @@ def read_rows(path: str | os.PathLike[str]) -> list[Row]:
     rows = []
     try:
         for i, rec in enumerate(reader, start=2):
-            if rec.get(None):  # type: ignore[call-overload]
+            if rec.get(None):
                 raise SpecError(f"{p}: line {i}: more fields than columns")
             rows.append(Row(id=(rec.get("id") or f"line{i}").strip(), fields={k: v or "" for k, v in rec.items() if k}))
     except csv.Error as e:
@@ -165,7 +165,7 @@ def _int(row: Row, key: str, default: int | None = None) -> int:
 DEVICE_COUNTS = frozenset({"n_devices", "tp", "pp", "ep", "dp"})
 
 
-def _formats(row: Row, device: Device) -> dict[str, str]:
+def _formats(row: Row, device: Device) -> dict[str, str | None]:
     w = row.get("weight_dtype") or "bf16"
     e = row.get("expert_dtype") or None
     kv = row.get("kv_dtype") or "bf16"
@@ -179,7 +179,7 @@ def _formats(row: Row, device: Device) -> dict[str, str]:
     return {"weights": w, "experts": e, "kv": kv, "activations": "fp8" if low and device.supports("fp8") else sixteen}
 
 
-def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, str], batch: int | None,
+def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, Any], batch: int | None,
             context: int, params: EngineParams) -> tuple[DeviceGroup, int]:
     """The row's device group and how many data-parallel replicas of it run: its tp x pp (x ep), with
     n_devices = replicas x tp x pp; or from n_devices alone the family's layout (TP up to the family's
@@ -213,6 +213,8 @@ def _draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
     separate draft, or a head ``eagle:1``, ``mtp:1``, ``medusa:4`` (its layers; Medusa's count is its heads, all
     run in one step); empty for a head of one layer (and for n-gram lookup, which drafts with no model)."""
     kind, text = SPEC_METHODS[method], row.get("draft_model")
+    if kind is None:   # the caller asks only rows that speculate
+        raise RooflineError(f"spec_method {method} drafts nothing")
     if kind == "ngram":
         if text:
             raise RooflineError(f"spec_method ngram drafts with no model: draft_model = {text!r} is not used")
@@ -279,7 +281,7 @@ def _bounded(table: dict[Any, Any], key: Any, value: Any) -> Any:
     return value
 
 
-def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[str, str], params: EngineParams,
+def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[str, Any], params: EngineParams,
                      serve: Any) -> int:
     isl, osl = _int(row, "isl"), _int(row, "osl")
     paged = (row.get("serving") or "static") == "continuous" and params.kv_admission != "reserve"
@@ -293,7 +295,7 @@ def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[s
     return int(fits[-1]) + 1
 
 
-def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: dict[str, str],
+def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: dict[str, Any],
            params: EngineParams, serve: Any) -> int:
     """Sequences per replica: ``max`` = the largest batch the serving model holds (continuous batching: at the
     steady-state mean context isl + osl/2 of a paged KV cache, with the step's prefill workspace; static: at
@@ -433,7 +435,7 @@ def row_chunking(row: Row, params: EngineParams) -> EngineParams:
             continue
         if text not in ("yes", "no"):
             raise RooflineError(f"column {column} = {text!r} is not yes or no")
-        params = attrs.evolve(params, **{field: text == "yes"})
+        params = attrs.evolve(params, **{field: text == "yes"})  # type: ignore[arg-type]  # bool fields only
     return params
 
 
@@ -502,13 +504,13 @@ def _submitter_layouts(row: Row, model: ModelSpec, device: Device, params: Engin
             if t <= max_tp and n % t == 0 and model.num_heads % t == 0 and t % ep == 0 and t % dp == 0]
 
 
-def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineParams, group: DeviceGroup,
+def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, Any], params: EngineParams, group: DeviceGroup,
                 replicas: int) -> tuple[float, float]:
     """(total output tokens/s, the row's metric) on ``replicas`` copies of ``group``."""
     metric, isl, osl = row.get("metric"), _int(row, "isl"), _int(row, "osl")
     placement, gamma, acceptance = _placement(row, group)
 
-    settings = {arg: _int(row, col) for col, arg in SERVING_COLUMNS.items() if row.get(col)}
+    settings: dict[str, Any] = {arg: _int(row, col) for col, arg in SERVING_COLUMNS.items() if row.get(col)}
     shapes = CompiledShapes(**{arg: _int(row, col) for col, arg in COMPILED_COLUMNS.items() if row.get(col)})
 
     def serve(batch: Any) -> Any:
@@ -555,7 +557,7 @@ def _row_lengths(row: Row) -> Lengths:
                       np.maximum(h.output_tokens * osl / h.mean_output_tokens, 1.0), h.weights, name=h.name)
 
 
-def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, str], params: EngineParams, group: DeviceGroup,
+def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, Any], params: EngineParams, group: DeviceGroup,
                  replicas: int) -> tuple[float, float]:
     """(total output tokens/s, the row's metric) at the largest Poisson rate whose p99 TTFT and p99 TPOT meet the
     row's limits (MLPerf Server and Interactive, whose LoadGen sends queries as a Poisson process:
@@ -605,7 +607,7 @@ class Validation:
 
     @property
     def summary(self) -> dict[str, Any]:
-        def stats(items: list[dict[str, Any]]) -> dict[str, float]:
+        def stats(items: list[dict[str, Any]]) -> dict[str, float | None]:
             errs = np.abs([r["error"] for r in items])
             covered = [r["covered"] for r in items if r.get("covered") is not None]
             return {"n": int(errs.size), "median_abs_error": float(np.median(errs)),

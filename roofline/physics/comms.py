@@ -160,7 +160,7 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
         stage_hop = profile.pipeline_hop_s if profile.pipeline_hop_s is not None else hop
         crossing = _domain_crossings(tp, pp, domain) if out is not None else 0
         comm = comm + (pp - 1 - crossing) * (stage_hop + hidden_bytes / bw)
-        if crossing:
+        if crossing and out is not None:   # crossings only where a scale-out network joins the domains
             comm = comm + crossing * (out[1] + hidden_bytes / out[0])
     return comm
 

@@ -325,7 +325,7 @@ class Acceptance:
                                 "Acceptance.geometric(alpha), .positional([...]), .fitted({...}), "
                                 ".alpha_by_gamma({...}) or .measured({...})")
         # a record built by hand is checked as the constructors check theirs
-        if self.kind == "geometric":
+        if self.kind == "geometric" and self.alpha is not None:   # given: it is
             check_probability(self.alpha)
         elif self.kind == "positional":
             check_probability(list(self.alphas), "alphas")
@@ -346,7 +346,7 @@ class Acceptance:
     @property
     def shape(self) -> tuple[int, ...]:
         """The grid shape the acceptance adds to a workload's (an array of alphas; () otherwise)."""
-        return np.shape(self.alpha) if self.kind == "geometric" else ()
+        return np.shape(self.alpha) if self.kind == "geometric" and self.alpha is not None else ()
 
     @classmethod
     def positional(cls, alphas: ArrayLike) -> Acceptance:

@@ -78,7 +78,7 @@ class StagesFootprint:
         return self._peak("memory_per_device_bytes")
 
 
-def spread(x: Any, shape: tuple[int, ...]) -> Array:
+def spread(x: Any, shape: tuple[int, ...]) -> NDArray[Any]:
     """``np.broadcast_to(x, shape)``: a read-only view of ``x`` at ``shape``, without broadcast_to's cost where
     ``x`` already has that shape (most points a serving evaluation builds are one number)."""
     a = np.asarray(x)

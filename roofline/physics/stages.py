@@ -1,15 +1,16 @@
 """The inference stages: prefill, decode step, speculative verify and draft.
 
-Each function takes a model (preset id, config path or :class:`ModelSpec`), a
-device group (``"b200"``, ``"b200:8"``, ``"corsair:1x2"``, a spec path, a
-:class:`Device` or a :class:`DeviceGroup`) and workload arguments that
-broadcast as numpy arrays, and returns a frozen :class:`StageResult` with
-``time_s``, ``compute_s``, ``memory_s``, ``bound`` and the rest. Formats:
-``weights`` (non-expert), ``experts`` (default: the checkpoint's, e.g. MXFP4
-for gpt-oss, else ``weights``), ``kv``, ``activations``.
+Each function takes a :class:`ModelSpec`, a :class:`DeviceGroup` and workload arguments that broadcast as
+numpy arrays, and returns a frozen :class:`StageResult` with ``time_s``, ``compute_s``, ``memory_s``, ``bound``
+and the rest. Formats: ``weights`` (non-expert), ``experts`` (default: the checkpoint's, e.g. MXFP4 for gpt-oss,
+else ``weights``), ``kv``, ``activations``. Names (a preset id, a config path, ``"b200:8"``) are resolved to
+records at the door, :mod:`roofline.api` (``roofline.decode_step`` and the rest) and the command line, never
+here.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 import numpy as np
@@ -18,10 +19,9 @@ from numpy.typing import ArrayLike
 from ..errors import WorkloadError, broadcast_errors
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats
-from ..specs.groups import DeviceGroup
+from ..specs.groups import DeviceGroup, with_layout
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
-from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..workload import check_count, check_gamma, check_grid, check_whole
 from . import memory
 from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass
@@ -42,12 +42,21 @@ class Setup:
     params: EngineParams
 
 
-def setup(model: ModelLike, device: GroupLike, *, tp: int | None, ep: int | None, weights: str | None,
+def records(model: ModelSpec, device: DeviceGroup) -> None:
+    """Refuse anything but the records (a name is resolved at the door: :mod:`roofline.api`, the command line)."""
+    for name, value, kind in (("model", model, ModelSpec), ("device", device, DeviceGroup)):
+        if not isinstance(value, kind):
+            raise WorkloadError(f"{name} must be a {kind.__name__} here, got {value!r}: roofline.physics takes "
+                                "records; roofline.decode_step and the other public stage functions resolve ids")
+
+
+def setup(model: ModelSpec, device: DeviceGroup, *, tp: int | None, ep: int | None, weights: str | None,
           experts: str | None, kv: str | None, activations: str | None, params: EngineParams | None,
           head: str | None = None) -> Setup:
-    """Resolve names to records and pick the formats (the checkpoint's weight and expert formats by default)."""
-    m = resolve_model(model)
-    g = resolve_group(device, tp=tp, ep=ep)
+    """The records one stage runs on: the group with ``tp`` and ``ep`` filled in, and the formats (the
+    checkpoint's weight and expert formats by default)."""
+    records(model, device)
+    m, g = model, with_layout(device, tp=tp, ep=ep)
     if g.ep > 1 and not m.is_moe:   # it would change nothing, and look as if it had been modelled
         raise WorkloadError(f"ep={g.ep} spreads routed experts over devices, and {m.id} has none")
     if params is not None and not isinstance(params, EngineParams):
@@ -62,7 +71,7 @@ def _scalar(*values: ArrayLike) -> bool:
 
 
 @broadcast_errors
-def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, weights: str | None = None,
+def decode_step(model: ModelSpec, device: DeviceGroup, *, batch: ArrayLike, context: ArrayLike, weights: str | None = None,
                 experts: str | None = None, kv: str | None = None, activations: str | None = None, head: str | None = None,
                 tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
                 on_infeasible: str = "auto") -> StageResult:
@@ -82,7 +91,7 @@ def decode_step(model: ModelLike, device: GroupLike, *, batch: ArrayLike, contex
 
 
 @broadcast_errors
-def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: ArrayLike = 1, prefix: ArrayLike = 0,
+def prefill(model: ModelSpec, device: DeviceGroup, *, prompt: ArrayLike, batch: ArrayLike = 1, prefix: ArrayLike = 0,
             chunk: int | None = None, weights: str | None = None, experts: str | None = None, kv: str | None = None,
             activations: str | None = None, head: str | None = None, tp: int | None = None, ep: int | None = None,
             params: EngineParams | None = None, on_infeasible: str = "auto") -> StageResult:
@@ -98,10 +107,9 @@ def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: Ar
     S, P = check_count("prompt", prompt, minimum=1), check_count("prefix", prefix)
     Bb = check_count("batch", batch, minimum=1)
     check_grid(S, P, Bb)
-    common = dict(mla_absorbed=False, params=s.params, stage="prefill")
     if chunk is None:
         r = evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=S, prefix_tokens=P, logits_per_seq=1.0,
-                          **common)
+                          mla_absorbed=False, params=s.params, stage="prefill")
         return check_feasible(r, on_infeasible, _scalar(batch, prompt, prefix))
     C = check_whole("chunk", chunk)
     S, P, Bb = np.broadcast_arrays(S, P, Bb)
@@ -112,16 +120,17 @@ def prefill(model: ModelLike, device: GroupLike, *, prompt: ArrayLike, batch: Ar
     results, masks = [], []
     for j in range(int(n_chunks.max())):
         c = np.clip(S - j * C, 0, C)
-        last = (j == n_chunks - 1).astype(float)
+        last = np.asarray(j == n_chunks - 1).astype(float)
         results.append(evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=np.maximum(c, 1),
-                                     prefix_tokens=P + j * C, logits_per_seq=last, **common))
+                                     prefix_tokens=P + j * C, logits_per_seq=last, mla_absorbed=False,
+                                     params=s.params, stage="prefill"))
         masks.append(c > 0)
     out = combine(results, masks, stage=f"prefill (chunk {C})")
     return check_feasible(out, on_infeasible, _scalar(batch, prompt, prefix))
 
 
 @broadcast_errors
-def verify(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
+def verify(model: ModelSpec, device: DeviceGroup, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
            weights: str | None = None, experts: str | None = None, kv: str | None = None, activations: str | None = None,
            head: str | None = None, tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
            on_infeasible: str = "auto") -> StageResult:
@@ -155,7 +164,7 @@ def draft_steps(s: Setup, *, batch: np.ndarray, context: np.ndarray, gamma: np.n
 
 
 @broadcast_errors
-def draft(model: ModelLike, device: GroupLike, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
+def draft(model: ModelSpec, device: DeviceGroup, *, batch: ArrayLike, context: ArrayLike, gamma: ArrayLike,
           weights: str | None = None, experts: str | None = None, kv: str | None = None, activations: str | None = None,
           head: str | None = None, tp: int | None = None, ep: int | None = None, params: EngineParams | None = None,
           on_infeasible: str = "auto") -> StageResult:
@@ -181,15 +190,15 @@ def head_model(target: ModelSpec, layers: int) -> ModelSpec:
 
 
 @broadcast_errors
-def draft_head(target: ModelLike, device: GroupLike, *, layers: int = 1, batch: ArrayLike, context: ArrayLike,
-               gamma: ArrayLike, **kwargs: object) -> StageResult:
+def draft_head(target: ModelSpec, device: DeviceGroup, *, layers: int = 1, batch: ArrayLike, context: ArrayLike,
+               gamma: ArrayLike, **kwargs: Any) -> StageResult:
     """gamma steps of an MTP or EAGLE-style head of ``layers`` of the target's layers (see :func:`head_model`)."""
-    return draft(head_model(resolve_model(target), layers), device, batch=batch, context=context, gamma=gamma,
-                 **kwargs)  # type: ignore[arg-type]
+    records(target, device)
+    return draft(head_model(target, layers), device, batch=batch, context=context, gamma=gamma, **kwargs)
 
 
 @broadcast_errors
-def max_batch(model: ModelLike, device: GroupLike, *, context: ArrayLike, new_tokens: ArrayLike = 1,
+def max_batch(model: ModelSpec, device: DeviceGroup, *, context: ArrayLike, new_tokens: ArrayLike = 1,
               weights: str | None = None, experts: str | None = None, kv: str | None = None, activations: str | None = None,
               head: str | None = None, tp: int | None = None, ep: int | None = None,
               params: EngineParams | None = None) -> np.ndarray:

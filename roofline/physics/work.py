@@ -88,7 +88,7 @@ class Work:
     #: The part of ``activation_bytes`` that is model-width (d) by layer part ("attention", "mlp", "experts",
     #: "lm_head"): a block's input and output, the norms, the experts' router input and combine, which every
     #: tensor-parallel rank moves whole (:func:`_activation_bytes`, :func:`count_work`).
-    activation_ends_bytes: dict[str, Array] = attrs.field(factory=dict)
+    activation_ends_bytes: dict[str, Array | float] = attrs.field(factory=dict)
     #: Positions the LM head computes logits for (batch x logits per sequence): the rows its matmul multiplies.
     logit_rows: Array = attrs.field(default=0.0)
 
@@ -235,8 +235,8 @@ def _busiest_exact(n: int, ranks: int) -> float:
     log_pois = k * math.log(lam) - lam - np.array([math.lgamma(x + 1) for x in k])
     pois = np.exp(log_pois)
     if n > _EXACT_CHUNKS:   # Poissonized: E[max] of ranks independent Poisson(lam) counts
-        cdf = np.cumsum(pois)
-        return float(np.sum(1.0 - np.minimum(cdf, 1.0) ** ranks))
+        cdfs = np.cumsum(pois)
+        return float(np.sum(1.0 - np.minimum(cdfs, 1.0) ** ranks))
     total = math.exp(n * math.log(n) - n - math.lgamma(n + 1))   # P(S = n), S ~ Poisson(n)
     expected = 0.0
     for m in range(n):

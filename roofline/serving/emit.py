@@ -73,9 +73,10 @@ NATIVE_WEIGHTS = ("bf16", "fp16", "auto")
 #: Weight formats each engine quantizes a 16-bit checkpoint to on load -> its flag value.
 ONLINE_QUANTIZATION = {"vllm": {"fp8": "fp8"}, "sglang": {"fp8": "fp8"}, "trtllm": {}}
 #: Our KV-cache format -> each engine's KV dtype value (None: the engine default, the model's dtype).
-KV_DTYPES = {"vllm": {"bf16": "auto", "fp16": "auto", "fp8": "fp8"},
-             "sglang": {"bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3"},
-             "trtllm": {"bf16": None, "fp16": None, "fp8": "fp8"}}
+KV_DTYPES: dict[str, dict[str, str | None]] = {
+    "vllm": {"bf16": "auto", "fp16": "auto", "fp8": "fp8"},
+    "sglang": {"bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3"},
+    "trtllm": {"bf16": None, "fp16": None, "fp8": "fp8"}}
 _HF = re.compile(r"https?://huggingface\.co/([^/\s]+/[^/\s]+)")
 #: Each engine's default memory share: vLLM's --gpu-memory-utilization and TensorRT-LLM's
 #: --kv_cache_free_gpu_memory_fraction (of the memory the weights leave); SGLang computes its own (see above).
@@ -243,7 +244,7 @@ def launch_command(engine: str, model: ModelSpec, option: Any, *, request: Reque
         raise WorkloadError(f"{engine} does not run on {option.device} ({vendor}); it runs on "
                             f"{' and '.join(ENGINE_VENDORS[engine])} GPUs")
     check_context(model, request)   # the engine would refuse to start
-    fmt = dict(formats or option.formats)
+    fmt: dict[str, Any] = dict(formats or option.formats)
     notes: list[str] = []
     placeholders: dict[str, str] = {}
     kv = KV_DTYPES[engine].get(fmt.get("kv", "bf16"), "unsupported")

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import attrs
 import numpy as np
@@ -54,8 +54,7 @@ from ..specs.groups import DeviceGroup
 from ..specs.lengths import Lengths
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
-from ..specs.resolve import ModelLike, resolve_model
-from ..workload import check_whole
+from ..workload import check_instance, check_whole
 from .queueing import (
     StepChain,
     WaitTail,
@@ -69,6 +68,7 @@ from .queueing import (
 from .serve import DEFAULT_TOKEN_BUDGET, Placement, kv_transfer_s
 
 Array = NDArray[np.float64]
+Index = NDArray[np.integer[Any]]
 #: Percentiles every load result reports.
 PERCENTILES = (50, 90, 99)
 #: Points of the midpoint rule over the residual step an arrival lands in.
@@ -234,7 +234,7 @@ def _merged(key: Array, weights: Array, k: int, *values: Array) -> tuple[Array, 
     order = np.argsort(key, kind="stable")
     cum = np.cumsum(weights[order])
     group = np.minimum((cum - weights[order] / 2) / cum[-1] * k, k - 1).astype(int)
-    w = np.bincount(group, weights=weights[order], minlength=k)
+    w = cast(Array, np.bincount(group, weights=weights[order], minlength=k))   # numpy's stub: intp even with weights
     keep = w > 0
     out = [np.bincount(group, weights=weights[order] * v[order], minlength=k)[keep] / w[keep] for v in values]
     return (*out, w[keep])
@@ -257,7 +257,7 @@ AHEAD_EDGES = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99, 1.0)
 BATCH_EDGES = (0.0, 0.5, 0.9, 1.0)
 
 
-def _atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Array, Array]:
+def _atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Index, Array]:
     """Atoms of pmfs over an ordered axis (per row), one per slice of probability between ``edges``: the index
     at the slice's middle level, weighted by the slice's width."""
     cum = np.cumsum(pmf, axis=-1)
@@ -309,12 +309,12 @@ def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Arra
     T, left = (np.take_along_axis(x, idx, axis=-1)[..., None, None, None] for x in (chain.step_s, chain.left))
     U = u[None, None, :, None, None]
     lam, room, d, full = (v[:, None, None, None, None] for v in (st.lam, st.room, st.d, chain.full_s))
-    ahead = left + came[..., None]
-    steps = np.maximum(np.ceil((ahead + n) / room - 1e-9), 1.0)
+    queued = left + came[..., None]   # the tokens ahead of it
+    steps = np.maximum(np.ceil((queued + n) / room - 1e-9), 1.0)
     later = renewal_mean((1 - U) * T + (steps - 1) * full, lam, chain.arrival_cv2) * en
-    mine = ahead + n - (steps - 1) * room
+    mine = queued + n - (steps - 1) * room
     behind = np.maximum(np.minimum(room, mine + later) - mine, 0.0)
-    ttft = (1 - U) * T + steps * d + cost * (ahead + behind) + a
+    ttft = (1 - U) * T + steps * d + cost * (queued + behind) + a
     weights = qw[..., None, None, None] * cw[..., None] * w / RESIDUAL_POINTS
     if spread is not None:
         delta, dw = spread
@@ -503,7 +503,7 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
     or fixed costs, which the decode step it rides pays anyway (Sarathi-Serve's piggybacking). ``prompts_ride``
     False: prompts run elsewhere
     (a disaggregated prefill pool), the steps carry none."""
-    fmt = formats.names()
+    fmt: dict[str, Any] = formats.names()
     ctx = float(round(decode_context(lengths)))
     # on a pipeline the batch runs as pp microbatches in flight, each scheduled against the whole budget (as
     # :func:`roofline.serving.serve._token_budget` says): a step of the pipeline carries pp budgets of tokens
@@ -513,7 +513,7 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
         slots = min(slots, int(max_slots))
     if slots < 1:
         decode_step(model, group, batch=1, context=ctx, params=params, on_infeasible="raise", **fmt)
-        raise InfeasibleError(f"{model.name} on {group.shape}: no room for a sequence at context {ctx:.0f}")
+        raise InfeasibleError(f"{model.id} on {group.shape}: no room for a sequence at context {ctx:.0f}")
     grid = np.unique(np.round(np.geomspace(1, slots, min(BATCH_POINTS, slots))))
     step = decode_step(model, group, batch=grid, context=ctx, params=params, **fmt).time_s
     overhead = resolve_profile(group.device, params).request_overhead_s
@@ -600,7 +600,7 @@ class Deployment:
         decode_s = (L.output_tokens - 1)[None, :] * tpot[..., None]
         nan = np.where(stable, 1.0, np.nan)
         points = (("ttft", np.broadcast_to(own, decode_s.shape)), ("e2e", own[None, :] + decode_s))
-        out = {f"{name}_p{p}_s": v * nan for name, values in points
+        out: dict[str, Any] = {f"{name}_p{p}_s": v * nan for name, values in points
                for p, v in _percentiles(_Points(values=values, weights=np.broadcast_to(L.weights, values.shape)),
                                         wait).items()}
         ttft_mean = wait.mean_s + L.mean(own)
@@ -610,11 +610,11 @@ class Deployment:
                             utilisation=np.maximum(decode.decode_utilisation, wait.rho) * nan)
 
 
-def deployment(model: ModelLike, placement: Placement, workload: Workload, *, replicas: int = 1,
+def deployment(model: ModelSpec, placement: Placement, workload: Workload, *, replicas: int = 1,
                prefill_groups: int = 1, token_budget: int = DEFAULT_TOKEN_BUDGET, max_slots: int | None = None,
                params: EngineParams | None = None, formats: Mapping[str, Any] | None = None) -> Deployment:
     """``replicas`` copies of ``placement`` serving ``workload``, priced once (:func:`serve_at_rate`)."""
-    m = resolve_model(model)
+    m = check_instance("model", model, ModelSpec, optional=False)
     if not isinstance(placement, Placement):
         raise WorkloadError(f"placement must be a Placement, got {type(placement).__name__}")
     if not isinstance(workload, Workload):
@@ -634,14 +634,15 @@ def deployment(model: ModelLike, placement: Placement, workload: Workload, *, re
     if placement.prefill is None:
         return out
     new = np.maximum(np.round(L.input_tokens * (1 - workload.prefix_hit)), 1.0)
+    names: dict[str, Any] = fmt.names()
     pre = np.asarray(prefill(m, placement.prefill, prompt=new, prefix=L.input_tokens - new, params=p,
-                             **fmt.names()).time_s, dtype=float)
+                             **names).time_s, dtype=np.float64)
     own = (pre + kv_transfer_s(m, placement, fmt.kv, L.input_tokens, pre)
            + resolve_profile(placement.prefill.device, p).request_overhead_s)
     return attrs.evolve(out, prefill_s=pre, prompt_s=own)
 
 
-def serve_at_rate(model: ModelLike, placement: Placement, workload: Workload, rate_per_s: ArrayLike,
+def serve_at_rate(model: ModelSpec, placement: Placement, workload: Workload, rate_per_s: ArrayLike,
                   **kw: Any) -> LoadResult:
     """TTFT, ITL, TPOT and E2E percentiles and each pool's utilisation when ``rate_per_s`` requests/s (an array
     sweeps) arrive at ``replicas`` copies of ``placement`` (module docstring). Aggregated: prompts ride each
@@ -657,7 +658,7 @@ def serve_at_rate(model: ModelLike, placement: Placement, workload: Workload, ra
 RATE_BISECTIONS = 12
 
 
-def max_rate(model: ModelLike, placement: Placement, workload: Workload, limits: Mapping[str, float],
+def max_rate(model: ModelSpec, placement: Placement, workload: Workload, limits: Mapping[str, float],
              **kw: Any) -> tuple[float, LoadResult]:
     """The largest request rate whose percentiles meet ``limits`` (``{"ttft_p99_s": 2.0, "tpot_p99_s": 0.2}``)
     and its result (:func:`best_rate`); 0 (and the result at the lowest rate tried) where none does."""

@@ -179,7 +179,7 @@ def _kind(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: Lo
             o = Option(device=d.placement.decode.device.id, placement=kind, reason=str(e))
         found.append(o)
         best = min(best, o.devices) if o.feasible else best
-    ok = [o for o in found if o.feasible]
+    ok = [o for o in found if isinstance(o, LoadOption) and o.feasible]   # an Option alone says why not
     if ok:
         return min(ok, key=lambda o: (o.devices, o.ttft_p99_s))
     dev = shapes[0].device.id

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import LayoutError, RooflineError
+from ..errors import LayoutError, RooflineError, WorkloadError
 from ..physics.stages import decode_step, prefill
 from ..physics.stages import draft as draft_stage
 from ..specs.devices import Device
@@ -64,25 +64,24 @@ def smallest_group(fits: Any, device: Device, *, max_tp: int | None = None, max_
     if max_tp is None:
         max_tp = int(resolve_profile(device).max_tp)
     tps = [t for t in TP_CHOICES if t <= max_tp] or [1]
-    given = fits
 
-    def fits(g: DeviceGroup) -> bool:   # a TP that cannot split the model's heads is not a candidate
+    def holds(g: DeviceGroup) -> bool:   # a TP that cannot split the model's heads is not a candidate
         try:
-            return bool(given(g))
+            return bool(fits(g))
         except LayoutError:
             return False
     for tp in tps:
-        if fits(DeviceGroup(device=device, tp=tp)):
+        if holds(DeviceGroup(device=device, tp=tp)):
             return DeviceGroup(device=device, tp=tp)
     tp = tps[-1]
     lo, hi = 1, 2
-    while not fits(DeviceGroup(device=device, tp=tp, pp=hi)):
+    while not holds(DeviceGroup(device=device, tp=tp, pp=hi)):
         lo, hi = hi, hi * 2
         if tp * hi > max_devices:
             raise RooflineError(f"does not fit on up to {max_devices} {device.id} devices")
     while hi - lo > 1:  # fewest stages: fitting is monotone in the stage count
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(DeviceGroup(device=device, tp=tp, pp=mid)) else (mid, hi)
+        lo, hi = (lo, mid) if holds(DeviceGroup(device=device, tp=tp, pp=mid)) else (mid, hi)
     return DeviceGroup(device=device, tp=tp, pp=hi)
 
 
@@ -97,9 +96,9 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
     for checked in (m, dm) if dm is not None else (m,):
         check_context(checked, request)   # no placement serves a request longer than the model's context
     kinds = [resolve_device(d) for d in check_devices(devices, (str, os.PathLike, Device))]
-    tf = dict(target_formats or {})
+    tf: dict[str, Any] = dict(target_formats or {})
     end = request.input_tokens + request.output_tokens
-    nan = dict(params=params, on_infeasible="nan")
+    nan: dict[str, Any] = dict(params=params, on_infeasible="nan")
     cache: dict[tuple[str, str], DeviceGroup | Failure] = {}
 
     def group_for(stage: str, dev: Device) -> DeviceGroup | Failure:
@@ -114,7 +113,9 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
                     cache[key] = smallest_group(lambda g: bool(prefill(m, g, prompt=request.input_tokens, batch=pb,
                                                                        **tf, **nan).fits), dev)
                 else:
-                    fmt = draft_formats(DeviceGroup(device=dev))
+                    if dm is None:   # a draft stage is asked for only with a draft model
+                        raise WorkloadError("a draft stage needs a draft model")
+                    fmt: dict[str, Any] = draft_formats(DeviceGroup(device=dev))
                     cache[key] = smallest_group(lambda g: bool(draft_stage(dm, g, batch=batch, context=end, gamma=1,
                                                                            **fmt, **nan).fits), dev)
             except RooflineError as e:

@@ -212,6 +212,7 @@ def _arrivals_pmf(count_mean: Array, one: Array, cv2: float = 1.0) -> Array:
     renewal process gives over windows long against its gaps; Cox and Lewis, *The Statistical Analysis of
     Series of Events*, 1966, §4.5)."""
     phi = np.fft.rfft(one)
+    log_pgf: NDArray[Any]   # complex
     if abs(cv2 - 1.0) < 1e-9:
         log_pgf = phi - 1.0
     else:
@@ -243,7 +244,7 @@ def step_chain(rate_per_s: Array, decode_s: Array, room: Array, cost_per_token_s
     step = d[..., None] + cost_per_token_s * carried
     left_idx = np.round((q - carried) / width[..., None]).astype(int)
     pad = 2 * states
-    one = np.zeros((int(np.prod(lam.shape)), pad))
+    one: Array = np.zeros((int(np.prod(lam.shape)), pad))
     pos = (n / width.reshape(-1, 1))                        # each atom split over its two nearest cells (mean kept)
     low = np.minimum(np.floor(pos).astype(int), pad - 2)
     frac = np.clip(pos - low, 0.0, 1.0)

@@ -228,8 +228,8 @@ class RoundPlan:
     def draft_setup(self, drafter: Drafter, params: EngineParams) -> Setup:
         group = self.target_group if self.shared or self.draft_group is None else self.draft_group
         model = drafter.for_target(self.target)
-        return Setup(model=model, group=group, formats=Formats.for_model(model, **draft_formats(
-            group, self.draft_formats)), params=params)
+        chosen: Mapping[str, Any] = draft_formats(group, self.draft_formats)
+        return Setup(model=model, group=group, formats=Formats.for_model(model, **chosen), params=params)
 
 
 def mixed_verify(verify_at: Any, context: Any, *, batch: Any, extra_tokens: Any, chunk_tokens: Any,

@@ -48,7 +48,7 @@ from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats, check_format_keys
 from ..specs.groups import DeviceGroup
-from ..specs.links import GroupLink, get_link
+from ..specs.links import LINKS, GroupLink, get_link
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.prices import Prices, shipped_prices
@@ -61,9 +61,17 @@ Array = NDArray[np.float64]
 MODES = ("continuous", "static")
 
 
-def _tokens(name: str) -> Any:
-    """A converter: a request's token count, a whole number in [1, 1e9] or a count string (``"8k"``)."""
-    return lambda value: check_whole(name, counts(name, value), minimum=1, maximum=10**9)
+def _tokens(name: str, value: Any) -> int:
+    """A request's token count, a whole number in [1, 1e9] or a count string (``"8k"``)."""
+    return check_whole(name, counts(name, value), minimum=1, maximum=10**9)
+
+
+def _input_tokens(value: Any) -> int:
+    return _tokens("input_tokens", value)
+
+
+def _output_tokens(value: Any) -> int:
+    return _tokens("output_tokens", value)
 
 
 def _alias(name: str, value: Any, alias: str, other: Any) -> Any:
@@ -82,8 +90,8 @@ class Request:
     ``isl`` and ``osl`` (the command line's ``--isl``/``--osl``) are aliases of ``input_tokens`` and
     ``output_tokens``."""
 
-    input_tokens: int = attrs.field(converter=_tokens("input_tokens"))
-    output_tokens: int = attrs.field(converter=_tokens("output_tokens"))
+    input_tokens: int = attrs.field(converter=_input_tokens)
+    output_tokens: int = attrs.field(converter=_output_tokens)
 
     def __init__(self, *, input_tokens: int | str | None = None, output_tokens: int | str | None = None,
                  isl: int | str | None = None, osl: int | str | None = None) -> None:
@@ -91,12 +99,22 @@ class Request:
                             output_tokens=_alias("output_tokens", output_tokens, "osl", osl))
 
 
-def _optional_count(name: str) -> Any:
-    def check(value: int | None) -> int | None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-            raise WorkloadError(f"CompiledShapes: {name} must be a whole number >= 1 or None, got {value!r}")
-        return None if value is None else int(value)
-    return check
+def _optional_count(name: str, value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise WorkloadError(f"CompiledShapes: {name} must be a whole number >= 1 or None, got {value!r}")
+    return None if value is None else int(value)
+
+
+def _decode_batch(value: Any) -> int | None:
+    return _optional_count("decode_batch", value)
+
+
+def _decode_context(value: Any) -> int | None:
+    return _optional_count("decode_context", value)
+
+
+def _prompt_tokens(value: Any) -> int | None:
+    return _optional_count("prompt_tokens", value)
 
 
 @attrs.frozen(kw_only=True)
@@ -113,9 +131,9 @@ class CompiledShapes:
     blocks per request "regardless of the request's actual position in the sequence"
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/vllm-neuron/docs/design/vllm/decode-context-length-bucketing.html)."""
 
-    decode_batch: int | None = attrs.field(default=None, converter=_optional_count("decode_batch"))
-    decode_context: int | None = attrs.field(default=None, converter=_optional_count("decode_context"))
-    prompt_tokens: int | None = attrs.field(default=None, converter=_optional_count("prompt_tokens"))
+    decode_batch: int | None = attrs.field(default=None, converter=_decode_batch)
+    decode_context: int | None = attrs.field(default=None, converter=_decode_context)
+    prompt_tokens: int | None = attrs.field(default=None, converter=_prompt_tokens)
 
 
 def check_context(model: ModelSpec, request: Request) -> None:
@@ -143,8 +161,8 @@ class Placement:
     head_layers: int = 1
     #: tokens verified per round when the draft is a tree (:class:`~roofline.serving.round.RoundPlan`); None: a chain
     tree_tokens: int | None = None
-    kv_link: GroupLink = attrs.field(factory=lambda: get_link("nvlink"))
-    draft_link: GroupLink = attrs.field(factory=lambda: get_link("pcie5"))
+    kv_link: GroupLink = attrs.field(factory=lambda: LINKS["nvlink"])
+    draft_link: GroupLink = attrs.field(factory=lambda: LINKS["pcie5"])
 
     @name.validator
     def _name(self, _a: attrs.Attribute, v: Any) -> None:   # rows and comparisons are told apart by it
@@ -454,7 +472,7 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
                    batch: Array, step_s: Array, queue_s: Array, prefill_batch: int, chunk: int,
                    params: EngineParams) -> _Prefill:
     isl = request.input_tokens
-    kw = dict(params=params, on_infeasible="nan", **fmt.names())
+    kw: dict[str, Any] = dict(params=params, on_infeasible="nan", **fmt.names())
     aggregated = placement.prefill is None
     if aggregated and mode == "continuous":
         # the new prompt is prefilled in chunks of up to `chunk` tokens (whole where the stack does not chunk) as
@@ -526,8 +544,9 @@ def _power_by_group(placement: Placement, rnd: Round, pre: _Prefill, devices: di
 
 def _usd_per_hour(placement: Placement, devices: dict[str, Array], power_w: Array, prices: Prices) -> Array:
     """Cost rate of one replica: each group's devices at their price per hour, plus electricity where priced."""
-    group_of = {"decode": placement.decode, "draft": placement.draft, "prefill": placement.prefill}
-    usd = sum(n * prices.usd_per_hour(group_of[g].device.id) for g, n in devices.items())
+    group_of = {g: d for g, d in (("decode", placement.decode), ("draft", placement.draft),
+                                  ("prefill", placement.prefill)) if d is not None}   # devices has these groups only
+    usd = sum((n * prices.usd_per_hour(group_of[g].device.id) for g, n in devices.items()), np.zeros(()))
     return usd + (np.nan_to_num(power_w) / 1000 * prices.usd_per_kwh if prices.usd_per_kwh else 0.0)
 
 
@@ -552,7 +571,7 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
 
 
 @broadcast_errors
-def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *, batch: ArrayLike,
+def evaluate_serving(model: ModelSpec, placement: Placement, request: Request, *, batch: ArrayLike,
                      gamma: ArrayLike = 0, acceptance: Acceptance | float | None = None, mode: str = "continuous",
                      prefill_batch: int = 1, chunk: int = DEFAULT_TOKEN_BUDGET, poll_steps: int = 1,
                      target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
@@ -567,7 +586,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
     ``prices`` (default: the shipped ``hardware_specs/prices/prices.toml``) turn devices into dollars.
     ``shapes``: a static-shape engine's compiled shapes (:class:`CompiledShapes`), at which its passes are timed.
     """
-    m = resolve_model(model)
+    m = check_instance("model", model, ModelSpec, optional=False)
     if not isinstance(placement, Placement) or not isinstance(request, Request):
         raise WorkloadError("evaluate_serving needs a Placement and a Request")
     B, G, acc = _checked(placement, batch=batch, gamma=gamma, acceptance=acceptance, mode=mode,
@@ -614,7 +633,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         by_group = _power_by_group(placement, rnd, pre, devices, mode=mode, E=E, step_s=step, e2e_s=e2e, osl=osl,
                                    power=power)
         by_group = {k: np.where(fits, np.broadcast_to(w * power.pue, B.shape), np.nan) for k, w in by_group.items()}
-        power_w = sum(by_group.values())
+        power_w = sum(by_group.values(), np.zeros(B.shape))
     except UnknownSpecError as e:
         note, by_group = f"power not computed: {e}", {}
         power_w = np.full(B.shape, np.nan)
@@ -624,7 +643,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
         share = (devices["prefill"] * prices.usd_per_hour(placement.prefill.device.id) / usd
                  if placement.prefill is not None else np.full(B.shape, np.nan))
     return attrs.evolve(_result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e,
-                                tokens_per_s=tokens_per_s, devices=sum(devices.values()), power_w=power_w,
+                                tokens_per_s=tokens_per_s, devices=sum(devices.values(), np.zeros(B.shape)), power_w=power_w,
                                 by_group=by_group, fits=fits, note=note, usd_per_hour=usd, prefill_usd_share=share),
                         budget_keeps_up=np.broadcast_to(budget.keeps_up if budget else True, B.shape).copy(),
                         fits_memory=np.broadcast_to(rnd.fits & pre.fits, B.shape).copy(),
@@ -634,7 +653,7 @@ def evaluate_serving(model: ModelLike, placement: Placement, request: Request, *
                         **_formats_ran(rnd, pre))
 
 
-def _formats_ran(rnd: Round, pre: _Prefill) -> dict[str, Formats | None]:
+def _formats_ran(rnd: Round, pre: _Prefill) -> dict[str, Any]:
     """The formats the passes ran in (the stack's LM head applied): the decode group's, the prefill's where they
     differ (a separate group of other devices), the draft's."""
     decode, prompt = rnd.verify.formats, pre.result.formats
@@ -667,7 +686,7 @@ def _memory_reason(rnd: Round, pre: _Prefill) -> str:
 
 def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: _Prefill, *, B: Array, G: Array,
             E: Array, step: Array, e2e: Array, tokens_per_s: Array, devices: Array, power_w: Any,
-            by_group: dict[str, Array], fits: Array, note: str, usd_per_hour: Array,
+            by_group: dict[str, Array], fits: NDArray[np.bool_], note: str, usd_per_hour: Array,
             prefill_usd_share: Array) -> ServingResult:
     nan = np.where(fits, 1.0, np.nan)
 
@@ -675,7 +694,7 @@ def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: 
         return spread(a, B.shape)
 
     def bound(r: StageResult | None) -> NDArray[np.str_]:
-        return full(r.bound) if r is not None else np.full(B.shape, "—")
+        return spread(r.bound, B.shape) if r is not None else np.full(B.shape, "—")
 
     return ServingResult(
         placement=placement.name, description=placement.describe(), mode=mode, request=request, batch=B, gamma=G,

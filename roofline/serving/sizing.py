@@ -69,7 +69,7 @@ def _time(v: Any) -> Any:
 
 def _positive(what: str, v: Any, inf: bool = False) -> float:
     """``v`` as a float if it is a positive number (numpy scalars too; ``inf`` allows infinity), else a WorkloadError."""
-    ok = isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and v > 0 and (
+    ok = isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and float(v) > 0 and (
         math.isfinite(v) or (inf and v == math.inf))
     if not ok:
         raise WorkloadError(f"{what} must be a positive number, got {v!r}")

@@ -20,9 +20,10 @@ from ..physics.speculative import Acceptance
 from ..physics.timing import evaluate_pass
 from ..records import ArrayRecord
 from ..specs.formats import Formats, check_format_keys
-from ..specs.links import GroupLink, get_link
+from ..specs.groups import DeviceGroup
+from ..specs.links import LINKS, GroupLink
+from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
-from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..workload import check_count, check_gamma, check_grid, check_instance
 from .round import Drafter, RoundPlan, energy_or_note, run_round
 
@@ -113,10 +114,10 @@ SPEC_BYTES_PER_POINT = 1200.0
 
 
 @broadcast_errors
-def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Acceptance | float, gamma: ArrayLike,
-                      batch: ArrayLike = 1, context: ArrayLike = 8192, draft: ModelLike | None = None,
-                      draft_on: GroupLike | None = None, draft_kind: str = "model", head_layers: int = 1,
-                      link: str | GroupLink = "pcie5", sampling: str = "greedy",
+def speculative_round(target: ModelSpec, *, verify_on: DeviceGroup, acceptance: Acceptance | float, gamma: ArrayLike,
+                      batch: ArrayLike = 1, context: ArrayLike = 8192, draft: ModelSpec | None = None,
+                      draft_on: DeviceGroup | None = None, draft_kind: str = "model", head_layers: int = 1,
+                      link: GroupLink = LINKS["pcie5"], sampling: str = "greedy",
                       target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
                       params: EngineParams | None = None, power: PowerModel = DEFAULT_POWER) -> SpecResult:
     """Time, throughput and energy of speculative decoding with the given placement.
@@ -129,18 +130,19 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
     speculative sampling needs (docs/theory.md §5.5); ``greedy`` ships token ids only.
     Draft formats default to the draft device's native format.
     """
-    tgt = resolve_model(target)
-    drafter = Drafter(kind=draft_kind, model=resolve_model(draft) if draft is not None else None,
+    tgt = check_instance("target", target, ModelSpec, optional=False)
+    drafter = Drafter(kind=draft_kind, model=check_instance("draft", draft, ModelSpec),
                       head_layers=head_layers) if draft_kind in ("model", "mtp", "eagle") else None
     if drafter is None:
         raise WorkloadError(f"draft_kind must be one of model, mtp, eagle, got {draft_kind!r}")
     p = check_instance("params", params, EngineParams) or default_params()
     check_instance("power", power, PowerModel, optional=False)
-    tg = resolve_group(verify_on)
-    dg = resolve_group(draft_on) if draft_on is not None else tg
+    tg = check_instance("verify_on", verify_on, DeviceGroup, optional=False)
+    dg = check_instance("draft_on", draft_on, DeviceGroup) or tg
+    between = check_instance("link", link, GroupLink, optional=False)
     fmt = Formats.for_model(tgt, **check_format_keys(target_formats, "target_formats"), devices=(tg.device,))
     plan = RoundPlan(target=tgt, target_group=tg, target_formats=fmt,
-                     drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=get_link(link),
+                     drafter=drafter, draft_group=dg, draft_formats=draft_formats, link=between,
                      sampling=sampling, shared=dg == tg)
     acc = _acceptance(acceptance)
     G, B, L = check_gamma(gamma), check_count("batch", batch, minimum=1), check_count("context", context)
@@ -150,11 +152,11 @@ def speculative_round(target: ModelLike, *, verify_on: GroupLike, acceptance: Ac
     rnd = run_round(plan, batch=B, gamma=G, context=L, params=p)
     base = evaluate_pass(tgt, tg, plan.target_formats, batch=B, new_tokens=1.0, prefix_tokens=L, logits_per_seq=1.0,
                          mla_absorbed=True, stage="decode", params=p)
-    return _result(plan, rnd, base, acc, G, B, L, power)
+    return _result(plan, drafter, between, rnd, base, acc, G, B, L, power)
 
 
-def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: Array, L: Array,
-            power: PowerModel) -> SpecResult:
+def _result(plan: RoundPlan, drafter: Drafter, link: GroupLink, rnd: Any, base: Any, acc: Acceptance, G: Array,
+            B: Array, L: Array, power: PowerModel) -> SpecResult:
     shape = rnd.fits.shape
     nan = np.where(rnd.fits, 1.0, np.nan)
     E = np.broadcast_to(acc.expected_tokens(G), shape)
@@ -170,9 +172,9 @@ def _result(plan: RoundPlan, rnd: Any, base: Any, acc: Acceptance, G: Array, B: 
         base_energy = group_busy_w(tg, base, power) * base.time_s * power.pue / B   # the target group alone
     full = lambda a: np.broadcast_to(a, shape)  # noqa: E731
     return SpecResult(
-        target=plan.target.id, draft=plan.drafter.describe(plan.target), draft_kind=plan.drafter.kind,
+        target=plan.target.id, draft=drafter.describe(plan.target), draft_kind=drafter.kind,
         target_group=tg.describe(), draft_group=dg.describe(),
-        link="same devices" if plan.shared else plan.link.name, acceptance=acc.describe(), gamma=full(G),
+        link="same devices" if plan.shared else link.name, acceptance=acc.describe(), gamma=full(G),
         batch=full(B), context=full(L), expected_tokens=E, alpha=full(acc.alpha_or_nan(G)), draft_s=rnd.draft_s * nan,
         verify_s=rnd.verify.time_s * nan, transfer_s=rnd.transfer_s * nan, round_s=round_s,
         tokens_per_s_per_user=E / round_s, tokens_per_s=B * E / round_s, baseline_decode_s=full(base.time_s),

@@ -11,7 +11,6 @@ many; we write no scheduling of our own.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -24,14 +23,12 @@ from ..errors import RooflineError, WorkloadError
 from ..physics.energy import DEFAULT_POWER, PowerModel, group_busy_w
 from ..physics.stages import decode_step
 from ..records import frame, plain
-from ..specs.devices import Device
 from ..specs.formats import check_format_keys
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
-from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
-from ..workload import check_count, check_devices, check_instance, check_items
+from ..workload import check_count, check_instance, check_items
 from .sizing import device_formats
 
 Array = NDArray[np.float64]
@@ -200,7 +197,7 @@ def _executor_call(call: Callable[[], Any]) -> Any:
         raise WorkloadError(f"executor: {type(e).__name__}: {e}") from e
 
 
-def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: ArrayLike, context: ArrayLike,
+def sweep(model: ModelSpec, devices: Sequence[DeviceGroup] | DeviceGroup, *, batch: ArrayLike, context: ArrayLike,
           objective: Sequence[str] = ("tokens_per_s_per_user", "tokens_per_s_per_kw"),
           executor: Executor | None = None, chunk: int = 200_000, formats: Mapping[str, Any] | None = None,
           params: EngineParams | None = None, prices: Prices | None = None,
@@ -231,8 +228,9 @@ def sweep(model: ModelLike, devices: Sequence[GroupLike] | GroupLike, *, batch: 
     L = np.unique(np.ravel(check_count("context", context)).astype(float))
     if not B.size or not L.size:
         raise WorkloadError("batch and context each need at least one value")
-    m = resolve_model(model)
-    groups = [resolve_group(d) for d in check_devices(devices, (str, os.PathLike, Device, DeviceGroup))]
+    m = check_instance("model", model, ModelSpec, optional=False)
+    groups = [check_instance("devices", d, DeviceGroup, optional=False) for d in check_items("devices", devices,
+                                                                                        (DeviceGroup,))]
     if not groups:
         raise WorkloadError("give at least one device group")
     common = dict(objective=obj, formats=check_format_keys(formats), params=params, power=power,

@@ -17,7 +17,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -59,6 +59,10 @@ def _whole_peers(value: Any) -> int:
     return int(v)
 
 
+def _names(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True)
 class MemoryTier:
     """One memory tier (fastest first in a device): capacity and peak bandwidth, and what serving engines keep
@@ -67,7 +71,7 @@ class MemoryTier:
     name: str
     capacity_bytes: float | None = attrs.field(validator=_positive_or_none)
     bandwidth_bytes_per_s: float | None = attrs.field(validator=_positive_or_none)
-    holds: tuple[str, ...] = attrs.field(default=("weights", "kv", "workspace"), converter=tuple)
+    holds: tuple[str, ...] = attrs.field(default=("weights", "kv", "workspace"), converter=_names)
 
     @holds.validator
     def _check_holds(self, _a: attrs.Attribute, value: tuple[str, ...]) -> None:
@@ -92,6 +96,10 @@ class Link:
         return max(1, min(p - 1, self.peers)) if self.peers else 1
 
 
+def _tiers(values: Iterable[MemoryTier]) -> tuple[MemoryTier, ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True)
 class Device:
     """A device as its datasheet describes it (dense peaks, decimal rates).
@@ -109,9 +117,9 @@ class Device:
     vendor: str
     status: str = attrs.field(validator=one_of(STATUSES))
     aliases: tuple[str, ...] = ()
-    memory: tuple[MemoryTier, ...] = attrs.field(converter=tuple)
+    memory: tuple[MemoryTier, ...] = attrs.field(converter=_tiers)
     peak_flop_per_s: Mapping[str, float | None] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
-    native: tuple[str, ...] = attrs.field(converter=tuple)
+    native: tuple[str, ...] = attrs.field(converter=_names)
     tdp_w: float | None = attrs.field(validator=_positive_or_none)
     idle_w: float | None = attrs.field(validator=_positive_or_none)
     scale_up: Link
@@ -204,20 +212,31 @@ class Field:
     path: str
     kind: str
     read: Callable[[Device], float | None] = attrs.field(repr=False)
-    write: Callable[[Device, float], Device] = attrs.field(repr=False)
+    #: the value is a number in SI units, or for a ``choice`` field a word
+    write: Callable[[Device, Any], Device] = attrs.field(repr=False)
 
 
 def _tier_fields_of(tiers: list[MemoryTier]) -> list[Field]:
     out = []
     for i, t in enumerate(tiers):
-        def tier_write(key: str, i: int = i) -> Callable[[Device, float], Device]:
-            return lambda d, v: attrs.evolve(d, memory=tuple(
-                attrs.evolve(x, **{key: v}) if j == i else x for j, x in enumerate(d.memory)))
-        out += [Field(f"{t.name}.capacity", "bytes", lambda d, i=i: d.memory[i].capacity_bytes,
-                      tier_write("capacity_bytes")),
-                Field(f"{t.name}.bandwidth", "bytes_per_s", lambda d, i=i: d.memory[i].bandwidth_bytes_per_s,
-                      tier_write("bandwidth_bytes_per_s"))]
+        out += [Field(f"{t.name}.capacity", "bytes", _tier_read(i, "capacity_bytes"), _tier_write(i, "capacity_bytes")),
+                Field(f"{t.name}.bandwidth", "bytes_per_s", _tier_read(i, "bandwidth_bytes_per_s"),
+                      _tier_write(i, "bandwidth_bytes_per_s"))]
     return out
+
+
+def _tier_read(i: int, key: str) -> Callable[[Device], float | None]:
+    def read(d: Device) -> float | None:
+        value: float | None = getattr(d.memory[i], key)
+        return value
+    return read
+
+
+def _tier_write(i: int, key: str) -> Callable[[Device, float], Device]:
+    def write(d: Device, v: float) -> Device:
+        changes: dict[str, Any] = {key: v}
+        return attrs.evolve(d, memory=tuple(attrs.evolve(x, **changes) if j == i else x for j, x in enumerate(d.memory)))
+    return write
 
 
 def _compute_write(cls: str) -> Callable[[Device, float], Device]:
@@ -249,11 +268,18 @@ def _execution_field(name: str, kind: str, attr: str | None = None) -> Field:
 
 
 def _attr_field(path: str, kind: str, name: str) -> Field:
-    return Field(path, kind, lambda d: getattr(d, name), lambda d, v: attrs.evolve(d, **{name: v}))
+    def write(d: Device, v: float) -> Device:
+        changes: dict[str, Any] = {name: v}
+        return attrs.evolve(d, **changes)
+    return Field(path, kind, lambda d: getattr(d, name), write)
+
+
+def _compute_read(cls: str) -> Callable[[Device], float | None]:
+    return lambda d: d.peak_flop_per_s.get(cls)
 
 
 _FIXED_FIELDS = (
-    [Field(f"compute.{c}", "flop_per_s", lambda d, c=c: d.peak_flop_per_s.get(c), _compute_write(c))
+    [Field(f"compute.{c}", "flop_per_s", _compute_read(c), _compute_write(c))
      for c in COMPUTE_CLASSES]
     + [_attr_field("power.tdp", "w", "tdp_w"), _attr_field("power.idle", "w", "idle_w")]
     + _link_fields("scale_up") + _link_fields("host") + _link_fields("scale_out")
@@ -589,8 +615,8 @@ def _memory_tiers(r: _Reader, data: dict[str, Any]) -> list[MemoryTier]:
             capacity_bytes=r.quantity(t, "capacity", f"{name}.capacity", "bytes"),
             bandwidth_bytes_per_s=r.quantity(t, "bandwidth", f"{name}.bandwidth", "bytes_per_s"),
             holds=_holds(r, t, name)))
-        if i and None not in (tiers[-1].bandwidth_bytes_per_s, tiers[-2].bandwidth_bytes_per_s) \
-                and tiers[-1].bandwidth_bytes_per_s > tiers[-2].bandwidth_bytes_per_s:   # weights fill tiers in order
+        faster, this = (tiers[-2].bandwidth_bytes_per_s, tiers[-1].bandwidth_bytes_per_s) if i else (None, None)
+        if faster is not None and this is not None and this > faster:   # weights fill tiers in order
             r.fail(f"memory[{i}].bandwidth", t["bandwidth"].get("value"), f"is faster than the tier before it "
                    f"({tiers[-2].name}): [[memory]] tiers are listed fastest first")
     return tiers

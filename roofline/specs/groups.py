@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from ..errors import WorkloadError
@@ -70,3 +72,19 @@ class DeviceGroup:
         parts += [f"PP{self.pp}"] if self.pp > 1 else []
         head = f"{self.count}x {self.device.id}" if self.count > 1 else self.device.id
         return head + (f" ({', '.join(parts)})" if parts else "")
+
+
+def with_layout(group: DeviceGroup, *, tp: int | None = None, ep: int | None = None, pp: int | None = None,
+                dp: int | None = None) -> DeviceGroup:
+    """``group`` with ``tp``, ``ep``, ``pp`` and ``dp`` (attention data-parallel degree) filled in where the group
+    does not say them; a value that contradicts it (``"b200:8"`` with ``tp=2``) is an error rather than a silent
+    choice. None leaves a degree as it is."""
+    changes: dict[str, Any] = {}
+    for key, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
+        if value is None:
+            continue
+        have = getattr(group, key)
+        if key in ("tp", "pp") and have != 1 and value != have:
+            raise WorkloadError(f"device group {group.shape!r} has {key} {have} but {key}={value!r} was also given")
+        changes[key] = value
+    return attrs.evolve(group, **changes) if changes else group

@@ -12,6 +12,8 @@ are restated in ``docs/theory.md``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -20,6 +22,14 @@ from .formats import get_format
 
 _pos = attrs.validators.gt(0)
 _nonneg = attrs.validators.ge(0)
+
+
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _flags(values: Iterable[bool]) -> tuple[bool, ...]:
+    return tuple(values)
 
 
 @attrs.frozen(kw_only=True)
@@ -50,7 +60,7 @@ class ModelSpec:
     attention_sinks: bool = False
     norms_per_layer: int = 2
     norm_has_bias: bool = False
-    layer_types: tuple[str, ...] = attrs.field(converter=tuple)
+    layer_types: tuple[str, ...] = attrs.field(converter=_strings)
     sliding_window: int | None = None
     num_experts: int = attrs.field(default=0, validator=_nonneg)
     experts_per_token: int = attrs.field(default=0, validator=_nonneg)
@@ -61,7 +71,7 @@ class ModelSpec:
     shared_intermediate_size: int = attrs.field(default=0, validator=_nonneg)
     #: a sigmoid gate (Linear(d, 1)) on the shared expert's output: Qwen2-MoE's ``shared_expert_gate``
     shared_expert_gate: bool = False
-    moe_layers: tuple[bool, ...] = attrs.field(converter=tuple)
+    moe_layers: tuple[bool, ...] = attrs.field(converter=_flags)
     q_lora_rank: int | None = None
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
@@ -89,7 +99,7 @@ class ModelSpec:
     routing_locality: float = attrs.field(default=0.0, validator=[attrs.validators.ge(0), attrs.validators.le(1)])
     #: what the config says that the counts treat in a stated way (logit softcapping, chunked attention read as
     #: a window, an uncounted vision encoder); shown by ``roofline show``
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_strings)
 
     @num_kv_heads.validator
     def _kv_divides(self, _a: attrs.Attribute, v: int) -> None:

@@ -38,7 +38,8 @@ def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise SpecError(f"{where}: field {k!r} = {v!r}: not a finite number")
     try:
-        return attrs.evolve(base, **{k: float(v) for k, v in table.items()})
+        values: dict[str, Any] = {k: float(v) for k, v in table.items()}
+        return attrs.evolve(base, **values)
     except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{where}: {e}") from None
 

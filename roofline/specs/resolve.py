@@ -15,11 +15,9 @@ from __future__ import annotations
 import os
 import re
 
-import attrs
-
 from ..errors import WorkloadError
 from .devices import Device, load_device
-from .groups import DeviceGroup
+from .groups import DeviceGroup, with_layout
 from .hf_config import load_model
 from .models import ModelSpec
 
@@ -81,12 +79,4 @@ def resolve_group(group: GroupLike, *, tp: int | None = None, ep: int | None = N
         base = DeviceGroup(device=load_device(name), tp=t, pp=p)
     else:
         raise WorkloadError(f"a device group is {SYNTAX}, a Device or a DeviceGroup, got {group!r}")
-    changes: dict[str, int] = {}
-    for key, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp)):
-        if value is None:
-            continue
-        have = getattr(base, key)
-        if key in ("tp", "pp") and have != 1 and value != have:
-            raise WorkloadError(f"device group {base.shape!r} has {key} {have} but {key}={value!r} was also given")
-        changes[key] = value
-    return attrs.evolve(base, **changes) if changes else base
+    return with_layout(base, tp=tp, ep=ep, pp=pp, dp=dp)

@@ -90,7 +90,8 @@ def with_platform_of(params: EngineParams, donors: list[EngineParams]) -> Engine
     """``params`` with each :data:`PLATFORM_OWN` parameter the mean of the ``donors``' (unchanged without any)."""
     if not donors:
         return params
-    return attrs.evolve(params, **{k: math.fsum(getattr(d, k) for d in donors) / len(donors) for k in PLATFORM_OWN})
+    means: dict[str, Any] = {k: math.fsum(getattr(d, k) for d in donors) / len(donors) for k in PLATFORM_OWN}
+    return attrs.evolve(params, **means)
 
 
 def with_stack_settings(params: EngineParams, stack: str) -> EngineParams:

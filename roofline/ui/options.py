@@ -256,7 +256,7 @@ def context_note(model: Any, tokens: float) -> str:
             "counted as asked, but the model was not built for that length.")
 
 
-def serving_knobs(args: argparse.Namespace) -> dict[str, int]:
+def serving_knobs(args: argparse.Namespace) -> dict[str, Any]:
     """The scheduler options of :func:`add_request` as evaluate_serving's keywords (static batches have no
     scheduler to set: giving them there is a usage error, not a silent no-op)."""
     if args.mode == "static" and scheduler_note(args):

@@ -13,10 +13,10 @@ from rich.console import Console
 from ...errors import RooflineError
 from ...physics.speculative import Acceptance
 from ...serving.frontier import compare_frontiers, pareto_frontier
-from ...serving.load import deployment
 from ...serving.placements import enumerate_placements
-from ...serving.serve import Placement, Request, evaluate_serving
+from ...serving.serve import Placement, Request
 from ...serving.whatif import WhatIf
+from ...serving_api import deployment, evaluate_serving  # names resolved at the door
 from ...specs.hf_config import load_model
 from ...specs.links import get_link
 from ...specs.params import EngineParams
@@ -116,7 +116,7 @@ class ServingRun:
     gamma: Any                      # the draft length, or a row of them
     acceptance: Acceptance | None
     engine: Engine
-    knobs: dict[str, int]           # the scheduler's (serving_knobs)
+    knobs: dict[str, Any]           # the scheduler's (serving_knobs)
     prices: Prices
     formats: dict[str, Any]         # the target's formats as given (options.formats)
 

@@ -11,7 +11,8 @@ from rich.console import Console
 
 from ...physics.energy import DEFAULT_POWER
 from ...physics.speculative import Acceptance
-from ...serving.speculation import optimal_gamma, speculative_round
+from ...serving.speculation import optimal_gamma
+from ...serving_api import speculative_round  # names resolved at the door
 from ...specs.hf_config import load_model
 from ...specs.resolve import resolve_group
 from ..columns import Columns
