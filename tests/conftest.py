@@ -1,5 +1,8 @@
 import io
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -63,3 +66,28 @@ def shipped_validation():
     in-process on the shipped file, is answered from memory instead of predicting 2,000 rows again."""
     from roofline.evidence.validate import read_rows, shipped_data, validate
     return validate(read_rows(shipped_data()))
+
+
+#: The type check runs beside the suite: started when the suite collects its test, in its own process (a second
+#: core does it while the tests run on the first), and the test waits for its answer.
+_MYPY: dict[str, subprocess.Popen] = {}
+MYPY_TEST = "test_package_is_clean_under_mypy"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    import importlib.util
+    if any(item.name == MYPY_TEST for item in items) and importlib.util.find_spec("mypy") is not None:
+        _MYPY["run"] = subprocess.Popen([sys.executable, "-m", "mypy"], cwd=Path(__file__).resolve().parents[1],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture
+def mypy_run():
+    """The type check started at collection (None when mypy is not installed)."""
+    return _MYPY.get("run")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    run = _MYPY.pop("run", None)
+    if run is not None and run.poll() is None:
+        run.kill()
