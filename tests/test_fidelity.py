@@ -75,24 +75,28 @@ def test_expert_parallel_decode_pays_the_busiest_shard():
 def test_expert_parallel_moe_communicates_like_tensor_parallel_unless_attention_is_data_parallel():
     """With attention tensor-parallel (dp = 1) every rank holds every token: expert parallelism changes which
     experts a rank computes, and their outputs combine in one all-reduce per MoE layer, as with TP experts. With
-    attention data-parallel, tokens are dispatched to and combined from the experts' ranks: two all-to-alls of
-    their top-k copies per MoE layer instead of that all-reduce, each rank sending its own 1/dp of the tokens and the
-    busiest receiving its skewed share (:func:`expert_load_imbalance`)."""
+    attention data-parallel the default engines all-gather the tokens and reduce-scatter the outputs, the same
+    exchange; with an all-to-all dispatch (``moe_dispatch = "alltoall"``: DeepEP) the tokens are dispatched to and
+    combined from the experts' ranks: two all-to-alls of their top-k copies per MoE layer instead of that
+    all-reduce, each rank sending its own 1/dp of the tokens and the busiest receiving its skewed share
+    (:func:`expert_load_imbalance`)."""
     from roofline.physics.comms import alltoall_s, group_communication_s
     m, dev = rl.load_model("deepseek-r1"), rl.load_device("b200")
     params = attrs.evolve(resolve_profile(dev, shipped_profile().default), collective="auto")
     act, tokens = get_format("bf16"), np.array([4.0, 256.0])
 
-    def comm(**shape):
-        return group_communication_s(m, rl.DeviceGroup(device=dev, tp=4, **shape), act, tokens, params)
+    def comm(p=params, **shape):
+        return group_communication_s(m, rl.DeviceGroup(device=dev, tp=4, **shape), act, tokens, p)
     assert np.allclose(comm(ep=4), comm())
+    assert np.allclose(comm(ep=4, dp=4), comm(dp=4))   # gathered: the experts' exchange is TP's all-reduce
+    a2a = attrs.evolve(params, moe_dispatch="alltoall")
     bw = dev.get("scale_up.bandwidth") * params.link_bandwidth_fraction
     ar_bw = dev.get("scale_up.bandwidth") * params.allreduce_bandwidth_fraction
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else params.link_hop_latency_s
     hidden, base = tokens * m.hidden_size * 2, params.collective_base_s
     routed = hidden / 4 * m.experts_per_token * expert_load_imbalance(4, params.expert_load_slope)  # per rank
     swap = m.num_moe_layers * (2 * alltoall_s(routed, 4, bw, hop, base) - auto_allreduce_s(hidden, 4, ar_bw, hop, base))
-    assert np.allclose(comm(ep=4, dp=4), comm(dp=4) + swap) and np.all(swap > 0)
+    assert np.allclose(comm(a2a, ep=4, dp=4), comm(a2a, dp=4) + swap) and np.all(swap > 0)
 
 
 def test_collective_choice_by_message_size():
