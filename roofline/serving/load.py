@@ -9,7 +9,8 @@ holds, the step's token budget, what each prompt token adds to a step) and the e
   E[T] = d(B) / (1 - rho_a) (rho_a = lambda E[a], the share of time spent on prompt tokens, a a prompt's
   cost) Little's law B = lambda (E[osl] - 1) E[T] gives the rate that sustains a mean batch B:
   lambda(B) = B / ((E[osl] - 1) d(B) + B E[a]), increasing in B; inverted on a grid. The capacity is
-  lambda at the largest batch memory holds (Little, https://doi.org/10.1287/opre.9.3.383).
+  lambda at the largest batch memory holds (Little, https://doi.org/10.1287/opre.9.3.383), or lower where the
+  token budget binds first: a larger batch leaves prompts less room (:meth:`Engine.capacity_per_s`).
 * **Slots and the batch's spread.** The number of requests in the engine is a birth-death process
   (processor sharing in tokens, :func:`_steady`), widened by the clustering prompts cause; a request that finds
   every slot taken waits an exponential time. Every step an arrival waits through is d(N) - d(mean) longer for
@@ -92,12 +93,43 @@ class Engine:
     #: the serving stack's fixed time per request (its API server, tokenizer): added to TTFT and E2E
     overhead_s: float = 0.0
 
-    def capacity_per_s(self, lengths: Lengths) -> float:
-        """The largest rate the engine sustains: every slot running, lambda = c / (d(c) (E[osl] - 1) + c E[a])
-        (Little's law at the full batch; :func:`_steady` uses the same)."""
+    def slot_capacity_per_s(self, lengths: Lengths) -> float:
+        """The rate every slot running sustains: lambda = c / (d(c) (E[osl] - 1) + c E[a]) (Little's law at the
+        full batch, https://doi.org/10.1287/opre.9.3.383). It is also the rate requests leave while every slot is
+        taken: each departure admits one prompt, so prompts then take c E[a] of each request's c steps."""
         c = float(self.slots)
         ea = float(np.sum(lengths.weights * self.prompt_cost_s))
         return c / (float(self.d(c)) * max(lengths.mean_output_tokens - 1.0, 1e-9) + c * ea)
+
+    def capacity_per_s(self, lengths: Lengths) -> float:
+        """The largest rate the engine sustains: the lower of the slots' (:meth:`slot_capacity_per_s`) and the token
+        budget's. At mean batch B (Little: lambda(B) = B / ((E[osl] - 1) d(B) + B E[a])) a step leaves room =
+        budget - B tokens to prompts and a full step lasts d(B) + c room (c: a prompt token's cost); the prompts'
+        tokens arrive at lambda E[n] per second and full steps carry room / (d(B) + c room) of them, so the budget
+        binds at the batch where lambda(B) E[n] (d(B) + c room) = room (the stability of
+        :func:`queueing.step_chain`). A longer batch leaves less room, so prompt-heavy workloads meet the budget
+        before the slots fill."""
+        slots = self.slot_capacity_per_s(lengths)
+        en = float(np.sum(lengths.weights * self.prompt_tokens))
+        ea = float(np.sum(lengths.weights * self.prompt_cost_s))
+        if en <= 0 or ea <= 0:
+            return slots
+        b = np.linspace(1.0, float(self.slots), 4097)
+        d = self.d(b)
+        lam = b / (d * max(lengths.mean_output_tokens - 1.0, 1e-9) + b * ea)
+        room = np.maximum(self.budget - b, 0.0)
+        if self.whole_prompts:
+            room = np.maximum(room, en)
+        budget = room / (en * (d + ea / en * room))           # the rate full steps carry at each batch
+        over = lam >= budget
+        if not over.any():
+            return slots
+        i = int(np.argmax(over))
+        if i == 0:
+            return float(budget[0])
+        # the crossing, linear between the two grid batches around it
+        f = (budget[i - 1] - lam[i - 1]) / ((budget[i - 1] - lam[i - 1]) - (budget[i] - lam[i]))
+        return float(min(lam[i - 1] + f * (lam[i] - lam[i - 1]), slots))
 
     def d(self, b: ArrayLike) -> Array:
         """The decode step time at (mean) batch b, linear between the tabulated batches, d(1) below 1."""
@@ -171,7 +203,10 @@ def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _
     insensitive to the service law (Kelly, *Reversibility and Stochastic Networks*, 1979, §3.3; Bonald and
     Proutiere 2002, https://doi.org/10.1016/S0166-5316(02)00129-6), so pi(N) is prop. to prod_k lambda / mu(k)
     with mu(k) = min(k, c) / (T(min(k, c)) (E[osl] - 1)), c the slots; beyond c it is geometric and the wait for
-    a slot is exponential with rate mu(c) - lambda, reached with probability P(N >= c) (PASTA)."""
+    a slot, reached with probability P(N >= c) (PASTA), is exponential with rate mu_c - lambda. While every slot
+    is taken a prompt starts only when a request leaves, so prompts take c E[a] of each request's c steps and
+    requests leave at mu_c = :meth:`Engine.slot_capacity_per_s` (not at mu(c), whose steps carry prompts at the
+    arrival rate): the M/M/c wait's rate c mu - lambda with the departures' rate while the slots are full."""
     ea = float(np.sum(lengths.weights * engine.prompt_cost_s))
     decode_tokens = max(lengths.mean_output_tokens - 1.0, 1e-9)
     c = int(engine.slots)
@@ -181,6 +216,7 @@ def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _
     t_k = engine.d(k)[None, :] / np.where(ok, 1 - rho_a, 1.0)[:, None]
     mu = k / (t_k * decode_tokens)                                            # departures/s with k running
     capacity = engine.capacity_per_s(lengths)
+    departures = engine.slot_capacity_per_s(lengths)
     ratio_c = lam / mu[:, -1]
     stable = ok & (ratio_c < 1)
     # prompts make steps longer, so arrivals in step time cluster (a branching process with mean offspring
@@ -200,7 +236,7 @@ def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _
     # the decode time (proportional to osl - 1)
     o = np.maximum(lengths.output_tokens - 1.0, 0.0)
     cs2 = lengths.mean(o * o) / max(lengths.mean(o) ** 2, 1e-300) - 1.0
-    theta = np.maximum(mu[:, -1] - lam, 1e-12) * 2.0 / max(cv2 + cs2, 1e-3)
+    theta = np.maximum(departures - lam, 1e-12) * 2.0 / max(cv2 + cs2, 1e-3)
     slot = WaitTail(p=np.where(stable, p_wait, 1.0), theta_per_s=np.where(stable, theta, 0.0),
                     mean_s=np.where(stable, p_wait / theta, np.inf), rho=np.where(stable, ratio_c, 1.0))
     room = np.maximum(engine.budget - batch, 0.0)
