@@ -25,8 +25,9 @@ holds, the step's token budget, what each prompt token adds to a step) and the e
   step, Palm counts: :func:`queueing.backward_counts`), then ceil((ahead + n) / room) steps, the last also
   carrying those that arrived behind it; plus the slot wait and the stack's fixed per-request time.
 * **TPOT** (per request, excluding the first token: (E2E - TTFT) / (osl - 1), the benchmarks' definition):
-  d(B) plus the prompt cost that landed in the request's own osl - 1 steps, a compound Poisson sum
-  approximated by a Gamma of the same mean and variance (with its atom at zero: :class:`_Life`).
+  d(B) plus the prompt cost its own osl - 1 steps carry (:class:`_Life`): the prompts still waiting when its
+  prompt completes and those arriving while it decodes, a busy period started by its decode time (a Gamma of
+  the busy period's mean and variance, with the atom of meeting none), at most a full room a step.
 * **E2E** = TTFT + (osl - 1) d(B) + that cost.
 
 Disaggregated placements run the prompts on a pool of prefill groups (a GI/G/c queue of whole prefills,
@@ -365,38 +366,66 @@ def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Arra
 LIFE_EDGES = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99, 1.0)
 
 
+#: Slices of probability the backlog a request starts decoding behind is cut into.
+BACKLOG_EDGES = (0.0, 0.5, 0.8, 0.95, 0.99, 1.0)
+
+
 @attrs.frozen(kw_only=True)
 class _Life:
-    """The prompt cost Y a request meets while it decodes (osl - 1 steps, per output atom and rate): a Poisson
-    number of prompts (lambda x its decode time) whose costs sum to a Gamma of the same mean and variance, with
-    the atom P(Y = 0) = p0 of meeting none."""
+    """The prompt cost Y a request's decode steps carry (osl - 1 steps, per output atom and rate).
 
-    p0: Array
-    shape: Array
-    scale: Array
-    mean: Array
+    * The prompts that arrive during its x = (osl - 1) d of decode steps lengthen them, more prompts arrive during
+      that extra time, and so on: their cost Y_a is that of a busy period started by the work x, with prompts
+      (cost a) for customers. With N(x) arrivals, Y_a = sum_i B_i over the busy periods B_i each starts,
+      E[B] = E[a] / (1 - rho), E[B^2] = E[a^2] / (1 - rho)^3, rho = lambda E[a] (the M/G/1 busy period's
+      moments, Kleinrock, *Queueing Systems* vol. 1, 1975, §5.8; https://en.wikipedia.org/wiki/M/G/1_queue#Busy_period),
+      so E[Y_a] = lambda x E[B] and Var Y_a = E[N] Var B + Var N E[B]^2 = lambda x (E[B^2] + (c_a^2 - 1) E[B]^2)
+      (the count's variance c_a^2 lambda x for renewal arrivals): a Gamma of that mean and variance besides the
+      atom P(N(x) = 0). A compound sum over a window of fixed length would miss the factor 1 / (1 - rho)^2 in
+      the variance: the more prompts a request meets, the longer it stays to meet more.
+    * It starts behind the prompt tokens V0 still waiting when its own prompt completes
+      (:meth:`queueing.StepChain.after_completion`), and its steps carry at most a full room each: Y =
+      min(c V0 + Y_a, (osl - 1)(T_full - d)). What a full window leaves waiting is the next request's V0, so the
+      cap and V0 keep the mean; near the budget's capacity most windows are full steps throughout."""
+
+    values: Array
+    weights: Array
 
     @classmethod
-    def of(cls, engine: Engine, lengths: Lengths, st: _State, step_mean: Array, outputs: Array) -> _Life:
+    def of(cls, engine: Engine, lengths: Lengths, st: _State, chain: StepChain, outputs: Array,
+           cv2: float = 1.0) -> _Life:
+        from scipy.special import gammaincinv  # lazily: import roofline stays free of scipy
         ea = float(np.sum(lengths.weights * engine.prompt_cost_s))
         ea2 = float(np.sum(lengths.weights * engine.prompt_cost_s ** 2))
-        count = st.lam[..., None] * np.maximum(outputs - 1, 1) * np.where(st.stable, step_mean, 0.0)[..., None]
-        mean, var = count * ea, count * ea2
-        p0 = np.exp(-count)
+        cost = ea / max(float(np.sum(lengths.weights * engine.prompt_tokens)), 1e-300)
+        rho = np.where(st.stable, st.rho_a, 0.0)[..., None]
+        m = np.maximum(outputs - 1, 1)
+        count = st.lam[..., None] * m * np.where(st.stable, st.d, 0.0)[..., None]
+        eb, eb2 = ea / (1 - rho), ea2 / (1 - rho) ** 3
+        mean, var = count * eb, count * (eb2 + (cv2 - 1) * eb * eb)
+        p0 = np.exp(-count) if abs(cv2 - 1) < 1e-9 else np.exp(-count * math.log(cv2) / (cv2 - 1))
         cond_mean = mean / np.maximum(1 - p0, 1e-300)
         cond_var = np.maximum(var / np.maximum(1 - p0, 1e-300) - p0 * cond_mean ** 2, 1e-300)
-        return cls(p0=p0, shape=np.maximum(cond_mean ** 2 / cond_var, 1e-12),
-                   scale=cond_var / np.maximum(cond_mean, 1e-300), mean=mean)
+        shape, scale = np.maximum(cond_mean ** 2 / cond_var, 1e-12), cond_var / np.maximum(cond_mean, 1e-300)
+        e = np.asarray(LIFE_EDGES)
+        y = np.concatenate([np.zeros(p0.shape + (1,)),
+                            gammaincinv(shape[..., None], (e[:-1] + e[1:]) / 2) * scale[..., None]], axis=-1)
+        yw = np.concatenate([p0[..., None], (1 - p0)[..., None] * np.diff(e)], axis=-1)
+        idx, vw = _atoms(chain.after_completion(), BACKLOG_EDGES)                     # (rate, k)
+        v0 = idx * chain.width[..., None] * cost
+        cap = (m * (chain.full_s - st.d)[..., None])[..., None, None]               # (rate, atom, 1, 1)
+        values = np.minimum(v0[:, None, :, None] + y[:, :, None, :], cap)
+        weights = vw[:, None, :, None] * yw[:, :, None, :]
+        lead = values.shape[:2]
+        return cls(values=values.reshape(lead + (-1,)), weights=weights.reshape(lead + (-1,)))
 
     def atoms(self) -> tuple[Array, Array]:
-        """Y as atoms over LIFE_EDGES of its Gamma part plus the atom at zero: (values, weights), last axis."""
-        from scipy.special import gammaincinv  # lazily: import roofline stays free of scipy
-        e = np.asarray(LIFE_EDGES)
-        levels = (e[:-1] + e[1:]) / 2
-        values = gammaincinv(self.shape[..., None], levels) * self.scale[..., None]
-        weights = (1 - self.p0)[..., None] * np.diff(e)
-        return (np.concatenate([np.zeros(self.p0.shape + (1,)), values], axis=-1),
-                np.concatenate([self.p0[..., None], weights], axis=-1))
+        """Y as atoms (values, weights) on the last axis, per rate and output atom."""
+        return self.values, self.weights
+
+    @property
+    def mean(self) -> Array:
+        return np.sum(self.values * self.weights, axis=-1)
 
 
 def _tpot_points(life: _Life, outputs: Array, weights: Array, d: Array) -> _Points:
@@ -457,7 +486,7 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     slot = st.slot
     n_j, a_j, o, w_j = _merged(lengths.output_tokens, lengths.weights, JOINT_ATOMS, engine.prompt_tokens,
                                engine.prompt_cost_s, lengths.output_tokens)
-    life = _Life.of(engine, lengths, st, step_mean, o)
+    life = _Life.of(engine, lengths, st, chain, o, cv2)
     tpot = _tpot_points(life, o, w_j, st.d)
     tpot_mean = st.d + np.sum(np.where(o > 1, w_j, 0.0) * life.mean / np.maximum(o - 1, 1), axis=-1) / max(
         float(np.sum(np.where(o > 1, w_j, 0.0))), 1e-300)

@@ -156,6 +156,8 @@ class StepChain:
     #: one prompt's tokens on the grid (pmf over cells of ``width`` tokens, padded to twice the states)
     one: Array
     width: Array
+    #: the transition matrix (rates, states, states)
+    transition: Array
     arrival_cv2: float = 1.0
 
     def arrivals_before(self, window_s: Array, rate_per_s: Array) -> Array:
@@ -172,6 +174,14 @@ class StepChain:
     @property
     def mean_step_s(self) -> Array:
         return np.sum(self.pi * self.step_s, axis=-1)
+
+    def after_completion(self) -> Array:
+        """The law of the backlog at the step after one in which a prompt completes (rates, states): the steps are
+        weighted by the prompt tokens they carry (a prompt completes in a step in proportion to them, the Palm
+        law of completions), then moved one transition on."""
+        carried = self.pi * (self.step_s - self.step_s[..., :1])
+        carried = carried / np.maximum(carried.sum(axis=-1, keepdims=True), 1e-300)
+        return np.einsum("...q,...qr->...r", carried, self.transition)
 
 
 #: The most arrivals :func:`backward_counts` tells apart (the rest are lumped into the last).
@@ -259,7 +269,7 @@ def step_chain(rate_per_s: Array, decode_s: Array, room: Array, cost_per_token_s
     pmf[..., -1] = np.maximum(tail, 0.0)
     pi = _stationary(pmf)
     return StepChain(tokens=q, pi=pi, step_s=step, left=left_idx * width[..., None], full_s=full, stable=stable,
-                     one=one, width=width, arrival_cv2=arrival_cv2)
+                     one=one, width=width, transition=pmf, arrival_cv2=arrival_cv2)
 
 
 def _stationary(p: Array) -> Array:
