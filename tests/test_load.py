@@ -184,8 +184,9 @@ def test_disaggregated_pool_and_replicas():
     dis = serve_at_rate("llama-3.1-8b", Placement.build("d", decode="h100-sxm:1", prefill="h100-sxm:1"), work,
                         [2.0, 8.0], replicas=2, prefill_groups=2)
     assert agg.stable.all() and dis.stable.all()
-    # no prompt rides a disaggregated decode step: its gaps stay short once prompts would
-    assert (dis.itl_p99_s <= agg.itl_p99_s * (1 + 1e-9)).all() and dis.itl_p99_s[1] < agg.itl_p99_s[1] / 2
+    # no prompt rides a disaggregated decode step: its gaps stay short once prompts would (at a vanishing load both
+    # are a step at the batch's upper atom, a fraction of a sequence apart: 0.1%)
+    assert (dis.itl_p99_s <= agg.itl_p99_s * (1 + 1e-3)).all() and dis.itl_p99_s[1] < agg.itl_p99_s[1] / 2
     assert (dis.prefill_utilisation > 0).all() and (dis.ttft_p99_s > dis.ttft_p50_s).all()
 
 

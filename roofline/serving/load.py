@@ -11,10 +11,11 @@ holds, the step's token budget, what each prompt token adds to a step) and the e
   lambda(B) = B / ((E[osl] - 1) d(B) + B E[a]), increasing in B; inverted on a grid. The capacity is
   lambda at the largest batch memory holds (Little, https://doi.org/10.1287/opre.9.3.383), or lower where the
   token budget binds first: a larger batch leaves prompts less room (:meth:`Engine.capacity_per_s`).
-* **Slots and the batch's spread.** The number of requests in the engine is a birth-death process
-  (processor sharing in tokens, :func:`_steady`), widened by the clustering prompts cause; a request that finds
-  every slot taken waits an exponential time. Every step an arrival waits through is d(N) - d(mean) longer for
-  the batch N it finds.
+* **Slots and the batch's spread.** The slots taken (a request holds one from its prompt's first chunk to its last
+  token) follow the birth-death chain that matches a diffusion's drift and variance: arrivals, departures and the
+  prompts' cost slowing everyone's steps, burstier arrivals widening it (:func:`_steady`); beyond the slots a
+  GI/M/c line, so a request that finds every slot taken waits an exponential time. Every step an arrival waits
+  through is d(N) - d(mean) longer for the batch N it finds.
 * **Steps.** Prompt tokens ride the decode steps (Sarathi-Serve's chunked prefill,
   https://arxiv.org/abs/2403.02310): a step carries min(backlog, room) of them, room = budget - B, FCFS, and
   lasts d(B) plus their cost. The backlog at each step's start is a Markov chain (:func:`queueing.step_chain`)
@@ -62,6 +63,7 @@ from .queueing import (
     WaitTail,
     check_cv2,
     check_rates,
+    gim_ratio,
     renewal_mean,
     step_chain,
     wait_tail,
@@ -94,13 +96,27 @@ class Engine:
     #: the serving stack's fixed time per request (its API server, tokenizer): added to TTFT and E2E
     overhead_s: float = 0.0
 
+    def held_steps(self, lengths: Lengths, batch: ArrayLike) -> Array:
+        """The steps a request holds its slot at mean batch ``batch``: its E[osl] - 1 decode steps and the steps that
+        carry its prompt (its KV is reserved from its first chunk), 1 + E[n] / room for a prompt that starts at a
+        uniform point of a step's room (E[ceil(U + x)] = 1 + x), room = budget - B (at least a mean prompt, so at
+        most two steps where a prompt and the batch crowd the budget); none where prompts do not ride the steps
+        (a disaggregated decode replica receives the prompt's KV)."""
+        decode = max(lengths.mean_output_tokens - 1.0, 1e-9)
+        if not np.any(self.prompt_cost_s > 0):
+            return np.full(np.shape(batch), decode)
+        en = float(np.sum(lengths.weights * self.prompt_tokens))
+        room = np.maximum(self.budget - np.asarray(batch, dtype=float), en)
+        return decode + 1.0 + en / room
+
     def slot_capacity_per_s(self, lengths: Lengths) -> float:
-        """The rate every slot running sustains: lambda = c / (d(c) (E[osl] - 1) + c E[a]) (Little's law at the
-        full batch, https://doi.org/10.1287/opre.9.3.383). It is also the rate requests leave while every slot is
-        taken: each departure admits one prompt, so prompts then take c E[a] of each request's c steps."""
+        """The rate every slot running sustains: lambda = c / (d(c) h + c E[a]) with h the steps a request holds
+        its slot (:meth:`held_steps`; Little's law at the full batch, https://doi.org/10.1287/opre.9.3.383). It is
+        also the rate requests leave while every slot is taken: each departure admits one prompt, so prompts then
+        take c E[a] of each request's h steps."""
         c = float(self.slots)
         ea = float(np.sum(lengths.weights * self.prompt_cost_s))
-        return c / (float(self.d(c)) * max(lengths.mean_output_tokens - 1.0, 1e-9) + c * ea)
+        return c / (float(self.d(c)) * float(self.held_steps(lengths, c)) + c * ea)
 
     def capacity_per_s(self, lengths: Lengths) -> float:
         """The largest rate the engine sustains: the lower of the slots' (:meth:`slot_capacity_per_s`) and the token
@@ -192,69 +208,80 @@ class _State:
     capacity: float
     stable: NDArray[np.bool_]
     slot: WaitTail
-    #: the law of the requests in the engine, N = 0..slots (N >= slots lumped at slots)
+    #: the law of the slots taken, N = 0..slots (N >= slots lumped at slots)
     n_pmf: Array
 
 
 def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _State:
-    """The number of requests in the engine as a birth-death process (processor sharing in tokens).
+    """The running batch and the law of the slots taken, N = 0..c (N >= c lumped at c), at each rate.
 
-    Every running request gets one token per step, so the engine is a processor-sharing server whose total
-    rate with k requests running is k / T(k) tokens/s, T(k) = d(k) / (1 - rho_a). Processor sharing is
-    insensitive to the service law (Kelly, *Reversibility and Stochastic Networks*, 1979, §3.3; Bonald and
-    Proutiere 2002, https://doi.org/10.1016/S0166-5316(02)00129-6), so pi(N) is prop. to prod_k lambda / mu(k)
-    with mu(k) = min(k, c) / (T(min(k, c)) (E[osl] - 1)), c the slots; beyond c it is geometric and the wait for
-    a slot, reached with probability P(N >= c) (PASTA), is exponential with rate mu_c - lambda. While every slot
-    is taken a prompt starts only when a request leaves, so prompts take c E[a] of each request's c steps and
-    requests leave at mu_c = :meth:`Engine.slot_capacity_per_s` (not at mu(c), whose steps carry prompts at the
-    arrival rate): the M/M/c wait's rate c mu - lambda with the departures' rate while the slots are full."""
+    * **Batch.** Every running request gets one token per step, so the engine is a processor-sharing server whose
+      rate with k running is k / T(k) tokens/s, T(k) = d(k) / (1 - rho_a), rho_a = lambda E[a] the prompts' share
+      of time. Processor sharing is insensitive to the service law (Kelly, *Reversibility and Stochastic
+      Networks*, 1979, §3.3; Bonald and Proutiere 2002, https://doi.org/10.1016/S0166-5316(02)00129-6): the law
+      prod_k lambda / mu(k), mu(k) = k / (T(k) (E[osl] - 1)), gives the mean batch (Little's law holds there).
+    * **Slots.** A request holds a slot for h steps (:meth:`Engine.held_steps`). With n slots taken the engine
+      advances decoding at kappa(n) = n / (h d(n)) requests per second of decode time, and every arrival adds one
+      request and a prompt that takes a of that time: over dt the slots taken change by the arrivals minus
+      kappa (dt - their prompts' cost) minus the departures' own noise. Its drift m(n) = lambda - kappa (1 - rho_a)
+      and variance v(n) = lambda (E[(1 + kappa a)^2] + (c_a^2 - 1) (1 + kappa E[a])^2) + kappa (1 - rho_a) (a
+      renewal count of variance c_a^2 lambda dt, each arrival a jump 1 + kappa a) make a diffusion whose
+      stationary law is prop. to exp(int 2 m / v) / v (Browne and Whitt, *Piecewise-linear diffusion processes*,
+      in Dshalalow (ed.), Advances in Queueing, CRC 1995, §2), taken as the birth-death chain with the same
+      drift and variance: births (v + m) / 2, deaths (v - m) / 2 (Poisson arrivals and no prompts give the
+      processor-sharing law exactly; burstier arrivals and costlier prompts widen it, the more the nearer
+      capacity).
+    * **The wait for a slot.** Beyond c a prompt starts only when a request leaves, so prompts take c E[a] of each
+      request's c steps and requests leave at mu_c = :meth:`Engine.slot_capacity_per_s` (not at mu(c), whose
+      steps carry prompts at the arrival rate); the line beyond c has drift lambda - mu_c and variance
+      c_a^2 lambda + mu_c (the departures of many slots are close to Poisson on the scale of the wait: the
+      Palm-Khintchine theorem, https://en.wikipedia.org/wiki/Palm%E2%80%93Khintchine_theorem), a geometric line of
+      ratio q = births / deaths there. An arrival that finds every slot taken (PASTA) waits for the q-geometric
+      line ahead of it and one more departure: an exponential wait of rate mu_c (1 - q) (for Poisson arrivals
+      M/M/c's c mu - lambda; for Gamma gaps close to GI/M/c's mu_c (1 - sigma), :func:`queueing.gim_ratio`)."""
     ea = float(np.sum(lengths.weights * engine.prompt_cost_s))
+    ea2 = float(np.sum(lengths.weights * engine.prompt_cost_s ** 2))
     decode_tokens = max(lengths.mean_output_tokens - 1.0, 1e-9)
     c = int(engine.slots)
     k = np.arange(1, c + 1, dtype=float)
     rho_a = lam * ea
     ok = rho_a < 1
-    t_k = engine.d(k)[None, :] / np.where(ok, 1 - rho_a, 1.0)[:, None]
-    mu = k / (t_k * decode_tokens)                                            # departures/s with k running
+    free = np.where(ok, 1 - rho_a, 1.0)[:, None]
+    mu = k * free / (engine.d(k)[None, :] * decode_tokens)                   # departures/s with k running
     capacity = engine.capacity_per_s(lengths)
     departures = engine.slot_capacity_per_s(lengths)
-    ratio_c = lam / mu[:, -1]
-    stable = ok & (ratio_c < 1)
-    # prompts make steps longer, so arrivals in step time cluster (a branching process with mean offspring
-    # m = rho_a): the counts' index of dispersion I = c_a^2 (sigma^2 / (1 - m)^2 + 1 / (1 - m)) (the cluster
-    # size's E[S^2] / E[S] for a Galton-Watson cluster, sigma^2 = m + lambda^2 Var(a) the offspring variance,
-    # times the arrivals' own dispersion c_a^2) widens the law: a power 1/I of each ratio keeps its mode and
-    # scales its variance by I
-    var_a = float(np.sum(lengths.weights * engine.prompt_cost_s ** 2)) - ea * ea
-    m = np.where(ok, rho_a, 0.0)
-    dispersion = cv2 * ((m + lam ** 2 * var_a) / (1 - m) ** 2 + 1 / (1 - m))
-    steps = np.log(lam[:, None] / mu)
-    r = np.where(stable, ratio_c, 0.5)
-    mean_law, law = (_birth_death(steps, r, k) for k in (np.ones_like(lam), dispersion))
-    batch = mean_law @ np.arange(c + 1.0)     # the mean from the undispersed law (Little's law holds there)
-    p_wait = law[:, -1]
-    # Allen-Cunneen: a slot frees when a request ends; the wait scales by (c_a^2 + c_s^2) / 2 with c_s^2 that of
-    # the decode time (proportional to osl - 1)
+    stable = ok & (lam < departures) & (lam < mu[:, -1])
+    r = np.where(stable, lam / mu[:, -1], 0.5)
+    batch = _birth_death(np.log(lam[:, None] / mu), r) @ np.arange(c + 1.0)
+    # the slots taken: a birth-death chain matching the diffusion's drift and variance
+    hold = engine.held_steps(lengths, batch)[:, None]
+    n = np.arange(c + 1.0)
+    kappa = n[None, :] / (hold * engine.d(n)[None, :])
+    lam_ = lam[:, None]
+    drift = lam_ - kappa * free
     o = np.maximum(lengths.output_tokens - 1.0, 0.0)
-    cs2 = lengths.mean(o * o) / max(lengths.mean(o) ** 2, 1e-300) - 1.0
-    theta = np.maximum(departures - lam, 1e-12) * 2.0 / max(cv2 + cs2, 1e-3)
+    peak = 2 * lengths.mean(np.minimum(o[:, None], o[None, :]) * lengths.weights[None, :]) / max(lengths.mean(o), 1e-300)
+    jump2 = 1 + 2 * kappa * ea + kappa ** 2 * ea2 + peak * (cv2 - 1) * (1 + kappa * ea) ** 2
+    var = lam_ * jump2 + kappa * free
+    births, deaths = (var + drift) / 2, np.maximum((var - drift) / 2, 1e-300)
+    q = np.where(stable, gim_ratio(np.where(stable, lam, 0.5 * departures), departures, cv2), 0.5)
+    law = _birth_death(np.log(np.maximum(births[:, :-1], 1e-300) / deaths[:, 1:]), q)
+    p_wait = law[:, -1]
+    theta = np.maximum(departures * (1 - q), 1e-12)
     slot = WaitTail(p=np.where(stable, p_wait, 1.0), theta_per_s=np.where(stable, theta, 0.0),
-                    mean_s=np.where(stable, p_wait / theta, np.inf), rho=np.where(stable, ratio_c, 1.0))
+                    mean_s=np.where(stable, p_wait / theta, np.inf), rho=np.where(stable, lam / departures, 1.0))
     room = np.maximum(engine.budget - batch, 0.0)
     if engine.whole_prompts:   # at least one whole prompt per step: on average a mean prompt's tokens
         room = np.maximum(room, lengths.mean(engine.prompt_tokens))
     stable = stable & (room >= 1)
     return _State(lam=lam, batch=batch, d=engine.d(batch), rho_a=rho_a, room=np.maximum(room, 1.0),
-                  capacity=capacity, stable=stable, slot=slot,
-                  n_pmf=law)
+                  capacity=capacity, stable=stable, slot=slot, n_pmf=law)
 
 
-def _birth_death(log_ratios: Array, tail_ratio: Array, dispersion: Array) -> Array:
-    """The law of N = 0..c (N >= c lumped at c) of a birth-death process with log(lambda / mu(k)) for
-    k = 1..c and a geometric tail of ratio ``tail_ratio`` beyond c, widened by ``dispersion`` (each log ratio
-    divided by it)."""
-    logp = np.concatenate([np.zeros((log_ratios.shape[0], 1)), np.cumsum(log_ratios, axis=1) / dispersion[:, None]],
-                          axis=1)
+def _birth_death(log_ratios: Array, tail_ratio: Array) -> Array:
+    """The law of N = 0..c (N >= c lumped at c) of a birth-death process with log(birth(k - 1) / death(k)) for
+    k = 1..c and a geometric tail of ratio ``tail_ratio`` beyond c."""
+    logp = np.concatenate([np.zeros((log_ratios.shape[0], 1)), np.cumsum(log_ratios, axis=1)], axis=1)
     p = np.exp(logp - logp.max(axis=1, keepdims=True))
     p[:, -1] = p[:, -1] / (1 - tail_ratio)                  # N >= c: p(c) (1 + r + r^2 + ...)
     return p / p.sum(axis=1, keepdims=True)
@@ -309,7 +336,8 @@ def _batch_spread(engine: Engine, st: _State) -> tuple[Array, Array, Array]:
     """The running batch's spread: (d(N_k) - d(mean batch), weight an arrival sees, weight a token sees) over
     k atoms of the batch's law (arrivals see the time average, PASTA; tokens are N per step of d(N))."""
     idx, w = _atoms(st.n_pmf, BATCH_EDGES)
-    n = np.minimum(idx.astype(float), engine.slots)
+    # the slots taken less those carrying their prompt (about constant): the running batch moves with N
+    n = np.minimum(idx.astype(float), engine.slots) - (st.n_pmf @ np.arange(st.n_pmf.shape[-1]) - st.batch)[:, None]
     delta = engine.d(n) - st.d[:, None]
     tok = w * np.maximum(n, 0.0) / engine.d(n)
     return delta, w, tok / np.maximum(tok.sum(axis=-1, keepdims=True), 1e-300)
@@ -423,6 +451,13 @@ class _Life:
         """Y as atoms (values, weights) on the last axis, per rate and output atom."""
         return self.values, self.weights
 
+    def slices(self) -> tuple[Array, Array]:
+        """Y as one atom per slice of probability between LIFE_EDGES (its quantile at the slice's middle level,
+        weighted by the slice's width): fewer points where Y only adds to a longer time (E2E)."""
+        e = np.asarray(LIFE_EDGES)
+        values = weighted_quantiles(self.values, self.weights, (e[:-1] + e[1:]) / 2)
+        return values, np.broadcast_to(np.diff(e), values.shape)
+
     @property
     def mean(self) -> Array:
         return np.sum(self.values * self.weights, axis=-1)
@@ -438,30 +473,40 @@ def _tpot_points(life: _Life, outputs: Array, weights: Array, d: Array) -> _Poin
     return _Points(values=values.reshape(d.size, -1), weights=(w[None, :, None] * yw).reshape(d.size, -1))
 
 
-#: Atoms of the exponential part of a wait added to a latency's points (besides its atom at zero).
-WAIT_ATOMS = 8
-
-
 def _percentiles(points: _Points, wait: WaitTail) -> dict[int, Array]:
-    """Percentiles of a latency given as points plus an independent wait W (P(W > x) = p exp(-theta x)): W as an
-    atom at 0 and WAIT_ATOMS equal-probability atoms of its exponential part (at their conditional means), the
-    sums' quantiles read from the sorted points."""
-    p = np.where(np.isfinite(wait.p), wait.p, 1.0)[..., None]
+    """Percentiles of a latency given as points plus an independent wait W (P(W > x) = p exp(-theta x)), exactly.
+    With the points sorted, x_0 <= x_1 <= ..., the sum's distribution function between x_k and x_k+1 is
+    F(t) = C_k - p G_k exp(-theta (t - x_k)), C_k the points' cumulative weight and
+    G_k = sum_(i <= k) w_i exp(-theta (x_k - x_i)) (the convolution of the points with W's atom at 0 and its
+    exponential part); F is increasing, so each percentile is in the first stretch whose end reaches it, where
+    t = x_k + log(p G_k / (C_k - q)) / theta, or at x_k itself where F jumps past it there. (Atoms for W's
+    exponential part would put the 99th percentile on the top atom's conditional mean, 3.1 / theta, wherever
+    P(W > 0) is above about 8%.)"""
+    qs = np.asarray([q / 100 for q in PERCENTILES])
+    p = np.where(np.isfinite(wait.p), wait.p, 1.0)
     if float(np.max(p, initial=0.0)) < 1e-4:   # a wait that touches no percentile reported: the points alone
-        qs = weighted_quantiles(points.values, points.weights, [q / 100 for q in PERCENTILES])
-        return {q: qs[..., i] for i, q in enumerate(PERCENTILES)}
-    k = np.arange(WAIT_ATOMS)
-    lo, hi = k / WAIT_ATOMS, (k + 1) / WAIT_ATOMS
-    with np.errstate(divide="ignore", invalid="ignore"):   # E[X | slice] of a unit exponential, slice (lo, hi)
-        tail = np.where(hi < 1, np.log1p(-np.minimum(hi, 1 - 1e-300)), 0.0)
-        unit = 1 + ((1 - lo) * -np.log1p(-lo) - np.where(hi < 1, (1 - hi) * -tail, 0.0)) * WAIT_ATOMS
-    w_values = np.concatenate([np.zeros(p.shape), unit[None, :] / np.maximum(wait.theta_per_s, 1e-300)[..., None]],
-                              axis=-1)
-    w_weights = np.concatenate([1 - p, np.broadcast_to(p / WAIT_ATOMS, p.shape[:-1] + (WAIT_ATOMS,))], axis=-1)
-    values = (points.values[..., :, None] + w_values[..., None, :]).reshape(points.values.shape[0], -1)
-    weights = (points.weights[..., :, None] * w_weights[..., None, :]).reshape(values.shape)
-    qs = weighted_quantiles(values, weights, [q / 100 for q in PERCENTILES])
-    return {q: qs[..., i] for i, q in enumerate(PERCENTILES)}
+        base = weighted_quantiles(points.values, points.weights, qs)
+        return {q: base[..., i] for i, q in enumerate(PERCENTILES)}
+    theta = np.maximum(np.where(np.isfinite(wait.theta_per_s), wait.theta_per_s, 0.0), 1e-300)[..., None]
+    order = np.argsort(points.values, axis=-1)
+    x = np.take_along_axis(points.values, order, axis=-1)
+    w = np.take_along_axis(np.broadcast_to(points.weights, points.values.shape), order, axis=-1)
+    w = w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300)
+    cum = np.cumsum(w, axis=-1)
+    with np.errstate(divide="ignore"):
+        g = np.exp(np.logaddexp.accumulate(np.log(w) + theta * (x - x[..., -1:]), axis=-1) - theta * (x - x[..., -1:]))
+    pg = p[..., None] * g
+    at = cum - pg                                                                   # F at x_k
+    end = np.concatenate([cum[..., :-1] - pg[..., :-1] * np.exp(-theta * np.diff(x, axis=-1)),
+                          np.ones(x.shape[:-1] + (1,))], axis=-1)                   # F just before x_k+1
+    out = {}
+    for i, q in enumerate(qs):
+        k = np.argmax(end >= q - 1e-12, axis=-1)[..., None]
+        xk, ck, gk, fk = (np.take_along_axis(v, k, axis=-1)[..., 0] for v in (x, cum, pg, at))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = xk + np.log(gk / np.maximum(ck - q, 1e-300)) / theta[..., 0]
+        out[PERCENTILES[i]] = np.where(fk >= q, xk, np.maximum(t, xk))
+    return out
 
 
 def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arrival_cv2: float = 1.0) -> LoadResult:
@@ -491,7 +536,7 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     tpot_mean = st.d + np.sum(np.where(o > 1, w_j, 0.0) * life.mean / np.maximum(o - 1, 1), axis=-1) / max(
         float(np.sum(np.where(o > 1, w_j, 0.0))), 1e-300)
     joint = _ttft_points(st, chain, (n_j, a_j, w_j), cost, en, None, ahead=None)
-    y, yw = life.atoms()                                                                # (rate, atom, k)
+    y, yw = life.slices()                                                               # (rate, atom, k)
     lead = (lam.size, len(STATE_EDGES) - 1, RESIDUAL_POINTS, 1)
     decode = ((o - 1)[None, :, None] * st.d[:, None, None] + y)[:, None, None, None, :, :]
     e2e = _Points(values=(joint.values.reshape(lead + (o.size, 1)) + decode + engine.overhead_s).reshape(lam.size, -1),

@@ -136,6 +136,24 @@ def _lundberg(lam: Array, s: Array, w: Array, cv2: float, stable: NDArray[np.boo
     return np.where(stable, _bisect(f, np.zeros(lam.shape), hi), 0.0)
 
 
+def gim_ratio(rate_per_s: Array, service_per_s: Array, cv2: float) -> Array:
+    """The geometric ratio sigma of the GI/M/c queue's waiting line: with every server busy, departures at total rate
+    mu and renewal arrivals whose gaps have the Laplace transform A*, an arrival finds k others waiting with
+    probability (1 - sigma) sigma^k, sigma the root in (0, 1) of sigma = A*(mu (1 - sigma)), and waits an
+    exponential time of rate mu (1 - sigma) (Kleinrock, *Queueing Systems* vol. 1, 1975, §6.4; Gross and Harris,
+    *Fundamentals of Queueing Theory*, §5.3). Gamma gaps of squared CV cv2: A*(s) = (1 + s cv2 / lambda)^(-1/cv2);
+    Poisson gives sigma = lambda / mu; burstier arrivals wait in longer lines."""
+    lam, mu = np.broadcast_arrays(np.asarray(rate_per_s, dtype=float), np.asarray(service_per_s, dtype=float))
+    if abs(cv2 - 1.0) < 1e-12:
+        return np.clip(lam / mu, 0.0, 1.0)
+    ok = lam < mu
+    lam_ok = np.where(ok, lam, 0.5 * mu)
+
+    def f(s: Array) -> Array:   # concave, < 0 at 0, 0 at 1 and > 0 just below it: one root in (0, 1)
+        return s - (1.0 + mu * (1.0 - s) * cv2 / lam_ok) ** (-1.0 / cv2)
+    return np.where(ok, _bisect(f, np.zeros(lam.shape), np.full(lam.shape, 1.0 - 1e-12)), 1.0)
+
+
 #: States of the step chain's backlog grid (tokens waiting at a step's start).
 CHAIN_STATES = 160
 
