@@ -225,7 +225,11 @@ def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _
       request and a prompt that takes a of that time: over dt the slots taken change by the arrivals minus
       kappa (dt - their prompts' cost) minus the departures' own noise. Its drift m(n) = lambda - kappa (1 - rho_a)
       and variance v(n) = lambda (E[(1 + kappa a)^2] + (c_a^2 - 1) (1 + kappa E[a])^2) + kappa (1 - rho_a) (a
-      renewal count of variance c_a^2 lambda dt, each arrival a jump 1 + kappa a) make a diffusion whose
+      renewal count of variance c_a^2 lambda dt, each arrival a jump 1 + kappa a; the excess c_a^2 - 1 weighed
+      by 2 E[min(O, O')] / E[O] for the decode lengths O, so that without prompts the law has the peakedness
+      1 + (c_a^2 - 1) E[min(O, O')] / E[O] of renewal arrivals at infinite servers: Whitt, *Heavy-traffic
+      approximations for service systems with blocking*, AT&T Bell Lab. Tech. J. 63(5), 1984; exponential
+      lengths give the weight 1) make a diffusion whose
       stationary law is prop. to exp(int 2 m / v) / v (Browne and Whitt, *Piecewise-linear diffusion processes*,
       in Dshalalow (ed.), Advances in Queueing, CRC 1995, §2), taken as the birth-death chain with the same
       drift and variance: births (v + m) / 2, deaths (v - m) / 2 (Poisson arrivals and no prompts give the
