@@ -60,7 +60,8 @@ def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarra
     waiting: deque[int] = deque()
     finish_at: dict[int, list[int]] = defaultdict(list)
     t, step, nxt, running, prefilling = 0.0, 0, 0, 0, 0
-    itl, weight = [], []
+    itl, weight, start = [], [], []
+    steady_from = arrive[int(warmup * n)]
     while nxt < n or waiting or running:
         while nxt < n and at[nxt] <= t:
             waiting.append(nxt)
@@ -85,9 +86,10 @@ def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarra
             cost += take * per_token[r]
             started.append(r)
         dt = step_s(running if running > 1 else 1) + cost
-        if running and t <= steady_until:   # the drain after the last arrivals is no steady state
+        if running and steady_from <= t <= steady_until:   # no warm-up from empty, no drain after the last arrivals
             itl.append(dt)
             weight.append(running)
+            start.append(t)
         t += dt
         step += 1
         for r in finish_at.pop(step, ()):
@@ -110,10 +112,11 @@ def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarra
     o = outputs[pick][keep]
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(o > 1, (done - first)[keep] / (o - 1), np.nan)
-    cut = int(warmup * len(itl))
-    gaps, batch = np.array(itl[cut:]), np.array(weight[cut:], dtype=float)
+    gaps, batch = np.array(itl), np.array(weight, dtype=float)
+    # the running batch's time average over the steady window (idle time and steps with none running count as 0)
+    inside = np.minimum(np.array(start) + gaps, steady_until) - np.array(start)
     return Simulated(ttft_s=ttft, tpot_s=tpot[np.isfinite(tpot)], e2e_s=e2e, itl_s=gaps, itl_weight=batch,
-                     batch_mean=float(np.average(batch, weights=gaps)))
+                     batch_mean=float(np.sum(batch * inside) / (steady_until - steady_from)))
 
 
 def simulate_pool(*, rate_per_s: float, service_s: np.ndarray, servers: int, n: int = 40000, cv2: float = 1.0,
@@ -199,3 +202,26 @@ def quantile(counts: np.ndarray, q: float) -> float:
     below = cum[i - 1] if i else 0.0
     f = (q - below) / max(cum[i] - below, 1e-300)
     return float(EDGES[i] * (EDGES[i + 1] / EDGES[i]) ** min(max(f, 0.0), 1.0))
+
+
+#: The ITL (the step law) has atoms (steps with and without prompts), so its quantile is read within a band of
+#: levels around each percentile, [q - 0.03, q + 0.005], and 10% either side of it.
+ITL_BAND = (-0.03, 0.005)
+
+
+def model_errors(point: dict, engine: Any, lengths: Any) -> dict[str, float]:
+    """Relative errors of the closed forms (roofline.serving.load) against one pooled oracle point as
+    scripts/load_oracle.py stores it (the ITL within its band counts as 0), and of the mean batch."""
+    from roofline.serving.load import engine_load
+    r = engine_load(engine, lengths, [point["rate_per_s"]], arrival_cv2=point["arrival_cv2"])
+    out = {}
+    for key, sim in point["pooled"].items():
+        name, p = key.split("_p")
+        got = float(r.at(name, int(p))[0])
+        if name == "itl":
+            lo, hi = point["itl_band"][key]
+            out[key] = 0.0 if lo * 0.9 <= got <= hi * 1.1 else got / sim - 1
+        else:
+            out[key] = got / sim - 1
+    out["batch"] = float(r.batch_mean[0]) / point["batch_mean"] - 1
+    return out

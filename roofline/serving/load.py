@@ -163,8 +163,8 @@ class LoadResult(ArrayRecord):
     workload: ClassVar[tuple[str, ...]] = ("rate_per_s",)
 
     rate_per_s: Array
-    #: the load over the capacity: lambda / lambda_max of the decode side, or the prompt server's busy share
-    #: where that is higher (disaggregated: the prefill pool's)
+    #: the load over the capacity: lambda / lambda_max of the replicas (the lower of the slots' and the token
+    #: budget's, :meth:`Engine.capacity_per_s`), or the prefill pool's busy share where that is higher
     utilisation: Array
     decode_utilisation: Array
     prefill_utilisation: Array
@@ -556,12 +556,15 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
         qs = weighted_quantiles(pts.values, pts.weights, [p / 100 for p in PERCENTILES])
         out.update({f"{name}_p{p}_s": qs[..., i] for i, p in enumerate(PERCENTILES)})
     nan = np.where(stable, 1.0, np.nan)
+    # the running batch by Little's law on the decode phase: a request decodes (osl - 1) d plus the prompt cost
+    # its steps carry (the chain's mean batch leaves out that a request's steps carry more prompts than the mean step)
+    decoding = np.sum(w_j * ((o - 1) * st.d[:, None] + life.mean), axis=-1)
     ttft_mean = np.sum(ttft.values * ttft.weights, axis=-1) / ttft.weights.sum(axis=-1) + slot.mean_s
     out = {k: (v * nan).reshape(shape) for k, v in out.items()}
     return LoadResult(rate_per_s=lam.reshape(shape), utilisation=(lam / st.capacity).reshape(shape),
                       decode_utilisation=(lam / st.capacity).reshape(shape),
                       prefill_utilisation=(np.where(stable, 1 - chain.pi[..., 0], np.nan)).reshape(shape),
-                      batch_mean=(st.batch * nan).reshape(shape), capacity_per_s=st.capacity,
+                      batch_mean=(lam * decoding * nan).reshape(shape), capacity_per_s=st.capacity,
                       ttft_mean_s=(ttft_mean * nan).reshape(shape), itl_mean_s=(step_mean * nan).reshape(shape),
                       tpot_mean_s=(tpot_mean * nan).reshape(shape),
                       e2e_mean_s=((ttft_mean + lengths.mean(lengths.output_tokens - 1) * tpot_mean) * nan).reshape(shape),
