@@ -150,8 +150,9 @@ def synthetic(lengths: Any, *, cost_s: float = 20e-6, budget: int = 2048, slots:
 def physics_engine() -> tuple[Any, Any]:
     """Llama-2-70B FP8 on two H100s (the physics' step times and prompt costs) and the MLPerf Llama-2 lengths,
     without the stack's fixed per-request time (not simulated)."""
-    from roofline.serving.load import Workload, deployment
+    from roofline.serving.load import Workload
     from roofline.serving.serve import Placement
+    from roofline.serving_api import deployment
     from roofline.specs.lengths import shipped_lengths
     lengths = shipped_lengths("mlperf-llama2-70b")
     d = deployment("llama-2-70b", Placement.build("h100", decode="h100-sxm:2"), Workload(lengths=lengths),

@@ -3,109 +3,95 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import attrs
 import numpy as np
 import pytest
+import queue_oracle as oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from queue_oracle import simulate_engine, simulate_pool
+from queue_oracle import simulate_pool
 
 import roofline as rl
 from roofline.errors import WorkloadError
 from roofline.serving.load import Engine, Workload, engine_load
-from roofline.serving.queueing import backward_counts, erlang_c, step_chain, wait_tail
+from roofline.serving.queueing import backward_counts, erlang_c, gim_ratio, step_chain, wait_tail
 from roofline.serving.serve import Placement
 from roofline.serving_api import deployment, max_rate, serve_at_rate
 from roofline.specs.lengths import Lengths, shipped_lengths
 
-BATCH = np.arange(1, 257, dtype=float)
+#: The oracle run long at utilisation 0.3, 0.6 and 0.9 of each case's capacity, its samples pooled over 8 to 16 runs
+#: (scripts/load_oracle.py writes it, and docs/load.md's table from it).
+STORED = Path(__file__).resolve().parent.parent / "docs" / "load_oracle.json"
+#: The synthetic cases (the physics case moves with every refit: it is checked live, at moderate load).
+SYNTHETIC = [name for name in oracle.cases() if "physics" not in name]
+DECODE_HEAVY = oracle.cases()["lognormal 400/200 (CV 1), decode-heavy"][:2]
+LOGNORMAL = DECODE_HEAVY[1]
+#: Where the bound is not 10% (docs/load.md): bursty arrivals (c_a^2 = 4) at 0.9 put 12% of arrivals behind full
+#: slots, so their p90 sits on the knee of the slot wait, where a tenth less of that share (the closed forms: 11.9%)
+#: moves it by a quarter (-23%); at 0.3 their clusters spread the prompt backlog more than the chain's
+#: negative-binomial count per step (-10.2%).
+BOUNDS = {("lognormal 400/200, bursty arrivals (c_a^2 = 4)", "0.9", "ttft_p90"): 0.25,
+          ("lognormal 400/200, bursty arrivals (c_a^2 = 4)", "0.3", "ttft_p90"): 0.11}
 
 
-def synthetic(lengths: Lengths, *, cost_s: float = 20e-6, budget: int = 2048, slots: int = 256,
-              whole: bool = False) -> Engine:
-    """An engine whose decode step is 20 ms + 50 us per sequence and whose prompt tokens cost ``cost_s`` each."""
-    return Engine(batch=BATCH[:slots], step_s=0.020 + 0.00005 * BATCH[:slots], slots=slots, budget=budget,
-                  prompt_tokens=lengths.input_tokens, prompt_cost_s=lengths.input_tokens * cost_s,
-                  whole_prompts=whole)
+def compare(engine: Engine, lengths: Lengths, rate: float, cv2: float = 1.0, n: int = 30000, seeds: int = 2) -> dict:
+    """Relative errors of the closed forms against the simulation at ``rate``, its samples pooled over ``seeds``
+    independent runs."""
+    runs = [oracle.run(engine, lengths, rate, cv2=cv2, n=n, seed=seed) for seed in range(seeds)]
+    hist = {k: sum(oracle.histograms(s)[k] for s in runs) for k in oracle.METRICS}
+    point = {"rate_per_s": rate, "arrival_cv2": cv2, "batch_mean": float(np.mean([s.batch_mean for s in runs])),
+             "pooled": {f"{k}_p{p}": oracle.quantile(hist[k], p / 100) for k in oracle.METRICS for p in (50, 90, 99)},
+             "itl_band": {f"itl_p{p}": [oracle.quantile(hist["itl"], max(p / 100 + oracle.ITL_BAND[0], 0.0)),
+                                        oracle.quantile(hist["itl"], min(p / 100 + oracle.ITL_BAND[1], 0.999))]
+                          for p in (50, 90, 99)}}
+    return oracle.model_errors(point, engine, lengths)
 
 
-def compare(engine: Engine, lengths: Lengths, utilisation: float, cv2: float = 1.0, n: int = 30000,
-            seeds: int = 2) -> dict:
-    """Relative errors of the closed forms against the simulation at ``utilisation`` of the engine's capacity,
-    the simulation's samples pooled over ``seeds`` independent runs (a single run's p99 near capacity moves by
-    +-15% with its seed: the slots fill in rare, long episodes)."""
-    cap = engine_load(engine, lengths, [1e-6]).capacity_per_s
-    lam = utilisation * cap
-    r = engine_load(engine, lengths, [lam], arrival_cv2=cv2)
-    per_token = engine.prompt_cost_s / engine.prompt_tokens
-    runs = []
-    for seed in range(seeds):
-        rng = np.random.default_rng(100 + seed)
-        pick = rng.choice(lengths.weights.size, size=20000, p=lengths.weights)
-        runs.append(simulate_engine(rate_per_s=lam, inputs=engine.prompt_tokens[pick],
-                                    outputs=lengths.output_tokens[pick], token_cost_s=per_token[pick],
-                                    step_s=lambda b: float(engine.d(b)), budget=engine.budget, slots=engine.slots,
-                                    n=n, cv2=cv2, whole=engine.whole_prompts, seed=seed))
-    pooled = {k: np.concatenate([getattr(s, k) for s in runs]) for k in ("ttft_s", "tpot_s", "e2e_s", "itl_s",
-                                                                          "itl_weight")}
-    s = attrs.evolve(runs[0], **pooled, batch_mean=float(np.mean([x.batch_mean for x in runs])))
-    errs = {}
-    for name, sim in (("ttft", s.ttft_s), ("tpot", s.tpot_s), ("e2e", s.e2e_s)):
-        for p in (50, 90, 99):
-            errs[f"{name}_p{p}"] = float(r.at(name, p)[0]) / np.percentile(sim, p) - 1
-    for p in (50, 90, 99):   # a step law with an atom: read the simulation's quantile within a band of levels
-        got = float(r.at("itl", p)[0])
-        lo, hi = s.itl_quantile(max(p / 100 - 0.03, 0)), s.itl_quantile(min(p / 100 + 0.005, 0.999))
-        errs[f"itl_p{p}"] = 0.0 if lo * 0.9 <= got <= hi * 1.1 else got / s.itl_quantile(p / 100) - 1
-    errs["batch"] = float(r.batch_mean[0]) / s.batch_mean - 1
-    return errs
-
-
-LOGNORMAL = Lengths.lognormal(400, 200, cv=1.0)
-FIXED = Lengths.fixed(1000, 100)
-
-#: (case, engine, lengths, arrivals' squared CV, tolerance of p50 and p90): decode-heavy and prefill-heavy,
-#: Poisson and bursty (whose clusters the closed forms follow less closely: 11% at p90, docs/load.md)
-CASES = {
-    "lognormal decode-heavy": (synthetic(LOGNORMAL), LOGNORMAL, 1.0, 0.10),
-    "fixed 1000/100 prefill-heavy": (synthetic(FIXED), FIXED, 1.0, 0.10),
-    "lognormal bursty (cv2 4)": (synthetic(LOGNORMAL), LOGNORMAL, 4.0, 0.15),
-}
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("utilisation", [0.3, 0.6])
-def test_percentiles_match_the_simulation_up_to_moderate_load(case, utilisation):
-    """Up to 0.6 of capacity every p50 and p90 is within 10% of the simulation (15% for bursty arrivals) and every
-    p99 within 20% (docs/load.md lists the measured errors, 0.9 included)."""
-    engine, lengths, cv2, tol = CASES[case]
-    errs = compare(engine, lengths, utilisation, cv2)
-    assert abs(errs["batch"]) < 0.05, errs
-    bad = {k: round(v, 3) for k, v in errs.items() if k != "batch"
-           and abs(v) > (0.20 if k.endswith("p99") else tol)}
+@pytest.mark.parametrize("name", SYNTHETIC)
+def test_percentiles_meet_the_pooled_oracle_at_utilisation_03_to_09(name):
+    """TTFT, TPOT, ITL and E2E at p50, p90 and p99 within 10% of the oracle's pooled samples at 0.3, 0.6 and 0.9 of
+    capacity (but :data:`BOUNDS`), and the mean batch within 5%. The points are
+    stored: a change to the oracle, the cases or the capacity asks for scripts/load_oracle.py again."""
+    engine, lengths, _ = oracle.cases()[name]
+    points = json.loads(STORED.read_text())[name]
+    assert sorted(points) == ["0.3", "0.6", "0.9"]
+    bad = {}
+    for u, point in points.items():
+        assert point["rate_per_s"] == pytest.approx(float(u) * engine.capacity_per_s(lengths), rel=1e-9), \
+            "the capacity moved: run scripts/load_oracle.py"
+        for k, v in oracle.model_errors(point, engine, lengths).items():
+            if abs(v) > (0.05 if k == "batch" else BOUNDS.get((name, u, k), 0.10)):
+                bad[u, k] = round(v, 3)
     assert not bad, bad
 
 
-def test_heavy_load_stays_within_the_documented_envelope():
-    """At 0.9 of capacity the medians stay within 10%; the p99 TTFT is under-predicted (the batch's spread
-    near the slot limit is wider than the birth-death law gives), within the 45% docs/load.md states."""
-    engine, lengths, cv2, _ = CASES["lognormal decode-heavy"]
-    errs = compare(engine, lengths, 0.9, cv2, seeds=4)
-    assert all(abs(errs[f"{k}_p50"]) < 0.10 for k in ("ttft", "tpot", "e2e", "itl")), errs
-    assert -0.45 < errs["ttft_p99"] < 0.05, errs
+def test_the_stored_oracle_is_this_oracle():
+    """Two short runs of the oracle at 0.6 of capacity land on the stored pooled percentiles (p50 and p90 within
+    4%, p99 within 8%): the stored table was made by this oracle on these cases."""
+    for name in ("lognormal 400/200 (CV 1), decode-heavy", "fixed 1000/100, prefill-heavy"):
+        engine, lengths, cv2 = oracle.cases()[name]
+        point = json.loads(STORED.read_text())[name]["0.6"]
+        runs = [oracle.run(engine, lengths, point["rate_per_s"], cv2=cv2, n=30000, seed=1000 + seed) for seed in range(2)]
+        for k in ("ttft", "tpot", "e2e"):
+            sim = np.concatenate([getattr(s, f"{k}_s") for s in runs])
+            for p in (50, 90, 99):
+                assert np.percentile(sim, p) == pytest.approx(point["pooled"][f"{k}_p{p}"], rel=0.08 if p == 99 else 0.04)
 
 
 def test_physics_engine_matches_the_simulation():
     """An engine priced by the physics (Llama-2-70B FP8 on two H100s, the MLPerf Llama-2 lengths) against the
-    simulation of the same steps."""
+    simulation of the same steps at 0.5 of its capacity."""
     lengths = shipped_lengths("mlperf-llama2-70b")
     d = deployment("llama-2-70b", Placement.build("h100", decode="h100-sxm:2"), Workload(lengths=lengths),
                    formats={"weights": "fp8", "kv": "fp8"})
     assert d.engine.overhead_s > 0   # the stack's per-request time: added to TTFT, not simulated
-    errs = compare(attrs.evolve(d.engine, overhead_s=0.0), lengths, 0.5, n=12000)
-    bad = {k: round(v, 3) for k, v in errs.items() if abs(v) > (0.20 if k.endswith("p99") else 0.10)}
+    engine = attrs.evolve(d.engine, overhead_s=0.0)
+    errs = compare(engine, lengths, 0.5 * engine.capacity_per_s(lengths), n=12000)
+    bad = {k: round(v, 3) for k, v in errs.items() if abs(v) > (0.05 if k == "batch" else 0.10)}
     assert not bad, bad
 
 
@@ -126,6 +112,36 @@ def test_pool_wait_is_exact_for_mm1_and_md1_means_and_tracks_a_simulated_pool():
     for q in (0.9, 0.99):
         analytic = -math.log((1 - q) / float(w.p[0])) / float(w.theta_per_s[0])
         assert analytic == pytest.approx(np.quantile(sim, q), rel=0.15)
+
+
+def test_busy_period_moments_behind_tpot_follow_from_takacs_equation():
+    """The moments the TPOT's prompt cost uses (roofline.serving.load._Life): a prompt's busy period B has
+    E[B] = E[a] / (1 - rho) and E[B^2] = E[a^2] / (1 - rho)^3, and the busy period started by a request's decode
+    time x has mean x / (1 - rho) and variance lambda x E[a^2] / (1 - rho)^3; both from Takacs' equation
+    B*(s) = A*(s + lambda - lambda B*(s)) and Y*(s) = exp(-x (s + lambda - lambda B*(s))), to second order (sympy)."""
+    import sympy as sp
+    s, lam, m1, m2, x, b1, b2 = sp.symbols("s lambda m1 m2 x b1 b2")
+    busy = 1 - b1 * s + b2 * s ** 2 / 2
+    inner = s + lam - lam * busy
+    eq = sp.expand(busy - (1 - m1 * inner + m2 * inner ** 2 / 2))
+    sol = sp.solve([eq.coeff(s, 1), eq.coeff(s, 2)], [b1, b2], dict=True)[0]
+    rho = lam * m1
+    assert sp.simplify(sol[b1] - m1 / (1 - rho)) == 0 and sp.simplify(sol[b2] - m2 / (1 - rho) ** 3) == 0
+    started = sp.exp(-x * (s + lam - lam * busy.subs(sol)))
+    mean = -sp.diff(started, s).subs(s, 0)
+    var = sp.diff(started, s, 2).subs(s, 0) - mean ** 2
+    assert sp.simplify(mean - x / (1 - rho)) == 0 and sp.simplify(var - lam * x * m2 / (1 - rho) ** 3) == 0
+
+
+def test_gim_ratio_is_the_chance_to_wait_in_a_simulated_gi_m_1_queue():
+    """For GI/M/1 an arrival waits with probability sigma, the root of sigma = A*(mu (1 - sigma)): Poisson arrivals
+    give rho; Gamma gaps of squared CV 4 wait far more often, and a simulated queue agrees."""
+    assert gim_ratio(np.array([0.7]), np.array([1.0]), 1.0)[0] == pytest.approx(0.7)
+    sigma = float(gim_ratio(np.array([0.7]), np.array([1.0]), 4.0)[0])
+    assert sigma == pytest.approx((1 + (1 - sigma) * 4 / 0.7) ** -0.25, abs=1e-9) and sigma > 0.85
+    u = (np.arange(4000) + 0.5) / 4000
+    wait = simulate_pool(rate_per_s=0.7, service_s=-np.log1p(-u), servers=1, n=200000, cv2=4.0)
+    assert np.mean(wait > 0) == pytest.approx(sigma, abs=0.02)
 
 
 def test_step_chain_keeps_the_flow_balance():
@@ -149,7 +165,7 @@ def test_backward_counts_are_poisson_for_poisson_arrivals_and_clustered_for_burs
 def test_a_higher_rate_never_lowers_a_percentile(u1, u2):
     """Up to the step chain's token grid (its cell width follows the load, so a percentile read off the grid's
     atoms can step back by a fraction of a cell between two nearby rates: under 1%)."""
-    engine, lengths, _, _ = CASES["lognormal decode-heavy"]
+    engine, lengths = DECODE_HEAVY
     cap = engine_load(engine, lengths, [1e-6]).capacity_per_s
     lo, hi = sorted((u1, u2))
     r = engine_load(engine, lengths, [lo * cap, hi * cap])
@@ -160,7 +176,7 @@ def test_a_higher_rate_never_lowers_a_percentile(u1, u2):
 
 
 def test_rates_at_or_above_capacity_are_flagged_not_raised():
-    engine, lengths, _, _ = CASES["lognormal decode-heavy"]
+    engine, lengths = DECODE_HEAVY
     cap = engine_load(engine, lengths, [1e-6]).capacity_per_s
     r = engine_load(engine, lengths, [0.5 * cap, 1.2 * cap])
     assert r.stable.tolist() == [True, False]
