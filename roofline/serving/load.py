@@ -64,6 +64,7 @@ from .queueing import (
     check_cv2,
     check_rates,
     gim_ratio,
+    quantiles_with_wait,
     renewal_mean,
     step_chain,
     wait_tail,
@@ -478,39 +479,9 @@ def _tpot_points(life: _Life, outputs: Array, weights: Array, d: Array) -> _Poin
 
 
 def _percentiles(points: _Points, wait: WaitTail) -> dict[int, Array]:
-    """Percentiles of a latency given as points plus an independent wait W (P(W > x) = p exp(-theta x)), exactly.
-    With the points sorted, x_0 <= x_1 <= ..., the sum's distribution function between x_k and x_k+1 is
-    F(t) = C_k - p G_k exp(-theta (t - x_k)), C_k the points' cumulative weight and
-    G_k = sum_(i <= k) w_i exp(-theta (x_k - x_i)) (the convolution of the points with W's atom at 0 and its
-    exponential part); F is increasing, so each percentile is in the first stretch whose end reaches it, where
-    t = x_k + log(p G_k / (C_k - q)) / theta, or at x_k itself where F jumps past it there. (Atoms for W's
-    exponential part would put the 99th percentile on the top atom's conditional mean, 3.1 / theta, wherever
-    P(W > 0) is above about 8%.)"""
-    qs = np.asarray([q / 100 for q in PERCENTILES])
-    p = np.where(np.isfinite(wait.p), wait.p, 1.0)
-    if float(np.max(p, initial=0.0)) < 1e-4:   # a wait that touches no percentile reported: the points alone
-        base = weighted_quantiles(points.values, points.weights, qs)
-        return {q: base[..., i] for i, q in enumerate(PERCENTILES)}
-    theta = np.maximum(np.where(np.isfinite(wait.theta_per_s), wait.theta_per_s, 0.0), 1e-300)[..., None]
-    order = np.argsort(points.values, axis=-1)
-    x = np.take_along_axis(points.values, order, axis=-1)
-    w = np.take_along_axis(np.broadcast_to(points.weights, points.values.shape), order, axis=-1)
-    w = w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300)
-    cum = np.cumsum(w, axis=-1)
-    with np.errstate(divide="ignore"):
-        g = np.exp(np.logaddexp.accumulate(np.log(w) + theta * (x - x[..., -1:]), axis=-1) - theta * (x - x[..., -1:]))
-    pg = p[..., None] * g
-    at = cum - pg                                                                   # F at x_k
-    end = np.concatenate([cum[..., :-1] - pg[..., :-1] * np.exp(-theta * np.diff(x, axis=-1)),
-                          np.ones(x.shape[:-1] + (1,))], axis=-1)                   # F just before x_k+1
-    out = {}
-    for i, q in enumerate(qs):
-        k = np.argmax(end >= q - 1e-12, axis=-1)[..., None]
-        xk, ck, gk, fk = (np.take_along_axis(v, k, axis=-1)[..., 0] for v in (x, cum, pg, at))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = xk + np.log(gk / np.maximum(ck - q, 1e-300)) / theta[..., 0]
-        out[PERCENTILES[i]] = np.where(fk >= q, xk, np.maximum(t, xk))
-    return out
+    """Percentiles of a latency given as points plus an independent wait (:func:`queueing.quantiles_with_wait`)."""
+    qs = quantiles_with_wait(points.values, points.weights, wait, [q / 100 for q in PERCENTILES])
+    return {q: qs[..., i] for i, q in enumerate(PERCENTILES)}
 
 
 def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arrival_cv2: float = 1.0) -> LoadResult:
