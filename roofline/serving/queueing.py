@@ -348,11 +348,12 @@ def quantiles_with_wait(values: Array, weights: ArrayLike, wait: WaitTail, qs: A
     at = cum - pg                                                                   # F at x_k
     end = np.concatenate([cum[..., :-1] - pg[..., :-1] * np.exp(-theta * np.diff(x, axis=-1)),
                           np.ones(x.shape[:-1] + (1,))], axis=-1)                   # F just before x_k+1
+    following = np.concatenate([x[..., 1:], np.full(x.shape[:-1] + (1,), np.inf)], axis=-1)
     out = []
     for q in levels:
-        k = np.argmax(end >= q - 1e-12, axis=-1)[..., None]
-        xk, ck, gk, fk = (np.take_along_axis(v, k, axis=-1)[..., 0] for v in (x, cum, pg, at))
+        k = np.argmax(end >= q, axis=-1)[..., None]          # the stretch [x_k, x_k+1) where F reaches q
+        xk, ck, gk, fk, nk = (np.take_along_axis(v, k, axis=-1)[..., 0] for v in (x, cum, pg, at, following))
         with np.errstate(divide="ignore", invalid="ignore"):
-            t = xk + np.log(gk / np.maximum(ck - q, 1e-300)) / theta[..., 0]
-        out.append(np.where(fk >= q, xk, np.maximum(t, xk)))
+            t = xk + np.log(gk / (ck - q)) / theta[..., 0]
+        out.append(np.where(fk >= q, xk, np.clip(np.nan_to_num(t, nan=np.inf), xk, nk)))
     return np.stack(out, axis=-1)
