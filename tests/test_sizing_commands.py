@@ -4,6 +4,7 @@ of a device given by file, and the options' help and exit statuses."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -83,13 +84,18 @@ def _run_script(text: str, tmp: Path, env: dict[str, str] | None = None) -> tupl
     return p, [json.loads(line) for line in log.read_text().splitlines()]
 
 
+@functools.cache   # the JSON of one argv: the same whatever the text was printed to
+def _emitted_json(argv: tuple[str, ...]) -> dict:
+    return json.loads(_roofline_piped([*argv, "--json"]))
+
+
 SIZE = ["size", "llama-3.1-70b", "--devices", "h100-sxm", "--users", "100", "--min-tokens-per-s-per-user", "20",
         "--draft", "llama-3.1-8b", "--alpha", "0.7", "--kv", "fp8"]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="bash and a pseudo-terminal")
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
-@pytest.mark.parametrize("where", ["tty80", "pipe"])
+@pytest.mark.parametrize("engine,where", [("vllm", "tty80"), ("sglang", "pipe"), ("trtllm", "tty80"),
+                                          ("trtllm", "pipe")])   # each engine once, both outputs where files are written
 def test_emitted_script_runs_as_written_with_the_engines_stubbed(engine, where, tmp_path):
     """The output of `size --emit`, saved as it is printed (a terminal of 80 columns, or a pipe), is a bash script:
     the table and every note are comments (a wrapped line stays one), and bash runs exactly the commands the JSON
@@ -100,7 +106,7 @@ def test_emitted_script_runs_as_written_with_the_engines_stubbed(engine, where, 
     assert "\x1b" not in text
     p, ran = _run_script(text, tmp_path)
     assert p.returncode == 0 and p.stderr == "", p.stderr
-    launch = json.loads(_roofline_piped([*argv, "--json"]))["launch"]
+    launch = _emitted_json(tuple(argv))["launch"]
     expected = [item["argv"] + list(item["files"].values()) for item in launch]
     assert [r[1:] for r in ran] == [e[1:] for e in expected] and len(ran) == 3   # speculative, aggregated, disagg.
     assert [r[0] for r in ran] == [e[0] for e in expected]
