@@ -44,6 +44,7 @@ def test_wheel_install_ships_specs_and_presets(tmp_path):
     assert out[8] == "126.0"
     # the command validates with the shipped calibration (on the 24 rows of our own H200 file, which ships too:
     # the 1,581 published rows take a minute here and prove nothing more about packaging)
+    assert (Path(out[6]).parent / "kept.csv").is_file()   # the kept set (never fitted) ships beside them
     ours = Path(out[6]).parent / "h200_measured.csv"
     cli = subprocess.run([sys.executable, "-m", "roofline", "validate", "--data", str(ours), "--json"],
                          capture_output=True, text=True, cwd=tmp_path, env=env)

@@ -1102,3 +1102,22 @@ def test_published_speedups_from_engine_threads_are_reported_apart():
     assert v.summary["by_kind"]["spec"]["median_abs_error"] < 0.15
     spec = validate([r for r in ROWS if (r.get("spec_method") or "none") != "none"])
     assert len(spec.rows) >= 54 and spec.summary["by_kind"]["spec"]["median_abs_error"] < 0.12
+
+
+def test_kept_csv_ships_beside_measurements_and_is_never_fitted_data():
+    """roofline/validation/kept.csv, the kept set: rows from publications the fit never read, kept to measure transfer.
+    Same columns as measurements.csv, KP ids, no source shared with measurements.csv (what makes its errors blind),
+    and every row readable (none skipped for its format)."""
+    import csv as _csv
+    here = shipped_data().parent
+    kept, published = here / "kept.csv", here / "measurements.csv"
+    assert kept.is_file()
+    with open(kept, newline="") as f, open(published, newline="") as g:
+        k_rows, p_rows = list(_csv.DictReader(f)), list(_csv.DictReader(g))
+    with open(kept, newline="") as f, open(published, newline="") as g:
+        assert next(_csv.reader(f)) == next(_csv.reader(g))
+    ids = [r["id"] for r in k_rows]
+    assert len(ids) >= 40 and len(set(ids)) == len(ids) and all(i.startswith("KP") for i in ids)
+    assert not {r["source"] for r in k_rows} & {r["source"] for r in p_rows}
+    assert not set(ids) & {r["id"] for r in p_rows}
+    assert len(read_rows(kept)) == len(k_rows)
