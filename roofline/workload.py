@@ -186,8 +186,11 @@ def check_grid(*arrays: Any, names: Sequence[str] = (), bytes_per_point: float =
     """The broadcast shape of workload arrays (``names``: what each is, for the error); refuses incompatible
     shapes, grids beyond :data:`MAX_POINTS`, and grids whose ``bytes_per_point`` (what the caller's evaluation
     holds per point at its peak, measured) would not fit the machine's memory (:func:`usable_memory_bytes`)."""
+    shapes = [np.shape(a) for a in arrays]
+    if not any(shapes):   # numbers only: one point
+        return ()
     try:
-        shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
+        shape = np.broadcast_shapes(*shapes)
     except ValueError:
         shapes = [f"{n} {np.shape(a)}" for n, a in zip(names, arrays)] if len(names) == len(arrays) else \
             [str(np.shape(a)) for a in arrays]

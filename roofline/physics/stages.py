@@ -17,6 +17,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import WorkloadError, broadcast_errors
+from ..memo import MISSING, IdentityMemo
+from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup, with_layout
@@ -61,9 +63,26 @@ def setup(model: ModelSpec, device: DeviceGroup, *, tp: int | None, ep: int | No
         raise WorkloadError(f"ep={g.ep} spreads routed experts over devices, and {m.id} has none")
     if params is not None and not isinstance(params, EngineParams):
         raise WorkloadError(f"params must be an EngineParams, got {type(params).__name__}")
-    return Setup(model=m, group=g, formats=Formats.for_model(m, weights=weights, experts=experts, kv=kv,
-                                                             activations=activations, head=head, devices=(g.device,)),
+    names = (weights, experts, kv, activations, head)
+    return Setup(model=m, group=g, formats=_formats(m, g.device, names),
                  params=params if params is not None else default_params())
+
+
+#: setup's formats by the identity of the model and the device and the format names given
+_FORMATS = IdentityMemo(1024)
+
+
+def _formats(model: ModelSpec, device: Device, names: tuple[str | None, ...]) -> Formats:
+    """:meth:`Formats.for_model` of ``model`` on ``device`` with the formats ``names`` (weights, experts, kv,
+    activations, head), remembered when they are names."""
+    remember = all(n is None or isinstance(n, str) for n in names)
+    hit = _FORMATS.get((model, device), names) if remember else MISSING
+    if hit is not MISSING:
+        return hit
+    weights, experts, kv, activations, head = names
+    f = Formats.for_model(model, weights=weights, experts=experts, kv=kv, activations=activations, head=head,
+                          devices=(device,))
+    return _FORMATS.put((model, device), names, f) if remember else f
 
 
 def _scalar(*values: ArrayLike) -> bool:
