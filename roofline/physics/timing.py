@@ -80,6 +80,7 @@ from .work import (
     BatchWork,
     Work,
     add,
+    as_number,
     batch_work,
     expert_load_imbalance,
     expert_shard_imbalance,
@@ -494,7 +495,8 @@ def _plan(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any,
     overhead = (prof.step_overhead_s + prof.layer_overhead_s * model.num_layers
                 + prof.moe_layer_overhead_s * model.num_moe_layers + prof.kernel_overhead_s * kernels_per_pass(model)
                 + prof.sequence_overhead_s * B)
-    return PassPlan(model=model, group=group, formats=formats, params=prof, stage=stage, batch=B, new_tokens=n,
+    return PassPlan(model=model, group=group, formats=formats, params=prof, stage=stage, batch=as_number(B),
+                    new_tokens=as_number(n),
                     shape=np.broadcast_shapes(B.shape, n.shape, np.shape(logits_per_seq)), micro=micro, counts=counts,
                     compute=matmul_terms(counts.work, group, formats, prof),
                     memory=memory_terms(model, group, formats, counts.work, batch=B, new_tokens=n,
@@ -527,7 +529,7 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
 def time_pass(plan: PassPlan, prefix_tokens: Any) -> StageResult:
     """The pass of ``plan`` after ``prefix_tokens`` cached tokens per sequence: the attention core, the KV reads
     and the KV cache held are the context's; the rest is the plan's."""
-    p = np.asarray(prefix_tokens, dtype=float)
+    p = as_number(np.asarray(prefix_tokens, dtype=float))
     shape = plan.shape if p.shape == () else np.broadcast_shapes(plan.shape, p.shape)
     model, group, params, micro, pp = plan.model, plan.group, plan.params, plan.micro, plan.group.pp
     work = plan.counts.at(p)

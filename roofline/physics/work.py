@@ -119,6 +119,12 @@ def add(*terms: ArrayLike) -> Array:
     return out
 
 
+def as_number(a: Any) -> Any:
+    """A 0-d array as its numpy scalar, else ``a`` itself: the same doubles, and arithmetic on a numpy scalar costs a
+    tenth of a 0-d array's (a scalar decode step does some forty operations per context)."""
+    return a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a
+
+
 def _size(x: ArrayLike) -> int:
     """``np.size(x)``, read straight off an array or numpy scalar (np.size's dispatch costs more than a sum)."""
     if isinstance(x, np.ndarray | np.generic):
@@ -397,7 +403,7 @@ class BatchWork:
     def at(self, prefix_tokens: Any) -> Work:
         """The pass's :class:`Work` after ``prefix_tokens`` cached tokens per sequence (read-only, as
         :func:`_sealed` makes it)."""
-        m, B, p = self.model, self.batch, np.asarray(prefix_tokens, dtype=float)
+        m, B, p = self.model, self.batch, as_number(np.asarray(prefix_tokens, dtype=float))
         core = _attention_core_flop(m, B, self.new_tokens, p, self.mla_absorbed)
         window = float(m.sliding_window or 0)
         n_full = m.num_layers - m.num_sliding_layers
@@ -463,7 +469,8 @@ def count_batch(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: A
                 activation_bytes=act, tokens=T, experts_touched_per_layer=touched, routing_draws=draws,
                 experts_per_token=m.experts_per_token if m.is_moe else 0, activation_ends_bytes=ends,
                 logit_rows=B * logits)
-    return BatchWork(model=m, work=work, batch=B, new_tokens=n, mla_absorbed=mla_absorbed, kv_element_bytes=bkv)
+    return BatchWork(model=m, work=work, batch=as_number(B), new_tokens=as_number(n), mla_absorbed=mla_absorbed,
+                     kv_element_bytes=bkv)
 
 
 def _activation_bytes(m: ModelSpec, T: Any, logit_rows: Any, ba: float) -> tuple[Any, dict[str, Any]]:
