@@ -228,7 +228,11 @@ def check_instance(name: str, value: Any, *types: type, optional: bool = True) -
     if (value is None and optional) or isinstance(value, types):
         return value
     names = " or ".join(t.__name__ for t in types) + (" or None" if optional else "")
-    raise WorkloadError(f"{name} must be a {names}, got {show(value)}")
+    named = isinstance(value, str) and any(t.__name__ in ("ModelSpec", "Device", "DeviceGroup", "GroupLink")
+                                           for t in types)
+    raise WorkloadError(f"{name} must be a {names}, got {show(value)}" + (
+        " (ids are resolved by the public functions, roofline.size and the others; the layers below take records)"
+        if named else ""))
 
 
 def check_items(name: str, value: Any, single: tuple[type, ...] = (str,)) -> list[Any]:

@@ -14,9 +14,9 @@ from roofline.errors import SpecError, WorkloadError
 from roofline.physics.energy import DEFAULT_POWER, group_busy_w
 from roofline.serving.emit import launch_command
 from roofline.serving.serve import Placement, Request
-from roofline.serving.sizing import Target, size
+from roofline.serving.sizing import Target
 from roofline.serving.sweep import pareto_mask
-from roofline.serving_api import evaluate_serving, sweep
+from roofline.serving_api import evaluate_serving, size, sweep
 from roofline.specs.prices import HOURS_PER_YEAR, Prices, load_prices, shipped_prices
 
 REQ = Request(input_tokens=1024, output_tokens=512)
