@@ -26,7 +26,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..workload import check_count, check_gamma, check_grid, check_whole
 from . import memory
-from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass
+from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass, pass_plan, time_pass
 
 __all__ = ["StageResult", "decode_step", "draft", "draft_head", "max_batch", "prefill", "verify"]
 
@@ -173,12 +173,13 @@ def draft_steps(s: Setup, *, batch: np.ndarray, context: np.ndarray, gamma: np.n
     """gamma sequential decode steps of ``s.model`` at contexts L, L+1, ..., L+gamma-1 (checked arrays).
 
     Step i is evaluated once over batch x context (it does not depend on gamma) and the steps are summed
-    up to each point's gamma, so a batch x gamma sweep stays O(batch x gamma) in memory.
+    up to each point's gamma, so a batch x gamma sweep stays O(batch x gamma) in memory. The steps differ only in
+    their context: the batch is planned once (:func:`pass_plan`) and each step timed at its context.
     """
     steps = max(int(np.max(gamma)), 1)
-    results = [evaluate_pass(s.model, s.group, s.formats, batch=batch, new_tokens=1.0, prefix_tokens=context + i,
-                             logits_per_seq=1.0, mla_absorbed=True, stage="draft", params=s.params)
-               for i in range(steps)]
+    plan = pass_plan(s.model, s.group, s.formats, batch=batch, new_tokens=1.0, logits_per_seq=1.0, mla_absorbed=True,
+                     stage="draft", params=s.params)
+    results = [time_pass(plan, context + i) for i in range(steps)]
     return accumulate(results, gamma, stage="draft")
 
 
