@@ -72,13 +72,23 @@ if TYPE_CHECKING:   # imported on first use (:func:`__getattr__`); named here fo
     from .serving.emit import LaunchCommand, launch_command
     from .serving.frontier import compare_frontiers, pareto_frontier
     from .serving.load import LoadResult, Workload
-    from .serving.load_sizing import LoadOption, LoadTarget, size_at_rate
-    from .serving.serve import Placement, Request, ServingResult
-    from .serving.sizing import Option, Target, size
+    from .serving.load_sizing import LoadOption, LoadTarget
+    from .serving.serve import Request, ServingResult
+    from .serving.sizing import Option, Target
     from .serving.speculation import SpecResult, optimal_gamma
     from .serving.sweep import SweepResult, pareto_mask
-    from .serving.trust import interval, with_intervals
-    from .serving_api import evaluate_serving, max_rate, serve_at_rate, speculative_round, sweep
+    from .serving_api import (
+        evaluate_serving,
+        interval,
+        max_rate,
+        serve_at_rate,
+        size,
+        size_at_rate,
+        speculative_round,
+        sweep,
+        with_intervals,
+    )
+    from .specs.placement import Placement
 
 #: The serving layer's public names and the module of each, imported on first use: ``import roofline`` for a
 #: stage call does not build the serving, planning and load records (issue 51: import within 1.8x of numpy and
@@ -87,13 +97,14 @@ _LAZY: dict[str, str] = {name: module for module, names in {
     "serving.emit": ("LaunchCommand", "launch_command"),
     "serving.frontier": ("compare_frontiers", "pareto_frontier"),
     "serving.load": ("LoadResult", "Workload"),
-    "serving.load_sizing": ("LoadOption", "LoadTarget", "size_at_rate"),
-    "serving.serve": ("Placement", "Request", "ServingResult"),
-    "serving.sizing": ("Option", "Target", "size"),
+    "serving.load_sizing": ("LoadOption", "LoadTarget"),
+    "serving.serve": ("Request", "ServingResult"),
+    "specs.placement": ("Placement",),
+    "serving.sizing": ("Option", "Target"),
     "serving.speculation": ("SpecResult", "optimal_gamma"),
     "serving.sweep": ("SweepResult", "pareto_mask"),
-    "serving_api": ("evaluate_serving", "max_rate", "serve_at_rate", "speculative_round", "sweep"),   # by name
-    "serving.trust": ("interval", "with_intervals"),
+    "serving_api": ("evaluate_serving", "max_rate", "serve_at_rate", "speculative_round", "sweep", "size",   # by name
+                    "size_at_rate", "interval", "with_intervals"),
 }.items() for name in names}
 
 #: An execution profile (one family's efficiencies and fixed costs); the same record as EngineParams.

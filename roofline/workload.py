@@ -186,8 +186,11 @@ def check_grid(*arrays: Any, names: Sequence[str] = (), bytes_per_point: float =
     """The broadcast shape of workload arrays (``names``: what each is, for the error); refuses incompatible
     shapes, grids beyond :data:`MAX_POINTS`, and grids whose ``bytes_per_point`` (what the caller's evaluation
     holds per point at its peak, measured) would not fit the machine's memory (:func:`usable_memory_bytes`)."""
+    shapes = [np.shape(a) for a in arrays]
+    if not any(shapes):   # numbers only: one point
+        return ()
     try:
-        shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
+        shape = np.broadcast_shapes(*shapes)
     except ValueError:
         shapes = [f"{n} {np.shape(a)}" for n, a in zip(names, arrays)] if len(names) == len(arrays) else \
             [str(np.shape(a)) for a in arrays]
@@ -225,7 +228,11 @@ def check_instance(name: str, value: Any, *types: type, optional: bool = True) -
     if (value is None and optional) or isinstance(value, types):
         return value
     names = " or ".join(t.__name__ for t in types) + (" or None" if optional else "")
-    raise WorkloadError(f"{name} must be a {names}, got {show(value)}")
+    named = isinstance(value, str) and any(t.__name__ in ("ModelSpec", "Device", "DeviceGroup", "GroupLink")
+                                           for t in types)
+    raise WorkloadError(f"{name} must be a {names}, got {show(value)}" + (
+        " (ids are resolved by the public functions, roofline.size and the others; the layers below take records)"
+        if named else ""))
 
 
 def check_items(name: str, value: Any, single: tuple[type, ...] = (str,)) -> list[Any]:

@@ -290,7 +290,8 @@ def test_public_api_exports():
 
 
 def test_size_at_rate_meets_its_limits_and_more_load_never_needs_fewer_devices():
-    from roofline.serving.load_sizing import LoadTarget, size_at_rate
+    from roofline.serving.load_sizing import LoadTarget
+    from roofline.serving_api import size_at_rate
     work = Workload(lengths=Lengths.lognormal(1024, 512, cv=0.8))
     sized = {}
     for rate in (5.0, 20.0):

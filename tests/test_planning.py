@@ -14,9 +14,9 @@ from roofline.errors import SpecError, WorkloadError
 from roofline.physics.energy import DEFAULT_POWER, group_busy_w
 from roofline.serving.emit import launch_command
 from roofline.serving.serve import Placement, Request
-from roofline.serving.sizing import Target, size
+from roofline.serving.sizing import Target
 from roofline.serving.sweep import pareto_mask
-from roofline.serving_api import evaluate_serving, sweep
+from roofline.serving_api import evaluate_serving, size, sweep
 from roofline.specs.prices import HOURS_PER_YEAR, Prices, load_prices, shipped_prices
 
 REQ = Request(input_tokens=1024, output_tokens=512)
@@ -491,3 +491,20 @@ def test_readme_python_example_runs():
     with contextlib.redirect_stdout(io.StringIO()) as out:
         exec(compile(block, "README.md", "exec"), {})
     assert "vllm serve" in out.getvalue()
+
+
+def test_the_sizings_take_records_below_the_door():
+    """serving.sizing.size, load_sizing.size_at_rate and placements.enumerate_placements take records; given an id
+    they say that the public functions resolve ids (issue 51: names resolved once, at the door)."""
+    from roofline.serving import load_sizing, placements, sizing
+    t = Target(users=1, min_tokens_per_s_per_user=1.0, request=REQ)
+    with pytest.raises(WorkloadError, match="resolved by the public functions"):
+        sizing.size("llama-3.1-8b", [rl.load_device("h100-sxm")], t)
+    with pytest.raises(WorkloadError, match="resolved by the public functions"):
+        sizing.size(rl.load_model("llama-3.1-8b"), "h100-sxm", t)
+    with pytest.raises(WorkloadError, match="resolved by the public functions"):
+        load_sizing.size_at_rate("llama-3.1-8b", [rl.load_device("h100-sxm")],
+                                 load_sizing.LoadTarget(rate_per_s=1.0, workload=rl.Workload(lengths=rl.Lengths.fixed(1024, 512)),
+                                                       limits={"ttft_p99_s": 1.0}))
+    with pytest.raises(WorkloadError, match="resolved by the public functions"):
+        placements.enumerate_placements(rl.load_model("llama-3.1-8b"), ["h100-sxm"], REQ, batch=1)

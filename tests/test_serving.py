@@ -12,10 +12,9 @@ import roofline as rl
 from roofline.errors import WorkloadError
 from roofline.physics.speculative import Acceptance
 from roofline.serving.frontier import compare_frontiers, pareto_frontier
-from roofline.serving.placements import enumerate_placements
 from roofline.serving.serve import Placement, Request
 from roofline.serving.whatif import elasticities
-from roofline.serving_api import evaluate_serving
+from roofline.serving_api import enumerate_placements, evaluate_serving
 
 REQ = Request(input_tokens=8192, output_tokens=1024)
 ACC = Acceptance.alpha_by_gamma({5: 0.926, 40: 0.962})   # docs/gimlet.md §1.3

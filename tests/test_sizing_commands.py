@@ -19,7 +19,8 @@ from roofline.errors import WorkloadError
 from roofline.serving.emit import launch_command
 from roofline.serving.round import shares_tokenizer
 from roofline.serving.serve import Request
-from roofline.serving.sizing import Target, size
+from roofline.serving.sizing import Target
+from roofline.serving_api import size
 from roofline.specs.hf_config import model_from_hf_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -257,3 +257,21 @@ def test_names_are_resolved_at_the_door_only():
         physics.decode_step("llama-3.1-8b", group, batch=1, context=1)
     with pytest.raises(WorkloadError, match="DeviceGroup"):
         physics.prefill(model, "h100-sxm", prompt=128)
+
+
+def test_a_decode_loop_plans_its_batch_once():
+    """A scalar decode step at a new context reuses the plan of its batch (what does not depend on the context:
+    profile, formats, counts, matmul, memory, communication and fixed terms; issue 51: under 0.1 ms a call) and
+    gives, context by context, what one array call over the contexts gives."""
+    from roofline.physics.timing import pass_plan
+    model, group = rl.load_model("llama-3.1-8b"), rl.resolve_group("h200-sxm")
+    assert rl.resolve_group("h200-sxm") is group   # a name gives the same record: the plan is found again
+    f = rl.Formats.for_model(model, devices=(group.device,))
+    plans = [pass_plan(model, group, f, batch=np.array(2.0), new_tokens=1.0, logits_per_seq=1.0, mla_absorbed=True,
+                       stage="decode", params=None) for _ in range(2)]
+    assert plans[0] is plans[1]
+    contexts = np.array([1.0, 4096.0, 100_000.0])
+    grid = rl.decode_step(model, group, batch=2, context=contexts)
+    for i, c in enumerate(contexts):
+        one = rl.decode_step("llama-3.1-8b", "h200-sxm", batch=2, context=c)
+        assert float(one.time_s) == grid.time_s[i] and float(one.kv_memory_s) == grid.kv_memory_s[i]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import roofline as rl
-from roofline.serving.placements import enumerate_placements
+from roofline.serving_api import enumerate_placements
 
 # --- one vocabulary ---------------------------------------------------------------------------------------------
 

@@ -121,11 +121,12 @@ def test_array_call_equals_stacked_scalar_calls():
 
 
 def test_a_pass_counted_again_is_the_same_count():
-    """pass_work remembers a pass of arguments of a few points (a calibration times each row hundreds of times
-    under new engine parameters; validation times a row's full and last waves as two batches in one call): the
-    answer is count_work's (with its prompt chunks), the same record on a repeat, one per shape and values, and
-    never a sweep's (a grid of more than 16 points is counted afresh)."""
-    from roofline.physics.work import count_work, pass_work, with_prompt_chunks
+    """batch_work remembers the context-free counts of a pass of arguments of a few points (a calibration times
+    each row hundreds of times under new engine parameters; validation times a row's full and last waves as two
+    batches in one call; a decode loop over contexts counts its batch once): pass_work's answer is count_work's
+    (with its prompt chunks), the counts are the same record on a repeat, one per shape and values, and never a
+    sweep's (a grid of more than 16 points is counted afresh)."""
+    from roofline.physics.work import batch_work, count_work, pass_work, with_prompt_chunks
     m, f = rl.load_model("gpt-oss-120b"), Formats(weights="bf16", experts="mxfp4")
     args = dict(batch=48.0, new_tokens=1.0, prefix_tokens=1500.0, logits_per_seq=1.0, mla_absorbed=True)
     chunk = dict(chunks=1.0, chunk_tokens=512.0, chunk_prefix=1024.0)
@@ -133,16 +134,18 @@ def test_a_pass_counted_again_is_the_same_count():
     want = with_prompt_chunks(m, f, count_work(m, f, **args), **chunk)
     assert got.flop == want.flop and got.weight_bytes == want.weight_bytes and got.tokens == want.tokens
     assert got.kv_read_bytes == want.kv_read_bytes and got.activation_bytes == want.activation_bytes
-    assert pass_work(m, f, **args, **chunk) is got
+    free = {k: v for k, v in args.items() if k != "prefix_tokens"}   # what batch_work counts: no context
+    assert batch_work(m, f, **free, **chunk) is batch_work(m, f, **free, **chunk)
     assert pass_work(m, f, **args).tokens == count_work(m, f, **args).tokens != got.tokens   # no chunk: another pass
-    waves = {**args, "batch": np.array([1.0, 48.0])}
-    assert pass_work(m, f, **waves) is pass_work(m, f, **{**waves, "batch": np.array([1.0, 48.0])})
-    assert float(pass_work(m, f, **waves).tokens[1]) == float(count_work(m, f, **args).tokens)
-    assert pass_work(m, f, **{**args, "batch": np.array([48.0])}) is not pass_work(m, f, **args)   # shape (1,) vs ()
-    assert pass_work(m, f, **{**waves, "batch": np.array([2.0, 48.0])}) is not pass_work(m, f, **waves)
-    sweep = {**args, "batch": np.arange(1.0, 18.0)}
-    assert pass_work(m, f, **sweep) is not pass_work(m, f, **sweep)
-    assert float(pass_work(m, f, **sweep).tokens[7]) == float(count_work(m, f, **{**args, "batch": 8.0}).tokens)
+    waves = {**free, "batch": np.array([1.0, 48.0])}
+    assert batch_work(m, f, **waves) is batch_work(m, f, **{**waves, "batch": np.array([1.0, 48.0])})
+    assert float(pass_work(m, f, **waves, prefix_tokens=1500.0).tokens[1]) == float(count_work(m, f, **args).tokens)
+    assert batch_work(m, f, **{**free, "batch": np.array([48.0])}) is not batch_work(m, f, **free)   # shape (1,) vs ()
+    assert batch_work(m, f, **{**waves, "batch": np.array([2.0, 48.0])}) is not batch_work(m, f, **waves)
+    sweep = {**free, "batch": np.arange(1.0, 18.0)}
+    assert batch_work(m, f, **sweep) is not batch_work(m, f, **sweep)
+    assert float(pass_work(m, f, **sweep, prefix_tokens=1500.0).tokens[7]) == float(
+        count_work(m, f, **{**args, "batch": 8.0}).tokens)
 
 
 def test_one_points_shard_imbalance_is_the_sweeps_and_stays_put():

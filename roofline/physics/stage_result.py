@@ -316,7 +316,7 @@ def check_feasible(r: StageResult, on_infeasible: str, scalar: bool) -> StageRes
     """Apply the ``on_infeasible`` policy: ``nan`` marks, ``raise`` raises, ``auto`` raises for scalar calls."""
     if on_infeasible not in ON_INFEASIBLE:
         raise WorkloadError(f"on_infeasible must be 'auto', 'raise' or 'nan', got {on_infeasible!r}")
-    if np.all(r.fits) or on_infeasible == "nan" or (on_infeasible == "auto" and not scalar):
+    if r.fits.all() or on_infeasible == "nan" or (on_infeasible == "auto" and not scalar):
         return r
     return require_feasible(r)
 

@@ -17,6 +17,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import WorkloadError, broadcast_errors
+from ..memo import MISSING, IdentityMemo
+from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats
 from ..specs.groups import DeviceGroup, with_layout
@@ -24,7 +26,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..workload import check_count, check_gamma, check_grid, check_whole
 from . import memory
-from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass
+from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass, pass_plan, time_pass
 
 __all__ = ["StageResult", "decode_step", "draft", "draft_head", "max_batch", "prefill", "verify"]
 
@@ -61,9 +63,26 @@ def setup(model: ModelSpec, device: DeviceGroup, *, tp: int | None, ep: int | No
         raise WorkloadError(f"ep={g.ep} spreads routed experts over devices, and {m.id} has none")
     if params is not None and not isinstance(params, EngineParams):
         raise WorkloadError(f"params must be an EngineParams, got {type(params).__name__}")
-    return Setup(model=m, group=g, formats=Formats.for_model(m, weights=weights, experts=experts, kv=kv,
-                                                             activations=activations, head=head, devices=(g.device,)),
+    names = (weights, experts, kv, activations, head)
+    return Setup(model=m, group=g, formats=_formats(m, g.device, names),
                  params=params if params is not None else default_params())
+
+
+#: setup's formats by the identity of the model and the device and the format names given
+_FORMATS = IdentityMemo(1024)
+
+
+def _formats(model: ModelSpec, device: Device, names: tuple[str | None, ...]) -> Formats:
+    """:meth:`Formats.for_model` of ``model`` on ``device`` with the formats ``names`` (weights, experts, kv,
+    activations, head), remembered when they are names."""
+    remember = all(n is None or isinstance(n, str) for n in names)
+    hit = _FORMATS.get((model, device), names) if remember else MISSING
+    if hit is not MISSING:
+        return hit
+    weights, experts, kv, activations, head = names
+    f = Formats.for_model(model, weights=weights, experts=experts, kv=kv, activations=activations, head=head,
+                          devices=(device,))
+    return _FORMATS.put((model, device), names, f) if remember else f
 
 
 def _scalar(*values: ArrayLike) -> bool:
@@ -154,12 +173,13 @@ def draft_steps(s: Setup, *, batch: np.ndarray, context: np.ndarray, gamma: np.n
     """gamma sequential decode steps of ``s.model`` at contexts L, L+1, ..., L+gamma-1 (checked arrays).
 
     Step i is evaluated once over batch x context (it does not depend on gamma) and the steps are summed
-    up to each point's gamma, so a batch x gamma sweep stays O(batch x gamma) in memory.
+    up to each point's gamma, so a batch x gamma sweep stays O(batch x gamma) in memory. The steps differ only in
+    their context: the batch is planned once (:func:`pass_plan`) and each step timed at its context.
     """
     steps = max(int(np.max(gamma)), 1)
-    results = [evaluate_pass(s.model, s.group, s.formats, batch=batch, new_tokens=1.0, prefix_tokens=context + i,
-                             logits_per_seq=1.0, mla_absorbed=True, stage="draft", params=s.params)
-               for i in range(steps)]
+    plan = pass_plan(s.model, s.group, s.formats, batch=batch, new_tokens=1.0, logits_per_seq=1.0, mla_absorbed=True,
+                     stage="draft", params=s.params)
+    results = [time_pass(plan, context + i) for i in range(steps)]
     return accumulate(results, gamma, stage="draft")
 
 

@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import LayoutError, UnknownSpecError
+from ..memo import MISSING, IdentityMemo
 from ..specs.devices import COMPUTE_CLASS_BITS, Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import NATIVE_DEFAULTS, Format, Formats, get_format
@@ -52,6 +53,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from .comms import group_communication_s
 from .memory import (
+    Placement,
     Residency,
     attention_replica_bytes,
     group_kv_shards,
@@ -75,14 +77,17 @@ from .stage_result import (
     spread,
 )
 from .work import (
+    BatchWork,
     Work,
     add,
-    attention_scaled,
+    as_number,
+    batch_work,
     expert_load_imbalance,
     expert_shard_imbalance,
     kernels_per_pass,
-    pass_work,
     rider_rank_share,
+    small,
+    value_key,
 )
 
 #: The result record and the combining of passes moved to :mod:`.stage_result`; still importable from here.
@@ -233,7 +238,39 @@ def _matmul_rows(work: Work, comp: str) -> Any:
 
 def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: EngineParams) -> tuple[Any, Any, Any]:
     """(matmul and attention time, dequantisation time, the attention core's share of the first) of one pass
-    on one device of ``group``.
+    on one device of ``group`` (:func:`matmul_terms`, then the attention core's time, :meth:`MatmulTerms.core_s`).
+    """
+    terms = matmul_terms(work, group, formats, params)
+    core_s = terms.core_s(work.flop.get("attention_core", 0.0))
+    return add(core_s, *terms.class_s), terms.dequant_s, core_s
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class MatmulTerms:
+    """The compute terms of one pass that do not depend on the cached context: the weight matmuls' seconds by
+    compute class, the unpacking of weight-only formats, and the rate the attention core runs at."""
+
+    class_s: tuple[Any, ...]
+    dequant_s: Any
+    core_class: str
+    core_inv_efficiency: Any
+    group: DeviceGroup
+    params: EngineParams
+
+    def core_s(self, core_flop: Any) -> Any:
+        """Seconds of the attention core's ``core_flop`` (0 when there are none)."""
+        if not _positive(core_flop):
+            return 0.0
+        return _class_seconds(self.group, self.params, self.core_class, [core_flop], self.core_inv_efficiency)
+
+
+def _class_seconds(group: DeviceGroup, params: EngineParams, cls: str, flops: list[Any], inv: Any) -> Any:
+    """Seconds of ``flops`` at compute class ``cls`` on one device of ``group``, ``inv`` the inverse efficiency."""
+    return add(*flops) * (inv / (group.tp * _rate(group.device, cls) * _class_scale(cls, params)))
+
+
+def matmul_terms(work: Work, group: DeviceGroup, formats: Formats, params: EngineParams) -> MatmulTerms:
+    """The compute terms of one pass on one device of ``group`` (:class:`MatmulTerms`).
 
     Each FLOP component runs at its compute class's dense peak x efficiency, where efficiency =
     compute_fraction x T / (T + T_half) for a pass over T tokens (small matmuls run below peak) x the
@@ -270,32 +307,30 @@ def compute_time_s(work: Work, group: DeviceGroup, formats: Formats, params: Eng
             by_class.setdefault(classes[comp], []).append(flop * slowdown)
     inv_mfu = 1.0 / mfu   # small (batch-shaped) or scalar: folded into each class's factor before the big product
 
-    def seconds(cls: str, flops: list[Any], inv: Any = inv_mfu) -> Any:
-        return add(*flops) * (inv / (group.tp * _rate(dev, cls) * _class_scale(cls, params)))
-
     # GPU attention kernels tile over sequences, heads and KV blocks, not over the pass's tokens: the small-matmul
     # efficiency T / (T + T_half) of the weight matmuls does not apply to them (FlashDecoding splits the KV of
     # even one sequence across the SMs, https://crfm.stanford.edu/2023/10/12/flashdecoding.html); a family
     # timed as one roofline per pass keeps its tile model for them too
-    core_flop = work.flop.get("attention_core", 0.0)
     inv_core = 1.0 / params.compute_fraction if params.overlap == "kernel" else inv_mfu
-    core_s = seconds(classes["attention_core"], [core_flop], inv_core) if _positive(core_flop) else 0.0
-    compute = add(core_s, *(seconds(cls, flops) for cls, flops in by_class.items()))
+    class_s = tuple(_class_seconds(group, params, cls, flops, inv_mfu) for cls, flops in by_class.items())
     elements: Any = 0.0
     for fmt, dequantised, comps in zip((formats.weight, formats.expert, formats.head_format), (w_deq, e_deq, h_deq),
                                        _COMPONENT_WEIGHTS):
         for comp in comps if dequantised else ():   # each slice of token rows unpacks the weights it reads once
             n = work.weight_bytes[comp] / fmt.bytes_per_element
             elements = elements + np.ceil(_matmul_rows(work, comp) / params.unpack_tile_rows(fmt.name)) * n
+    terms = MatmulTerms(class_s=class_s, dequant_s=0.0, core_class=classes["attention_core"],
+                        core_inv_efficiency=inv_core, group=group, params=params)
     if not (_positive(elements) and params.dequant_ops_per_element > 0):
-        return compute, 0.0, core_s
+        return terms
     if dev.peak_flop_per_s.get("fp32") is None:
         name = formats.expert.name if e_deq else formats.weight.name
         raise UnknownSpecError(
             f"{dev.id}: unpacking {name} weights to {act.name} (no native units for them, or no matmul that "
             f"pairs them with {act.name} activations) runs on the vector units, whose rate compute.fp32 is not "
             f"published; supply --set {dev.id}.compute.fp32=VALUE or choose formats {dev.id} multiplies natively")
-    return compute, elements / group.tp * params.dequant_ops_per_element / (dev.get("compute.fp32") * vector_fraction), core_s
+    return attrs.evolve(terms, dequant_s=elements / group.tp * params.dequant_ops_per_element
+                        / (dev.get("compute.fp32") * vector_fraction))
 
 
 def _positive(x: Any) -> bool:
@@ -303,44 +338,69 @@ def _positive(x: Any) -> bool:
     return x > 0 if isinstance(x, float) else bool(np.any(x > 0))
 
 
-def _memory(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, *, batch: Any, new_tokens: Any,
-            prefix_tokens: Any, logits_per_seq: Any, params: EngineParams,
-            rider: tuple[Any, Any] = (0.0, 0.0)) -> tuple[Any, Residency, PassFootprint, Any]:
-    """(placement over tiers, residency, footprint factors) of one pass on one device of ``group``; ``rider``
-    = (chunks, tokens each) of prompt chunks riding along, whose activations need workspace too."""
+@attrs.frozen(kw_only=True, eq=False)
+class MemoryTerms:
+    """What one device of a group holds and moves in one pass, but for the KV cache of the context already cached
+    (:func:`place_pass` adds it): stored weights, workspace, sequences whose KV the device holds, and the traffic
+    of weights, activations and KV writes."""
+
+    weights_bytes: float
+    workspace_bytes: Any
+    kv_sequences: Any
+    #: ways one stage's KV cache is divided (sequences over dp ranks, heads over tp) times the stages
+    shards: int
+    weight_read_bytes: Any
+    activation_bytes: Any
+    kv_write_bytes: Any
+    #: weights + activations + KV writes per device (batch-shaped)
+    small_bytes: Any
+
+
+def memory_terms(model: ModelSpec, group: DeviceGroup, formats: Formats, work: Work, *, batch: Any, new_tokens: Any,
+                 logits_per_seq: Any, params: EngineParams, rider: tuple[Any, Any] = (0.0, 0.0)) -> MemoryTerms:
+    """:class:`MemoryTerms` of one pass on one device of ``group``; ``rider`` = (chunks, tokens each) of prompt
+    chunks riding along, whose activations need workspace too."""
     tp, pp = group.tp, group.pp
     imbalance = params.expert_imbalance * expert_shard_imbalance(
         model.num_experts, model.experts_per_token, work.routing_draws, group.ep) if group.ep > 1 and model.is_moe else 1.0
     w_read = (work.weight_bytes_total - work.weight_bytes["experts"] + imbalance * work.weight_bytes["experts"]
               + (group.dp - 1) * work.weight_bytes["attention"]) / (tp * pp)   # DP attention: tp/dp-way split
     shards = group_kv_shards(model, group) * pp
-    res = Residency(weights_bytes=stored_weight_bytes(model, formats) / (tp * pp)
-                    + attention_replica_bytes(model, formats, group),
-                    workspace_bytes=batch * workspace_per_sequence_bytes(model, formats, tp, new_tokens,
-                                                                         np.asarray(logits_per_seq, dtype=float))
-                    + np.asarray(rider[0], dtype=float) * workspace_per_sequence_bytes(model, formats, tp, rider[1], 0.0),
-                    kv_sequences=np.maximum(batch, group.dp) / shards, kv_sequence_bytes=model.kv_cache_bytes(
-                        prefix_tokens + new_tokens, formats.kv, windowed=params.windowed_kv is not False))
     act_bytes = activation_bytes_per_device(work, group)
     kv_write = work.kv_write_bytes / shards
-    placed = place(group.device, res, weight_read=w_read, kv_read=work.kv_read_bytes, kv_share=1 / shards,
-                   kv_write=kv_write, activation=act_bytes, pp=pp, bandwidth_fraction=params.bandwidth_fraction,
+    return MemoryTerms(weights_bytes=stored_weight_bytes(model, formats) / (tp * pp)
+                       + attention_replica_bytes(model, formats, group),
+                       workspace_bytes=batch * workspace_per_sequence_bytes(model, formats, tp, new_tokens,
+                                                                            np.asarray(logits_per_seq, dtype=float))
+                       + np.asarray(rider[0], dtype=float) * workspace_per_sequence_bytes(model, formats, tp, rider[1], 0.0),
+                       kv_sequences=np.maximum(batch, group.dp) / shards, shards=shards, weight_read_bytes=w_read,
+                       activation_bytes=act_bytes, kv_write_bytes=kv_write, small_bytes=add(w_read, act_bytes, kv_write))
+
+
+def place_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, terms: MemoryTerms, work: Work, *,
+               context_tokens: Any, params: EngineParams) -> tuple[Placement, Residency]:
+    """(placement over tiers, residency) of one pass on one device of ``group`` whose sequences hold
+    ``context_tokens`` tokens each once it has run (:func:`roofline.physics.memory.place`)."""
+    res = Residency(weights_bytes=terms.weights_bytes, workspace_bytes=terms.workspace_bytes,
+                    kv_sequences=terms.kv_sequences, kv_sequence_bytes=model.kv_cache_bytes(
+                        context_tokens, formats.kv, windowed=params.windowed_kv is not False))
+    placed = place(group.device, res, weight_read=terms.weight_read_bytes, kv_read=work.kv_read_bytes,
+                   kv_share=1 / terms.shards, kv_write=terms.kv_write_bytes, activation=terms.activation_bytes,
+                   pp=group.pp, bandwidth_fraction=params.bandwidth_fraction,
                    usable_fraction=params.usable_memory_fraction)
-    footprint = PassFootprint(work=work, small_bytes=add(w_read, act_bytes, kv_write), kv_read_scale=1 / shards,
-                              residency=res)
-    return placed, res, footprint, w_read
+    return placed, res
 
 
-def _busiest_dp_rank(work: Work, group: DeviceGroup, sequences: Any) -> Work:
-    """``work`` as its busiest attention data-parallel rank sees it: each rank runs whole sequences, so with
+def _busiest_dp_rank(counts: BatchWork, group: DeviceGroup, sequences: Any) -> BatchWork:
+    """``counts`` as its busiest attention data-parallel rank sees them: each rank runs whole sequences, so with
     fewer sequences than the dp ranks one rank computes a whole sequence's attention (projections, core, KV
     traffic) and the others idle; the per-device split by tp = dp x attention tp would spread it over every
     rank. Scales the attention side by dp / sequences there. From dp sequences up they are taken as spread evenly
     (the rank holding ceil(B / dp) carries at most dp - 1 sequences more than B / dp: under 1% at the batches of
     the measured data-parallel rows)."""
     if group.dp == 1 or np.all(np.asarray(sequences) >= group.dp):
-        return work
-    return attention_scaled(work, np.maximum(1.0, group.dp / np.asarray(sequences, dtype=float)))
+        return counts
+    return counts.busiest_rank(np.maximum(1.0, group.dp / np.asarray(sequences, dtype=float)))
 
 
 def activation_bytes_per_device(work: Work, group: DeviceGroup) -> Any:
@@ -355,20 +415,56 @@ def activation_bytes_per_device(work: Work, group: DeviceGroup) -> Any:
     return (inner / group.tp + whole) / group.pp
 
 
-def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any, new_tokens: Any,
-                  prefix_tokens: Any, logits_per_seq: Any, mla_absorbed: bool, stage: str,
-                  params: EngineParams, chunks: Any = 0.0, chunk_tokens: Any = 0.0,
-                  chunk_prefix: Any = 0.0) -> StageResult:
-    """Time one forward pass on ``group`` (see the module docstring); arguments are already checked
-    (:mod:`roofline.workload`) and may be fractional (a mean-field serving step). ``chunks`` prompt chunks
-    of ``chunk_tokens`` tokens (after ``chunk_prefix`` tokens of their prompts) may ride along a decode or
-    verify pass (:func:`roofline.physics.work.with_prompt_chunks`).
+@attrs.frozen(kw_only=True, eq=False)
+class PassPlan:
+    """Everything of one forward pass on one group that does not depend on the context already cached: the
+    resolved profile and formats, the counts (:class:`~roofline.physics.work.BatchWork`), and the compute,
+    memory, communication and fixed terms. :func:`evaluate_pass` makes one (:func:`pass_plan`, remembered for
+    small workloads: a decode loop over contexts plans its batch once) and times it at a context
+    (:func:`time_pass`)."""
 
-    With pipeline stages the batch is split into m = min(batch, pp) microbatches that keep every stage
-    busy: a token still crosses all pp stages, so the step takes pp stage-times of one microbatch (weights
-    are re-read for every microbatch), while memory residency counts the whole batch. A prefill of a batch of
-    prompts, which nothing keeps the stages busy for, takes m + pp - 1: the pipeline fills and drains.
-    """
+    model: ModelSpec
+    group: DeviceGroup
+    formats: Formats
+    params: EngineParams
+    stage: str
+    batch: Any
+    new_tokens: Any
+    #: the broadcast shape of batch, new tokens and logits per sequence
+    shape: tuple[int, ...]
+    #: microbatches through the pipeline stages (1 without pipeline parallelism)
+    micro: Any
+    counts: BatchWork
+    compute: MatmulTerms
+    memory: MemoryTerms
+    communication_s: Any
+    overhead_s: Any
+    ridge_flop_per_byte: float
+
+
+#: pass_plan's remembered plans by the identity of the model, the group and the parameters, and the rest by value
+_PLANS = IdentityMemo(1024)
+
+
+def pass_plan(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any, new_tokens: Any,
+              logits_per_seq: Any, mla_absorbed: bool, stage: str, params: EngineParams | None, chunks: Any = 0.0,
+              chunk_tokens: Any = 0.0, chunk_prefix: Any = 0.0) -> PassPlan:
+    """The :class:`PassPlan` of one pass (see :func:`evaluate_pass`), remembered when its arguments are a few
+    points each."""
+    args = (batch, new_tokens, logits_per_seq, chunks, chunk_tokens, chunk_prefix)
+    key = (formats, stage, mla_absorbed, *map(value_key, args)) if small(*args) else None
+    hit = _PLANS.get((model, group, params), key) if key is not None else MISSING
+    if hit is not MISSING:
+        return hit
+    plan = _plan(model, group, formats, batch=batch, new_tokens=new_tokens, logits_per_seq=logits_per_seq,
+                 mla_absorbed=mla_absorbed, stage=stage, params=params, chunks=chunks, chunk_tokens=chunk_tokens,
+                 chunk_prefix=chunk_prefix)
+    return _PLANS.put((model, group, params), key, plan) if key is not None else plan
+
+
+def _plan(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any, new_tokens: Any,
+          logits_per_seq: Any, mla_absorbed: bool, stage: str, params: EngineParams | None, chunks: Any,
+          chunk_tokens: Any, chunk_prefix: Any) -> PassPlan:
     pp = group.pp
     if model.num_heads % group.tp:
         divisors = [t for t in range(1, model.num_heads + 1) if model.num_heads % t == 0 and t <= 64]
@@ -378,24 +474,16 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         raise LayoutError(f"pp {pp} is more pipeline stages than the {model.num_layers} layers of {model.id}: a "
                           f"{group.device.family} serving engine's stage holds whole layers (at most "
                           f"{model.num_layers} stages)")
-    params = resolve_profile(group.device, params)
-    formats = formats.with_toolchain_head(_head_the_device_runs(params.head_format, group.device)).with_stack_experts(
-        params.expert_recipe, group.device)
-    B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
-    shape = np.broadcast_shapes(B.shape, n.shape, p.shape, np.shape(logits_per_seq))
+    prof = resolve_profile(group.device, params)
+    formats = formats.with_toolchain_head(_head_the_device_runs(prof.head_format, group.device)).with_stack_experts(
+        prof.expert_recipe, group.device)
+    B, n = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float)
     micro = np.minimum(B, pp) if pp > 1 else 1.0
-    riders = 1.0 if params.attention_dp_balance is True else rider_rank_share(chunks, group.dp)   # unbalanced DP ranks
-    work = pass_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, prefix_tokens=p,
-                     logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed, chunks=chunks,
-                     chunk_tokens=chunk_tokens, chunk_prefix=chunk_prefix, chunk_attention_scale=riders)
-    work = _busiest_dp_rank(work, group, B / micro if pp > 1 else B)
-    compute, dequant_s, core_s = compute_time_s(work, group, formats, params)
-    if stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency
-        compute, core_s = compute / params.prefill_compute_scale, core_s / params.prefill_compute_scale
-    placed, res, footprint, _ = _memory(model, group, formats, work, batch=B, new_tokens=n, prefix_tokens=p,
-                                        logits_per_seq=logits_per_seq, params=params,
-                                        rider=(chunks, chunk_tokens))
-    comm = group_communication_s(model, group, formats.activation, work.tokens, params)
+    riders = 1.0 if prof.attention_dp_balance is True else rider_rank_share(chunks, group.dp)   # unbalanced DP ranks
+    counts = batch_work(model, formats, batch=B / micro if pp > 1 else B, new_tokens=n, logits_per_seq=logits_per_seq,
+                        mla_absorbed=mla_absorbed, chunks=chunks, chunk_tokens=chunk_tokens, chunk_prefix=chunk_prefix,
+                        chunk_attention_scale=riders)
+    counts = _busiest_dp_rank(counts, group, B / micro if pp > 1 else B)
     # fixed costs: per pass (launches, host round trip), per layer (kernel boundaries on GPUs, the
     # stage latency of a compiled pipeline on dataflow chips; a pipeline's pp stages hold 1/pp of the
     # layers each, so a token still crosses every layer), per sequence (the host's scheduling, sampling
@@ -404,12 +492,58 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
     # calibration of that time), so a
     # cost growing with the whole batch under DP is missing and this stands in for it, docs/validation.md)
     # and per kernel (GPU launch gaps, by layer kind)
-    overhead = (params.step_overhead_s + params.layer_overhead_s * model.num_layers
-                + params.moe_layer_overhead_s * model.num_moe_layers + params.kernel_overhead_s * kernels_per_pass(model)
-                + params.sequence_overhead_s * B)
-    footprint = attrs.evolve(footprint, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
+    overhead = (prof.step_overhead_s + prof.layer_overhead_s * model.num_layers
+                + prof.moe_layer_overhead_s * model.num_moe_layers + prof.kernel_overhead_s * kernels_per_pass(model)
+                + prof.sequence_overhead_s * B)
+    return PassPlan(model=model, group=group, formats=formats, params=prof, stage=stage, batch=as_number(B),
+                    new_tokens=as_number(n),
+                    shape=np.broadcast_shapes(B.shape, n.shape, np.shape(logits_per_seq)), micro=micro, counts=counts,
+                    compute=matmul_terms(counts.work, group, formats, prof),
+                    memory=memory_terms(model, group, formats, counts.work, batch=B, new_tokens=n,
+                                        logits_per_seq=logits_per_seq, params=prof, rider=(chunks, chunk_tokens)),
+                    communication_s=group_communication_s(model, group, formats.activation, counts.work.tokens, prof),
+                    overhead_s=overhead, ridge_flop_per_byte=_ridge(model, group, formats))
+
+
+def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any, new_tokens: Any,
+                  prefix_tokens: Any, logits_per_seq: Any, mla_absorbed: bool, stage: str,
+                  params: EngineParams | None, chunks: Any = 0.0, chunk_tokens: Any = 0.0,
+                  chunk_prefix: Any = 0.0) -> StageResult:
+    """Time one forward pass on ``group`` (see the module docstring); arguments are already checked
+    (:mod:`roofline.workload`) and may be fractional (a mean-field serving step). ``chunks`` prompt chunks
+    of ``chunk_tokens`` tokens (after ``chunk_prefix`` tokens of their prompts) may ride along a decode or
+    verify pass (:func:`roofline.physics.work.with_prompt_chunks`). Two steps: what does not depend on the
+    context already cached (:func:`pass_plan`), then the pass at ``prefix_tokens`` (:func:`time_pass`).
+
+    With pipeline stages the batch is split into m = min(batch, pp) microbatches that keep every stage
+    busy: a token still crosses all pp stages, so the step takes pp stage-times of one microbatch (weights
+    are re-read for every microbatch), while memory residency counts the whole batch. A prefill of a batch of
+    prompts, which nothing keeps the stages busy for, takes m + pp - 1: the pipeline fills and drains.
+    """
+    plan = pass_plan(model, group, formats, batch=batch, new_tokens=new_tokens, logits_per_seq=logits_per_seq,
+                     mla_absorbed=mla_absorbed, stage=stage, params=params, chunks=chunks, chunk_tokens=chunk_tokens,
+                     chunk_prefix=chunk_prefix)
+    return time_pass(plan, prefix_tokens)
+
+
+def time_pass(plan: PassPlan, prefix_tokens: Any) -> StageResult:
+    """The pass of ``plan`` after ``prefix_tokens`` cached tokens per sequence: the attention core, the KV reads
+    and the KV cache held are the context's; the rest is the plan's."""
+    p = as_number(np.asarray(prefix_tokens, dtype=float))
+    shape = plan.shape if p.shape == () else np.broadcast_shapes(plan.shape, p.shape)
+    model, group, params, micro, pp = plan.model, plan.group, plan.params, plan.micro, plan.group.pp
+    work = plan.counts.at(p)
+    core_s = plan.compute.core_s(work.flop["attention_core"])
+    compute, dequant_s = add(core_s, *plan.compute.class_s), plan.compute.dequant_s
+    if plan.stage == "prefill" and params.prefill_compute_scale < 1:   # the profile's prefill efficiency
+        compute, core_s = compute / params.prefill_compute_scale, core_s / params.prefill_compute_scale
+    placed, res = place_pass(model, group, plan.formats, plan.memory, work, context_tokens=p + plan.new_tokens,
+                             params=params)
+    footprint = PassFootprint(work=work, small_bytes=plan.memory.small_bytes, kv_read_scale=1 / plan.memory.shards,
+                              residency=res, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
     by_tier, kv_s = placed.time_by_tier_s, placed.kv_time_s
-    if stage == "prefill" and pp > 1 and np.any(micro > 1):
+    comm, overhead = plan.communication_s, plan.overhead_s
+    if plan.stage == "prefill" and pp > 1 and np.any(micro > 1):
         # one batch of prompts through the pipeline: the last of m microbatches leaves after m + pp - 1
         # stage-times (fill and drain, GPipe, https://arxiv.org/abs/1811.06965 §2.2), not pp; a decode step in
         # steady state keeps the stages full with the previous step's microbatches, so it takes pp
@@ -417,11 +551,11 @@ def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, bat
         compute, core_s, dequant_s, comm, overhead, kv_s = (x * fill for x in (compute, core_s, dequant_s, comm,
                                                                               overhead, kv_s))
         by_tier = {t: v * fill for t, v in by_tier.items()}
-    return assemble(stage=stage, model=model, group=group, formats=formats, shape=shape, batch=B, new_tokens=n,
-                    context=p, compute=compute, by_tier=by_tier, comm=comm, overhead=overhead,
-                    attention_s=(core_s, kv_s) if params.overlap == "kernel" else None, dequant_s=dequant_s,
-                    fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes, footprint=footprint,
-                    profile=params)
+    return assemble(stage=plan.stage, model=model, group=group, formats=plan.formats, shape=shape, batch=plan.batch,
+                    new_tokens=plan.new_tokens, context=p, compute=compute, by_tier=by_tier, comm=comm,
+                    overhead=overhead, attention_s=(core_s, kv_s) if params.overlap == "kernel" else None,
+                    dequant_s=dequant_s, fits=placed.fits, weights=res.weights_bytes, usable=placed.usable_bytes,
+                    footprint=footprint, profile=params, ridge_flop_per_byte=plan.ridge_flop_per_byte)
 
 
 #: Families whose compilers place a model over chips in sequence at a finer grain than layers (a layer's weights
@@ -458,7 +592,8 @@ def overlapped(compute: Any, memory: Any, eta: float) -> Any:
 def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Formats, shape: tuple[int, ...],
              batch: Any, new_tokens: Any, context: Any, compute: Any, by_tier: dict[str, Any], comm: Any,
              overhead: Any, fits: Any, weights: Any, usable: float, footprint: PassFootprint,
-             profile: EngineParams, attention_s: tuple[Any, Any] | None = None, dequant_s: Any = 0.0) -> StageResult:
+             profile: EngineParams, attention_s: tuple[Any, Any] | None = None, dequant_s: Any = 0.0,
+             ridge_flop_per_byte: float | None = None) -> StageResult:
     """A :class:`StageResult` from the terms of one pass: the roofline of compute and memory + comm + fixed, or
     with ``attention_s`` = (its compute, its KV traffic time) the matmuls' and the attention kernels' rooflines
     in turn (the profile's ``overlap = "kernel"``); each roofline is :func:`overlapped` at the profile's
@@ -491,7 +626,7 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
         attention_compute_s=full(attention_s[0] if attention_s else 0.0),
         kv_memory_s=full(attention_s[1] if attention_s else 0.0), kernel_overlap=attention_s is not None,
         dequant_s=full(dequant_s),
-        ridge_flop_per_byte=_ridge(model, group, formats),
+        ridge_flop_per_byte=_ridge(model, group, formats) if ridge_flop_per_byte is None else ridge_flop_per_byte,
         weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, footprint=footprint,
         family=profile.family, busy_floor_fraction=profile.busy_floor_fraction,
         compute_power_weight=profile.compute_power_weight, memory_power_weight=profile.memory_power_weight)

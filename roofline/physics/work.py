@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -73,9 +74,9 @@ class Work:
     that axis at length 1, a constant is a scalar); ``tokens`` = batch * new_tokens.
     """
 
-    flop: dict[str, Array]
-    weight_bytes: dict[str, Array]
-    kv_read_bytes: Array
+    flop: Mapping[str, Any]
+    weight_bytes: Mapping[str, Any]
+    kv_read_bytes: Any
     kv_write_bytes: Array
     activation_bytes: Array
     tokens: Array
@@ -118,9 +119,17 @@ def add(*terms: ArrayLike) -> Array:
     return out
 
 
+def as_number(a: Any) -> Any:
+    """A 0-d array as its numpy scalar, else ``a`` itself: the same doubles, and arithmetic on a numpy scalar costs a
+    tenth of a 0-d array's (a scalar decode step does some forty operations per context)."""
+    return a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a
+
+
 def _size(x: ArrayLike) -> int:
     """``np.size(x)``, read straight off an array or numpy scalar (np.size's dispatch costs more than a sum)."""
-    return x.size if isinstance(x, np.ndarray | np.generic) else int(np.size(x))
+    if isinstance(x, np.ndarray | np.generic):
+        return x.size
+    return 1 if isinstance(x, (int, float)) else int(np.size(x))
 
 
 def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> Array:
@@ -363,9 +372,66 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
       al., https://arxiv.org/abs/1909.08053 §3); only the inner widths (heads, I) are split.
 
     Terms that depend only on batch (or only on context) stay small arrays; only the products that need
-    the full grid (KV reads, attention) are materialised at its shape.
+    the full grid (KV reads, attention) are materialised at its shape. The counts that do not depend on the
+    context (:func:`count_batch`) and the two that do (:meth:`BatchWork.at`) are counted apart.
     """
-    B, n, p = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float), np.asarray(prefix_tokens, dtype=float)
+    return count_batch(model, formats, batch=batch, new_tokens=new_tokens, logits_per_seq=logits_per_seq,
+                       mla_absorbed=mla_absorbed).at(prefix_tokens)
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class BatchWork:
+    """The counts of one pass that do not depend on the context already cached (``prefix_tokens``), and what
+    :meth:`at` needs to add the two that do: the attention core's FLOP and the KV reads. A decode loop over
+    contexts counts the rest once (:func:`batch_work` remembers it) and only these two per context."""
+
+    model: ModelSpec
+    #: every count of the pass; its attention-core FLOP and KV reads are 0 (:meth:`at` fills them in)
+    work: Work
+    batch: Array
+    new_tokens: Array
+    mla_absorbed: bool
+    #: bytes of one KV cache element (the cache's format)
+    kv_element_bytes: float
+    #: the attention core's FLOP and KV reads of prompt chunks riding along (:func:`with_prompt_chunks`), if any
+    rider_core_flop: Any = None
+    rider_kv_read_bytes: Any = None
+    #: how much of the attention side the busiest attention data-parallel rank carries (:func:`attention_scaled`;
+    #: None: its even share)
+    attention_scale: Any = None
+
+    def at(self, prefix_tokens: Any) -> Work:
+        """The pass's :class:`Work` after ``prefix_tokens`` cached tokens per sequence (read-only, as
+        :func:`_sealed` makes it)."""
+        m, B, p = self.model, self.batch, as_number(np.asarray(prefix_tokens, dtype=float))
+        core = _attention_core_flop(m, B, self.new_tokens, p, self.mla_absorbed)
+        window = float(m.sliding_window or 0)
+        n_full = m.num_layers - m.num_sliding_layers
+        kv_read = (B * (m.kv_elements_per_token_per_layer() * self.kv_element_bytes)) * (
+            n_full * p + m.num_sliding_layers * np.minimum(p, window))
+        if self.rider_core_flop is not None:
+            core, kv_read = core + self.rider_core_flop, kv_read + self.rider_kv_read_bytes
+        if self.attention_scale is not None:
+            core, kv_read = core * self.attention_scale, kv_read * self.attention_scale
+        w = self.work
+        return Work(flop=MappingProxyType({**w.flop, "attention_core": _read_only(core)}),
+                    weight_bytes=w.weight_bytes, kv_read_bytes=_read_only(kv_read), kv_write_bytes=w.kv_write_bytes,
+                    activation_bytes=w.activation_bytes, tokens=w.tokens,
+                    experts_touched_per_layer=w.experts_touched_per_layer, experts_per_token=w.experts_per_token,
+                    routing_draws=w.routing_draws, activation_ends_bytes=w.activation_ends_bytes,
+                    logit_rows=w.logit_rows)
+
+    def busiest_rank(self, factor: Any) -> BatchWork:
+        """These counts as the busiest attention data-parallel rank sees them (:func:`attention_scaled` by
+        ``factor``)."""
+        return attrs.evolve(self, work=_sealed(attention_scaled(self.work, factor)),
+                            attention_scale=np.asarray(factor, dtype=float))
+
+
+def count_batch(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any, logits_per_seq: Any = 1,
+                mla_absorbed: bool = True) -> BatchWork:
+    """The counts of one pass that do not depend on the cached context (:func:`count_work` documents them)."""
+    B, n = np.asarray(batch, dtype=float), np.asarray(new_tokens, dtype=float)
     logits = np.asarray(logits_per_seq, dtype=float)
     T = B * n
     m = model
@@ -374,15 +440,12 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
     bkv, ba = formats.kv_format.bytes_per_element, formats.activation.bytes_per_element
     n_moe = m.num_moe_layers
     n_dense = nL - n_moe
-    n_full = nL - m.num_sliding_layers
-
-    core = _attention_core_flop(m, B, n, p, mla_absorbed)
 
     draws = routing_draws(m.num_experts, m.experts_per_token, T, B, m.routing_locality) if m.is_moe else T
     touched = expected_experts_touched(m.num_experts, m.experts_per_token, draws) if m.is_moe else np.zeros(1)[0] * T
     flop = {
         "attention_proj": 2 * T * nL * m.attention_params_per_layer(),
-        "attention_core": core,
+        "attention_core": 0.0,   # the context's: BatchWork.at
         "mlp": 2 * T * n_dense * m.dense_mlp_params(),
         "experts": 2 * T * n_moe * m.experts_per_token * m.expert_params(),
         "shared_experts": 2 * T * n_moe * m.shared_expert_params(),
@@ -399,16 +462,15 @@ def count_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: An
         "lm_head": np.where(logits > 0, m.lm_head_params() * bh, 0.0),
         "embedding": T * d * bh,
     }
-    kv_elems = m.kv_elements_per_token_per_layer()
-    window = float(m.sliding_window or 0)
-    kv_read = (B * (kv_elems * bkv)) * (n_full * p + m.num_sliding_layers * np.minimum(p, window))
-    kv_write = T * nL * kv_elems * bkv
+    kv_write = T * nL * m.kv_elements_per_token_per_layer() * bkv
 
     act, ends = _activation_bytes(m, T, B * logits, ba)
-    return Work(flop=flop, weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
+    work = Work(flop=flop, weight_bytes=weight_bytes, kv_read_bytes=0.0, kv_write_bytes=kv_write,
                 activation_bytes=act, tokens=T, experts_touched_per_layer=touched, routing_draws=draws,
                 experts_per_token=m.experts_per_token if m.is_moe else 0, activation_ends_bytes=ends,
                 logit_rows=B * logits)
+    return BatchWork(model=m, work=work, batch=as_number(B), new_tokens=as_number(n), mla_absorbed=mla_absorbed,
+                     kv_element_bytes=bkv)
 
 
 def _activation_bytes(m: ModelSpec, T: Any, logit_rows: Any, ba: float) -> tuple[Any, dict[str, Any]]:
@@ -487,8 +549,8 @@ def attention_scaled(work: Work, factor: Any) -> Work:
                         activation_ends_bytes=ends, activation_bytes=work.activation_bytes + extra)
 
 
-#: pass_work's remembered answers by the model's identity, the formats and the scalar arguments
-_PASS_WORK = IdentityMemo(4096)
+#: batch_work's remembered answers by the model's identity, the formats and the scalar arguments
+_BATCH_WORK = IdentityMemo(4096)
 
 
 #: Arguments of at most this many points are remembered by value (a serving evaluation's few batches); a sweep's
@@ -496,31 +558,50 @@ _PASS_WORK = IdentityMemo(4096)
 _REMEMBERED_SIZE = 16
 
 
-def _value_key(a: Any) -> tuple[Any, ...]:
+def value_key(a: Any) -> tuple[Any, ...]:
     """An argument by shape and values (a number and a one-element array of it are different shapes)."""
+    if isinstance(a, (int, float)):   # a number (np.float64 too): what np.asarray(a, dtype=float) would say
+        return ((), float(a))
     arr = np.asarray(a, dtype=float)
     return (arr.shape, *arr.ravel().tolist())
+
+
+def small(*args: Any) -> bool:
+    """Whether every argument has at most :data:`_REMEMBERED_SIZE` points (worth remembering by value)."""
+    return all(_size(a) <= _REMEMBERED_SIZE for a in args)
+
+
+def batch_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any, logits_per_seq: Any,
+               mla_absorbed: bool, chunks: Any = 0.0, chunk_tokens: Any = 0.0, chunk_prefix: Any = 0.0,
+               chunk_attention_scale: Any = 1.0) -> BatchWork:
+    """:func:`count_batch` of one pass, with :func:`with_prompt_chunks` when ``chunks`` ride along; for arguments
+    of a few points the answer is remembered (a calibration times every row hundreds of times under new engine
+    parameters, which never change the counts; a decode loop over contexts counts its batch once). The
+    remembered counts are shared: they are read-only (:func:`_sealed`)."""
+    args = (batch, new_tokens, logits_per_seq, chunks, chunk_tokens, chunk_prefix, chunk_attention_scale)
+    key = (formats, mla_absorbed, *map(value_key, args)) if small(*args) else None
+    hit = _BATCH_WORK.get((model,), key) if key is not None else MISSING
+    if hit is not MISSING:
+        return hit
+    counts = count_batch(model, formats, batch=batch, new_tokens=new_tokens, logits_per_seq=logits_per_seq,
+                         mla_absorbed=mla_absorbed)
+    if np.any(np.asarray(chunks) > 0):
+        w = with_prompt_chunks(model, formats, counts.work, chunks=chunks, chunk_tokens=chunk_tokens,
+                               chunk_prefix=chunk_prefix, attention_scale=chunk_attention_scale)
+        counts = attrs.evolve(counts, work=attrs.evolve(w, flop={**w.flop, "attention_core": 0.0}, kv_read_bytes=0.0),
+                              rider_core_flop=w.flop["attention_core"], rider_kv_read_bytes=w.kv_read_bytes)
+    counts = attrs.evolve(counts, work=_sealed(counts.work))
+    return _BATCH_WORK.put((model,), key, counts) if key is not None else counts
 
 
 def pass_work(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: Any, prefix_tokens: Any,
               logits_per_seq: Any, mla_absorbed: bool, chunks: Any = 0.0, chunk_tokens: Any = 0.0,
               chunk_prefix: Any = 0.0, chunk_attention_scale: Any = 1.0) -> Work:
-    """:func:`count_work` of one pass, with :func:`with_prompt_chunks` when ``chunks`` ride along; for arguments
-    of a few points the answer is remembered (a calibration times every row hundreds of times under new engine
-    parameters, which never change the counts). The remembered Work is shared: callers only read it (the
-    timing layer builds new records from it; nothing here or there writes into a Work)."""
-    args = (batch, new_tokens, prefix_tokens, logits_per_seq, chunks, chunk_tokens, chunk_prefix, chunk_attention_scale)
-    small = all(_size(a) <= _REMEMBERED_SIZE for a in args)
-    key = (formats, mla_absorbed, *(_value_key(a) for a in args)) if small else None
-    hit = _PASS_WORK.get((model,), key) if key is not None else MISSING
-    if hit is not MISSING:
-        return hit
-    work = count_work(model, formats, batch=batch, new_tokens=new_tokens, prefix_tokens=prefix_tokens,
-                      logits_per_seq=logits_per_seq, mla_absorbed=mla_absorbed)
-    if np.any(np.asarray(chunks) > 0):
-        work = with_prompt_chunks(model, formats, work, chunks=chunks, chunk_tokens=chunk_tokens,
-                                  chunk_prefix=chunk_prefix, attention_scale=chunk_attention_scale)
-    return _PASS_WORK.put((model,), key, _sealed(work)) if key is not None else work
+    """:func:`count_work` of one pass, with :func:`with_prompt_chunks` when ``chunks`` ride along (the counts
+    that do not depend on the context remembered, :func:`batch_work`); read-only."""
+    return batch_work(model, formats, batch=batch, new_tokens=new_tokens, logits_per_seq=logits_per_seq,
+                      mla_absorbed=mla_absorbed, chunks=chunks, chunk_tokens=chunk_tokens, chunk_prefix=chunk_prefix,
+                      chunk_attention_scale=chunk_attention_scale).at(prefix_tokens)
 
 
 def _read_only(a: Any) -> Any:

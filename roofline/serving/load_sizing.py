@@ -16,7 +16,6 @@ fewest replicas that could carry the load, which overstates it for larger counts
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,11 +29,10 @@ from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
-from ..specs.resolve import ModelLike, resolve_model
-from ..workload import check_devices
+from ..workload import check_instance, check_items
 from .load import Deployment, LoadResult, Workload, check_limits, deployment, meets
 from .serve import DEFAULT_TOKEN_BUDGET, Placement, Request, check_context, evaluate_serving
-from .sizing import Option, deployed_rates, device_formats, device_or_group, group_shapes
+from .sizing import Option, deployed_rates, device_formats, group_shapes
 
 #: The most replicas (and prefill groups) a search tries.
 MAX_REPLICAS = 100_000
@@ -226,28 +224,30 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
                       tpot_p99_s=v("tpot_p99_s"), e2e_p99_s=v("e2e_p99_s"))
 
 
-def size_at_rate(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, target: LoadTarget, *,
+def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: LoadTarget, *,
                  formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
                  prices: Prices | None = None, max_slots: int | None = None, token_budget: int | None = None,
                  stack: str | None = None) -> list[Option]:
     """The fewest devices per device kind and placement kind (aggregated, disaggregated) whose percentiles meet
-    ``target``'s limits at its rate (module docstring). Devices as :func:`roofline.size` takes them; options
+    ``target``'s limits at its rate (module docstring). Devices as :func:`size` takes them (records:
+    :func:`roofline.size_at_rate` takes ids too); options
     best first (fewest devices, then the lowest p99 TTFT); a kind that cannot meet the limits is listed with
     the reason. ``max_slots``: the scheduler's cap on running requests (vLLM's max_num_seqs); ``token_budget``:
     the tokens a step may carry; where unset, ``stack``'s server defaults on each device (:func:`engine_defaults`),
     else what memory holds and 8,192 tokens."""
     if not isinstance(target, LoadTarget):
         raise WorkloadError(f"target must be a LoadTarget, got {type(target).__name__}")
-    m = resolve_model(model)
+    m = check_instance("model", model, ModelSpec, optional=False)
     L = target.workload.lengths
     check_context(m, Request(input_tokens=int(L.input_tokens.max()), output_tokens=int(L.output_tokens.max())))
     given = check_format_keys(formats)
     prices = prices if prices is not None else shipped_prices()
-    items = check_devices(devices, (str, os.PathLike, Device, DeviceGroup))
+    items = check_items("devices", devices, (Device, DeviceGroup, str))
     if not items:
         raise WorkloadError("give at least one device (an id, a Device or a group) to size")
     out: list[Option] = []
-    for item in (device_or_group(i) for i in items):
+    for item in items:
+        check_instance("a device to size", item, Device, DeviceGroup, optional=False)
         dev = item.device if isinstance(item, DeviceGroup) else item
         try:
             fmt = device_formats(dev, given, m)

@@ -13,7 +13,6 @@ cannot be built are returned with the reason, never dropped.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,10 +24,10 @@ from ..physics.stages import draft as draft_stage
 from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.groups import DeviceGroup
+from ..specs.links import GroupLink
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
-from ..specs.resolve import DeviceLike, ModelLike, resolve_device, resolve_model
-from ..workload import check_devices
+from ..workload import check_instance, check_items
 from .round import draft_formats
 from .serve import Placement, Request, check_context
 
@@ -85,17 +84,21 @@ def smallest_group(fits: Any, device: Device, *, max_tp: int | None = None, max_
     return DeviceGroup(device=device, tp=tp, pp=hi)
 
 
-def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], request: Request, *,
-                         batch: int, draft_model: ModelLike | None = None, mode: str = "continuous",
+def enumerate_placements(model: ModelSpec, devices: Sequence[Device], request: Request, *,
+                         batch: int, draft_model: ModelSpec | None = None, mode: str = "continuous",
                          prefill_batch: int = 1, target_formats: dict[str, Any] | None = None,
-                         params: EngineParams | None = None, kv_link: str = "nvlink",
-                         draft_link: str = "pcie5") -> list[Candidate]:
-    """All stage-to-kind assignments for ``devices``, each stage on its smallest fitting group."""
-    m = resolve_model(model)
-    dm = resolve_model(draft_model) if draft_model is not None else None
+                         params: EngineParams | None = None, kv_link: GroupLink | None = None,
+                         draft_link: GroupLink | None = None) -> list[Candidate]:
+    """All stage-to-kind assignments for ``devices`` (device kinds), each stage on its smallest fitting group.
+    Records only: :func:`roofline.serving_api.enumerate_placements` takes ids and link names too. The links
+    default to :class:`Placement`'s (NVLink for the KV cache, PCIe 5 to a draft group)."""
+    m = check_instance("model", model, ModelSpec, optional=False)
+    dm = check_instance("draft_model", draft_model, ModelSpec)
     for checked in (m, dm) if dm is not None else (m,):
         check_context(checked, request)   # no placement serves a request longer than the model's context
-    kinds = [resolve_device(d) for d in check_devices(devices, (str, os.PathLike, Device))]
+    kinds = [check_instance("a device kind", d, Device, optional=False) for d in check_items("devices", devices, (Device, str))]
+    links = {k: check_instance(k, v, GroupLink, optional=False) for k, v in (("kv_link", kv_link),
+                                                                            ("draft_link", draft_link)) if v is not None}
     tf: dict[str, Any] = dict(target_formats or {})
     end = request.input_tokens + request.output_tokens
     nan: dict[str, Any] = dict(params=params, on_infeasible="nan")
@@ -122,7 +125,7 @@ def enumerate_placements(model: ModelLike, devices: Sequence[DeviceLike], reques
                 cache[key] = Failure(stage=stage, device=dev.id, reason=str(e))
         return cache[key]
 
-    return _assemble(m, kinds, dm, group_for, kv_link=kv_link, draft_link=draft_link)
+    return _assemble(m, kinds, dm, group_for, links)
 
 
 def placement_name(prefill: Device | None, decode: Device, draft: Device | None, *, speculative: bool) -> str:
@@ -133,8 +136,8 @@ def placement_name(prefill: Device | None, decode: Device, draft: Device | None,
     return ", ".join(parts)
 
 
-def _assemble(m: ModelSpec, kinds: list[Device], dm: ModelSpec | None, group_for: Any, *, kv_link: str,
-              draft_link: str) -> list[Candidate]:
+def _assemble(m: ModelSpec, kinds: list[Device], dm: ModelSpec | None, group_for: Any,
+              links: dict[str, Any]) -> list[Candidate]:
     out: list[Candidate] = []
     prefill_options: list[Device | None] = [None, *kinds]
     draft_options: list[Device | None] = [None, *kinds] if dm is not None else [None]
@@ -149,9 +152,9 @@ def _assemble(m: ModelSpec, kinds: list[Device], dm: ModelSpec | None, group_for
         if bad:
             out.append(Candidate(name=name, placement=None, failures=bad))
             continue
-        out.append(Candidate(name=name, placement=Placement.build(
-            name, decode=groups["decode"], prefill=groups.get("prefill"), draft=groups.get("draft"),
-            draft_model=dm, kv_link=kv_link, draft_link=draft_link)))
+        out.append(Candidate(name=name, placement=Placement(
+            name=name, decode=groups["decode"], prefill=groups.get("prefill"), draft=groups.get("draft"),
+            draft_model=dm, draft_kind="model" if dm is not None else None, **links)))
     return out
 
 

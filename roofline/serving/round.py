@@ -29,10 +29,10 @@ from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
+from ..specs.placement import DRAFT_KINDS
 from ..workload import check_whole, one_of
 
 Array = NDArray[np.float64]
-DRAFT_KINDS = ("model", "mtp", "eagle", "medusa", "ngram")
 #: Draft kinds that draft with no model of their own: n-gram (prompt-lookup) drafting copies the tokens that
 #: followed the last n tokens' earlier occurrence in the context, a string search on the host with no forward pass
 #: (Saxena 2023, https://github.com/apoorvumang/prompt-lookup-decoding; vLLM's ``ngram`` method,

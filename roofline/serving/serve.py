@@ -44,18 +44,15 @@ from ..physics.speculative import Acceptance
 from ..physics.stages import prefill
 from ..physics.timing import StageResult, require_feasible, spread
 from ..records import ArrayRecord
-from ..specs.devices import Device
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats, check_format_keys
-from ..specs.groups import DeviceGroup
-from ..specs.links import LINKS, GroupLink, get_link
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
+from ..specs.placement import Placement
 from ..specs.prices import Prices, shipped_prices
-from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..units import format_quantity
-from ..workload import check_count, check_gamma, check_grid, check_instance, check_whole, counts, record_of
-from .round import DRAFT_KINDS, Drafter, Round, RoundPlan, run_round
+from ..workload import check_count, check_gamma, check_grid, check_instance, check_whole, counts
+from .round import Drafter, Round, RoundPlan, run_round
 
 Array = NDArray[np.float64]
 MODES = ("continuous", "static")
@@ -147,74 +144,11 @@ def check_context(model: ModelSpec, request: Request) -> None:
                             "(max_position_embeddings)")
 
 
-@attrs.frozen(kw_only=True)
-class Placement:
-    """Stages on device groups. ``draft_kind`` None means no speculation; ``draft`` None with a draft kind
-    means the draft runs on the decode group's own devices."""
-
-    name: str = attrs.field()
-    decode: DeviceGroup = attrs.field(validator=record_of(DeviceGroup))
-    prefill: DeviceGroup | None = attrs.field(default=None, validator=record_of(DeviceGroup, optional=True))
-    draft: DeviceGroup | None = attrs.field(default=None, validator=record_of(DeviceGroup, optional=True))
-    draft_model: ModelSpec | None = attrs.field(default=None, validator=record_of(ModelSpec, optional=True))
-    draft_kind: str | None = attrs.field(default=None)
-    head_layers: int = 1
-    #: tokens verified per round when the draft is a tree (:class:`~roofline.serving.round.RoundPlan`); None: a chain
-    tree_tokens: int | None = None
-    kv_link: GroupLink = attrs.field(factory=lambda: LINKS["nvlink"])
-    draft_link: GroupLink = attrs.field(factory=lambda: LINKS["pcie5"])
-
-    @name.validator
-    def _name(self, _a: attrs.Attribute, v: Any) -> None:   # rows and comparisons are told apart by it
-        if not isinstance(v, str) or not v.strip():
-            raise WorkloadError(f"a placement needs a name (a non-empty string), got {v!r}")
-
-    @draft_kind.validator
-    def _kind(self, _a: attrs.Attribute, v: str | None) -> None:
-        if v is not None and v not in DRAFT_KINDS:
-            raise WorkloadError(f"draft_kind must be None or one of {', '.join(DRAFT_KINDS)}, got {v!r}")
-        if v == "model" and self.draft_model is None:
-            raise WorkloadError(f"placement {self.name!r}: draft_kind 'model' needs a draft_model")
-        if v is None and self.draft is not None:   # a draft group that would draft nothing
-            raise WorkloadError(f"placement {self.name!r}: a draft group needs a draft_model (or draft_kind 'mtp' "
-                                "or 'eagle' to draft with the target's own head layers)")
-
-    @property
-    def speculative(self) -> bool:
-        return self.draft_kind is not None
-
-    @property
-    def draft_group(self) -> DeviceGroup:
-        return self.draft or self.decode
-
-    @property
-    def target_devices(self) -> tuple[Device, ...]:
-        """The devices the target model runs on: the decode (verify) group's, then the prefill group's."""
-        return (self.decode.device,) + ((self.prefill.device,) if self.prefill is not None else ())
-
-    @property
-    def drafter(self) -> Drafter | None:
-        if self.draft_kind is None:
-            return None
-        return Drafter(kind=self.draft_kind, model=self.draft_model, head_layers=self.head_layers)
-
-    def describe(self) -> str:
-        parts = [f"prefill {self.prefill.describe() if self.prefill else '(on decode group)'}",
-                 f"{'verify' if self.speculative else 'decode'} {self.decode.describe()}"]
-        if self.speculative:
-            parts.append(f"draft {self.draft_group.describe() if self.draft else '(on target group)'}")
-        return "; ".join(parts)
-
-    @classmethod
-    def build(cls, name: str, *, decode: GroupLike, prefill: GroupLike | None = None, draft: GroupLike | None = None,
-              draft_model: ModelLike | None = None, draft_kind: str | None = None, head_layers: int = 1,
-              kv_link: str | GroupLink = "nvlink", draft_link: str | GroupLink = "pcie5") -> Placement:
-        """Convenience constructor taking ``"b200:8"``-style group strings and model ids."""
-        dm = resolve_model(draft_model) if draft_model is not None else None
-        kind = draft_kind if draft_kind is not None else ("model" if dm is not None else None)
-        return cls(name=name, decode=resolve_group(decode), prefill=resolve_group(prefill) if prefill else None,
-                   draft=resolve_group(draft) if draft else None, draft_model=dm, draft_kind=kind,
-                   head_layers=head_layers, kv_link=get_link(kv_link), draft_link=get_link(draft_link))
+def drafter_of(placement: Placement) -> Drafter | None:
+    """What drafts in ``placement``: None without speculation."""
+    if placement.draft_kind is None:
+        return None
+    return Drafter(kind=placement.draft_kind, model=placement.draft_model, head_layers=placement.head_layers)
 
 
 #: Tokens one continuous-batching step may process when nothing else is said: TensorRT-LLM's
@@ -600,7 +534,7 @@ def evaluate_serving(model: ModelSpec, placement: Placement, request: Request, *
     shapes, ran, Bd = _compiled(request, shapes, B)   # ran: the request padded to the compiled prompt
     fmt, fmt_prefill = _target_formats(m, placement, check_format_keys(target_formats, "target_formats"))
     E, mixed = acc.expected_tokens(G) if acc is not None else np.ones_like(G), placement.prefill is None and mode == "continuous"
-    plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=placement.drafter,
+    plan = RoundPlan(target=m, target_group=placement.decode, target_formats=fmt, drafter=drafter_of(placement),
                      draft_group=placement.draft, draft_formats=draft_formats, link=placement.draft_link,
                      shared=placement.draft is None, tree_tokens=placement.tree_tokens if placement.speculative else None)
     chunks = _prompt_chunks(placement, ran, chunk, B=B, G=G, whole=p.chunked_prefill is False) if mixed else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,9 +32,8 @@ from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
-from ..specs.resolve import ModelLike, resolve_device, resolve_group, resolve_model
 from ..units import parse_quantity
-from ..workload import check_devices, check_instance, check_whole, record_of
+from ..workload import check_instance, check_items, check_whole, record_of
 from .serve import Placement, Request, ServingResult, check_context, evaluate_serving
 from .trust import interval
 
@@ -279,15 +277,6 @@ def _kind_option(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, tar
     return Option(device=dev, placement=kind, reason=why)
 
 
-def device_or_group(item: Any) -> Device | DeviceGroup:
-    """A device to search over its family's layouts (a record, an id or a spec path) or one group (a record or
-    ``ID:N``), as :func:`size` takes them."""
-    if isinstance(item, (Device, DeviceGroup)):
-        return item
-    text = str(item)
-    return resolve_group(text) if ":" in text and not text.endswith(".toml") else resolve_device(text)
-
-
 def pessimistic_target(target: Target, device: Device, confidence: float, stack: str | None = None) -> Target:
     """``target`` made stricter so a prediction meeting it meets the original at the pessimistic end of its interval:
     the speed asked of a user's decode raised by the upper ``confidence`` quantile of the per-token time's error on
@@ -303,8 +292,8 @@ def pessimistic_target(target: Target, device: Device, confidence: float, stack:
                         max_ttft_s=target.max_ttft_s / max(ttft, 1.0))
 
 
-def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, target: Target, *,
-         draft: ModelLike | None = None, acceptance: Acceptance | float | None = None,
+def size(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: Target, *,
+         draft: ModelSpec | None = None, acceptance: Acceptance | float | None = None,
          formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
          prices: Prices | None = None, confidence: float | None = None, stack: str | None = None) -> list[Option]:
     """The fewest devices per device kind and placement kind that meet ``target`` (a lower bound: no queueing).
@@ -313,11 +302,11 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
     prediction interval (:func:`pessimistic_target`: the upper ``confidence`` quantile of the errors on
     publications the fit never saw, for ``stack``'s predictions on that device, default the default stack).
 
-    ``devices``: a list, or one string of comma-separated entries as the command line's ``--devices`` takes them
-    (``"b200,h200-sxm:8"``). A :class:`Device` (or an id) is searched over the group shapes of its family's
-    layout; a :class:`DeviceGroup` (or ``ID:N``) is sized on that shape only. ``prices`` default to the shipped
-    ones. Options come back best first (fewest devices, then fastest); a kind that cannot meet the target is
-    listed with the reason. With ``draft``, speculative placements (the draft on the decode devices) are sized
+    ``devices``: a list of records (:func:`roofline.size` takes ids too, and one string of comma-separated
+    entries as the command line's ``--devices`` takes them, ``"b200,h200-sxm:8"``). A :class:`Device` is searched
+    over the group shapes of its family's layout; a :class:`DeviceGroup` is sized on that shape only. ``prices``
+    default to the shipped ones. Options come back best first (fewest devices, then fastest); a kind that cannot
+    meet the target is listed with the reason. With ``draft``, speculative placements (the draft on the decode devices) are sized
     too.
     """
     if draft is not None and acceptance is None:
@@ -329,20 +318,20 @@ def size(model: ModelLike, devices: Sequence[Device | DeviceGroup | str] | str, 
                             f"{acceptance.shape}; sweep alphas with speculative_round or evaluate_serving")
     if not isinstance(target, Target):
         raise WorkloadError(f"target must be a Target, got {type(target).__name__}")
-    model = resolve_model(model)
-    draft = resolve_model(draft) if draft is not None else None
+    model = check_instance("model", model, ModelSpec, optional=False)
+    draft = check_instance("draft", draft, ModelSpec)
     for m in (model, draft) if draft is not None else (model,):
         check_context(m, target.request)   # no deployment serves a request longer than the model's context
     formats = check_format_keys(formats)
     prices = check_instance("prices", prices, Prices) or shipped_prices()   # as evaluate_serving prices the replicas
     check_instance("params", params, EngineParams)
     kinds = PLACEMENT_KINDS if draft is not None else PLACEMENT_KINDS[:2]
-    items = check_devices(devices, (str, os.PathLike, Device, DeviceGroup))
+    items = check_items("devices", devices, (Device, DeviceGroup, str))
     if not items:
         raise WorkloadError("give at least one device (an id, a Device or a group) to size")
     out = []
     for item in items:
-        item = device_or_group(item)
+        check_instance("a device to size", item, Device, DeviceGroup, optional=False)
         dev = item.device if isinstance(item, DeviceGroup) else item
         try:
             fmt = device_formats(dev, formats, model)

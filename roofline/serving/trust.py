@@ -20,7 +20,6 @@ from ..specs.devices import Device
 from ..specs.groups import DeviceGroup
 from ..specs.intervals import DEFAULT_LEVEL, Interval, IntervalTable, shipped_intervals
 from ..specs.params import DEFAULT_STACK, NVIDIA_ONLY_STACKS, POOLED, family_chain, stack_family, stack_name
-from ..specs.resolve import resolve_group
 
 #: Reported figures and the interval each takes: (kind, is a rate). ``time_s`` takes its stage's
 #: (:data:`STAGE_KINDS`). A whole request's time (``e2e_s``) is mostly its decode steps, so it takes decode's.
@@ -62,29 +61,30 @@ def intervals_for(device: Device, *, stack: str | None = None, level: float = DE
     return {kind: table.interval(plat, key, kind, level) for kind in ("decode", "ttft", "throughput", "energy")}
 
 
-def _device(device: Device | DeviceGroup | str) -> Device:
+def _device(device: Device | DeviceGroup) -> Device:
     if isinstance(device, Device):
         return device
     if isinstance(device, DeviceGroup):
         return device.device
-    if isinstance(device, str):
-        return resolve_group(device).device
     raise WorkloadError(f"device must be a Device, a DeviceGroup or an id such as 'h100-sxm:2', got "
-                        f"{type(device).__name__}")
+                        f"{type(device).__name__}" + (" (roofline.interval and roofline.with_intervals resolve ids; "
+                                                      "this layer takes records)" if isinstance(device, str) else ""))
 
 
-def interval(device: Device | DeviceGroup | str, kind: str, *, stack: str | None = None,
+def interval(device: Device | DeviceGroup, kind: str, *, stack: str | None = None,
              level: float = DEFAULT_LEVEL) -> Interval:
-    """The interval of a prediction of ``kind`` (decode, ttft, throughput, energy) on ``device`` (a record or an
-    id) run by ``stack`` (default: the default stack on a GPU): ``rl.interval("h100-sxm", "decode").bounds(t)``."""
+    """The interval of a prediction of ``kind`` (decode, ttft, throughput, energy) on ``device`` (a record;
+    :func:`roofline.interval` takes an id too) run by ``stack`` (default: the default stack on a GPU):
+    ``rl.interval("h100-sxm", "decode").bounds(t)``."""
     dev = _device(device)
     return shipped_intervals().interval(platform(dev), stack_key(dev, stack), kind, level)
 
 
-def with_intervals(record: Any, device: Device | DeviceGroup | str, *, stack: str | None = None,
+def with_intervals(record: Any, device: Device | DeviceGroup, *, stack: str | None = None,
                    level: float = DEFAULT_LEVEL) -> Any:
     """A result's ``to_dict()`` (or any record of its figures) with ``<name>_low`` / ``<name>_high`` beside its
-    figures (:data:`FIELDS`), from the intervals of ``device`` under ``stack`` at ``level``:
+    figures (:data:`FIELDS`), from the intervals of ``device`` (a record; :func:`roofline.with_intervals` takes an
+    id too) under ``stack`` at ``level``:
     ``rl.with_intervals(rl.decode_step(m, "h200-sxm", batch=8, context=4096).to_dict(), "h200-sxm")``."""
     return with_bounds(record, intervals_for(_device(device), stack=stack, level=level))
 

@@ -476,7 +476,7 @@ def names_shipped_model(text: str) -> bool:
 
 def _written_as_path(text: str) -> bool:
     """A name the user wrote as a path: ./x, ../x, /x, ~/x, x.json, or a relative path that exists."""
-    return (text.startswith((".", "/", "~", os.sep)) or text.endswith(".json") or Path(text).is_absolute()
+    return (text.startswith((".", "/", "~", os.sep)) or text.endswith(".json") or os.path.isabs(text)
             or (("/" in text or os.sep in text) and _exists(text)))
 
 

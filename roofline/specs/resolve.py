@@ -16,6 +16,7 @@ import os
 import re
 
 from ..errors import WorkloadError
+from ..memo import MISSING, IdentityMemo
 from .devices import Device, load_device
 from .groups import DeviceGroup, with_layout
 from .hf_config import load_model
@@ -63,6 +64,17 @@ def split_group(text: str) -> tuple[str, int, int]:
     return name, tp, pp
 
 
+#: The groups named by strings, by the identity of their device (:func:`load_device` answers with the same record
+#: while its spec file is unchanged) and their counts: a loop naming ``"h200-sxm"`` gets the same record each time,
+#: so what the physics remembers of a group (:func:`roofline.physics.timing.pass_plan`) is found again.
+_NAMED_GROUPS = IdentityMemo(256)
+
+
+def _named_group(device: Device, tp: int, pp: int) -> DeviceGroup:
+    hit = _NAMED_GROUPS.get((device,), (tp, pp))
+    return hit if hit is not MISSING else _NAMED_GROUPS.put((device,), (tp, pp), DeviceGroup(device=device, tp=tp, pp=pp))
+
+
 def resolve_group(group: GroupLike, *, tp: int | None = None, ep: int | None = None,
                   pp: int | None = None, dp: int | None = None) -> DeviceGroup:
     """A :class:`DeviceGroup` from a record, a Device, or a group string.
@@ -76,7 +88,7 @@ def resolve_group(group: GroupLike, *, tp: int | None = None, ep: int | None = N
         base = DeviceGroup(device=group)
     elif isinstance(group, (str, os.PathLike)):
         name, t, p = split_group(os.fspath(group))
-        base = DeviceGroup(device=load_device(name), tp=t, pp=p)
+        base = _named_group(load_device(name), t, p)
     else:
         raise WorkloadError(f"a device group is {SYNTAX}, a Device or a DeviceGroup, got {group!r}")
     return with_layout(base, tp=tp, ep=ep, pp=pp, dp=dp)

@@ -174,10 +174,12 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     request = Request(input_tokens=args.isl, output_tokens=args.osl)
     acc = acceptance(args) if args.draft else None
     eng, knobs, prices = engine(args, devices), serving_knobs(args), price_list(args, devices)
+    target = load_model(args.target)
     run = ServingRun(request=request, batch=args.batch, gamma=gamma, acceptance=acc, engine=eng, knobs=knobs,
-                     prices=prices, formats=formats(args, load_model(args.target)))
-    cands = enumerate_placements(args.target, devices, request, batch=args.batch, draft_model=args.draft,
-                                 mode=args.mode, target_formats=run.formats, params=run.params)
+                     prices=prices, formats=formats(args, target))
+    cands = enumerate_placements(target, devices, request, batch=args.batch,
+                                 draft_model=load_model(args.draft) if args.draft else None, mode=args.mode,
+                                 target_formats=run.formats, params=run.params)
     items: list[dict[str, Any]] = []
     cannot: dict[tuple[str, str], list[str]] = {}
     for c in cands:
@@ -191,7 +193,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
                "by the share of time they are busy, so their TTFT is one prompt's prefill with no wait for prompts "
                "ahead of it (a lower bound under load)." + (f" What-if: {', '.join(wi.describe())}." if wi else "")
-               + context_note(load_model(args.target), args.isl + args.osl) + idle_note(devices))
+               + context_note(target, args.isl + args.osl) + idle_note(devices))
     unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
                    for (dev, reason), stages in cannot.items()]
     view = serving_rows_view(title, caption, items, {
