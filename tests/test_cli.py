@@ -639,11 +639,16 @@ def test_spec_says_nothing_fits_rather_than_speculation_does_not_pay(run_cli):
     assert all(line.split()[4] == "—" for line in out.splitlines() if line.split()[:1] == ["512"])
 
 
-def test_diagnose_compares_with_its_prediction_and_labels_what_ifs(run_cli):
+def test_diagnose_compares_with_its_prediction_and_labels_what_ifs(run_cli, tmp_path):
     """The verdict says how far the model's own prediction is from the measurement; one device gets no advice
     about TP ranks or interconnects; a what-if peak is not called a datasheet's; flags the vLLM file already
     answers are refused rather than silently ignored."""
-    sample = str(Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm_benchmark_sample.json")
+    shipped = Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm_benchmark_sample.json"
+    code, _, err = run_cli("diagnose", "llama-3.1-8b", "h100-sxm", "--vllm-json", str(shipped))
+    assert code == 2 and "meta-llama/Llama-3.3-70B-Instruct (llama-3.3-70b)" in err   # the file ran another model
+    data = json.loads(shipped.read_text())
+    sample = str(tmp_path / "run.json")
+    Path(sample).write_text(json.dumps({**data, "model_id": "meta-llama/Llama-3.1-8B-Instruct"}))
     code, out, _ = run_cli("diagnose", "llama-3.1-8b", "h100-sxm", "--vllm-json", sample, "--json")
     d = json.loads(out)
     assert code == 0 and f"{d['predicted_tpot_s'] * 1e3:.3g} ms per output token" in d["advice"]

@@ -357,3 +357,23 @@ def test_vllm_serves_with_its_own_scheduler_defaults():
     free = [o for o in rl.size_at_rate("llama-3.1-8b", "a100-sxm-80gb", target) if o.feasible]
     assert vllm and all(o.batch_per_replica <= 256 for o in vllm)
     assert free and max(o.batch_per_replica for o in free) > 256
+
+
+@pytest.mark.parametrize("extra,flag", [
+    (("--users", "50", "--min-tokens-per-s-per-user", "30", "--p99-itl-ms", "50"), "--p99-itl-ms"),
+    (("--users", "50", "--min-tokens-per-s-per-user", "30", "--max-seqs", "4"), "--max-seqs"),
+    (("--users", "50", "--min-tokens-per-s-per-user", "30", "--lengths", "mlperf-llama2-70b"), "--lengths"),
+    (("--users", "50", "--min-tokens-per-s-per-user", "30", "--burstiness", "9"), "--burstiness"),
+    (("--rate", "5", "--p99-ttft-ms", "1000", "--min-tokens-per-s-per-user", "100"), "--min-tokens-per-s-per-user"),
+    (("--rate", "5", "--p99-ttft-ms", "1000", "--ttft-ms", "10"), "--max-ttft-ms"),
+])
+def test_size_refuses_the_other_modes_options(run_cli, extra, flag):
+    """A limit or workload option of the other sizing mode is a usage error, not a table that silently ignores it
+    (a p99 limit under --users, a per-user speed under --rate)."""
+    code, out, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", *extra)
+    assert code == 2 and err.startswith("roofline: usage error:") and flag in err and not out
+
+
+def test_placements_refuses_a_rate_workload_without_a_rate(run_cli):
+    code, _, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--prefix-hit", "0.5")
+    assert code == 2 and "--prefix-hit applies to a request rate" in err

@@ -58,6 +58,8 @@ class Measurement:
     utilisation: float | None = None
     serving: str = attrs.field(default="static", validator=_serving)
     source: str = "typed in"
+    #: the model the benchmark ran, as its file names it (vLLM's ``model_id``); empty when typed in
+    model_id: str = ""
 
     @classmethod
     def from_rates(cls, *, batch: float, input_tokens: float, output_tokens: float,
@@ -123,9 +125,10 @@ def read_vllm_benchmark(path: str | os.PathLike[str]) -> Measurement:
     tpot = num("mean_tpot_ms") / 1e3
     if tpot <= 0:
         raise SpecError(f"{p}: key 'mean_tpot_ms' must be positive")
+    model_id = data.get("model_id")
     return Measurement(batch=batch, input_tokens=num("total_input_tokens") / completed,
                        output_tokens=num("total_output_tokens") / completed, tpot_s=tpot, serving="continuous",
-                       source=str(p))
+                       source=str(p), model_id=model_id.strip() if isinstance(model_id, str) else "")
 
 
 @attrs.frozen(kw_only=True)

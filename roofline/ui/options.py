@@ -509,21 +509,33 @@ def shipped_inputs(args: argparse.Namespace) -> list[str]:
 
 def add_load_options(sp: argparse.ArgumentParser) -> None:
     """The workload of a request rate: --lengths, --burstiness, --prefix-hit (size --rate, placements --rate)."""
-    sp.add_argument("--lengths", default="fixed", metavar="L",
+    sp.add_argument("--lengths", default=None, metavar="L",
                     help="with --rate: request lengths: fixed (--isl/--osl), lognormal[:CV] (means --isl/--osl), a "
                          "shipped histogram (mlperf-llama2-70b, mlperf-mixtral-8x7b, mlperf-llama3.1-405b, "
                          "mlperf-deepseek-r1) or a histogram CSV (input_tokens,output_tokens,weight)")
-    sp.add_argument("--burstiness", default="1", metavar="CV2",
+    sp.add_argument("--burstiness", default=None, metavar="CV2",
                     help="with --rate: squared CV of the gaps between arrivals (1 Poisson, above 1 burstier)")
-    sp.add_argument("--prefix-hit", default="0", metavar="F",
+    sp.add_argument("--prefix-hit", default=None, metavar="F",
                     help="with --rate: the share of each prompt found in a prefix cache (0-0.99)")
 
 
 def load_workload(args: argparse.Namespace) -> Workload:
     """The --lengths/--burstiness/--prefix-hit workload."""
-    return Workload(lengths=lengths_option(args.lengths, args.isl, args.osl),
-                    arrival_cv2=number(args.burstiness, "--burstiness", positive=True),
-                    prefix_hit=number(args.prefix_hit, "--prefix-hit"))
+    return Workload(lengths=lengths_option(args.lengths or "fixed", args.isl, args.osl),
+                    arrival_cv2=number(args.burstiness or "1", "--burstiness", positive=True),
+                    prefix_hit=number(args.prefix_hit or "0", "--prefix-hit"))
+
+
+#: The options that describe a request rate's queues (given without --rate they would be silently ignored).
+RATE_ONLY = (("lengths", "--lengths"), ("burstiness", "--burstiness"), ("prefix_hit", "--prefix-hit"))
+
+
+def refuse_rate_options_without_rate(args: argparse.Namespace, extra: tuple[tuple[str, str], ...] = ()) -> None:
+    """A usage error naming the first option of a request rate's workload given without --rate: the steady state it
+    would otherwise answer ignores it, a wrong answer with no warning."""
+    for attr, flag in (*RATE_ONLY, *extra):
+        if getattr(args, attr, None) is not None:
+            raise UsageError(f"{flag} applies to a request rate: give --rate (or drop {flag})")
 
 
 def lengths_option(text: str, isl: int, osl: int) -> Lengths:

@@ -163,12 +163,17 @@ def interval_line(trust: dict[str, Any]) -> str:
     def span(kind: str) -> str:
         return f"x{ivs[kind].low_factor:.2f}..x{ivs[kind].high_factor:.2f}"
     fitted = all(iv.fitted for iv in ivs.values())
-    others = [d for d in trust.get("devices", []) if d != trust["device"]]
-    also = f"; {', '.join(others)}: the JSON's intervals.by_device" if others else ""
-    text = (f"{trust['level']:.0%} range on {trust['device']} (errors on publications the fit never saw{also}): "
+    text = (f"{trust['level']:.0%} range on {trust['device']} (errors on publications the fit never saw): "
             f"per-token time {span('decode')}, TTFT {span('ttft')}, throughput time {span('throughput')}, "
             f"energy {span('energy')}")
-    return text + ("." if fitted else "; NO fitted rows for this platform and stack: a wide range.")
+    text += "." if fitted else "; NO fitted rows for this platform and stack: a wide range."
+    others = []
+    for d in (d for d in trust.get("devices", []) if d != trust["device"]):   # every device's own, not only the first's
+        own = trust["by_device"](d)
+        others.append(f"{d} x{own['decode'].low_factor:.2f}..x{own['decode'].high_factor:.2f}"
+                      + ("" if all(iv.fitted for iv in own.values()) else " (NO fitted rows)"))
+    return text + (f" Per-token time on {', '.join(others)} (the rest: the JSON's intervals.by_device)."
+                   if others else "")
 
 
 #: How the line under the tables words each setting a serving stack fixes (STACK_SETTINGS).

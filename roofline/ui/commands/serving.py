@@ -44,6 +44,7 @@ from ..options import (
     parse_ints,
     positive,
     price_list,
+    refuse_rate_options_without_rate,
     refuse_repeats,
     refuse_speculation_without_draft,
     scheduler_note,
@@ -168,6 +169,8 @@ def _placement_item(args: argparse.Namespace, c: Any, run: ServingRun) -> dict[s
 
 
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
+    if args.rate is None:
+        refuse_rate_options_without_rate(args)
     wi = what_if(args)
     devices = _placement_devices(args, wi)
     gamma = 5 if args.gamma is None else args.gamma

@@ -35,6 +35,7 @@ from ..options import (
     number,
     positive,
     price_list,
+    refuse_rate_options_without_rate,
     refuse_speculation_without_draft,
     stack_option,
     what_if,
@@ -86,6 +87,8 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     model = load_model(args.model)
     if args.rate is not None:
         return _size_at_rate(args, console, model, devices, wi)   # (--rate refuses --emit)
+    refuse_rate_options_without_rate(args, (("p99_ttft_ms", "--p99-ttft-ms"), ("p99_itl_ms", "--p99-itl-ms"),
+                                            ("p99_tpot_ms", "--p99-tpot-ms"), ("max_seqs", "--max-seqs")))
     if args.min_tokens_per_s_per_user is None:
         raise UsageError("--users needs --min-tokens-per-s-per-user (or size for a request rate: --rate)")
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
@@ -117,6 +120,11 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
         raise UsageError("--rate needs at least one latency limit: --p99-ttft-ms, --p99-itl-ms or --p99-tpot-ms")
     if args.draft or args.emit or args.confidence is not None:
         raise UsageError("--rate sizes without --draft, --emit or --confidence (those size --users)")
+    for flag, given in (("--min-tokens-per-s-per-user", args.min_tokens_per_s_per_user),
+                        ("--max-ttft-ms", args.ttft_ms)):
+        if given is not None:
+            raise UsageError(f"{flag} applies to --users; with --rate give p99 limits (--p99-ttft-ms, --p99-itl-ms, "
+                             "--p99-tpot-ms)")
     target = LoadTarget(rate_per_s=number(args.rate, "--rate", positive=True), workload=load_workload(args),
                         limits=limits)
     prices = price_list(args, [device_of(d) for d in devices])
