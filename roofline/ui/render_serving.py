@@ -45,6 +45,12 @@ def serving_point(r: ServingResult, i: int) -> dict[str, Any]:
             **formats_fields(r)}
 
 
+def devices_cell(n: float) -> str:
+    """A device count: three significant figures below a thousand (fractional prefill groups), whole devices with
+    thousands separators above (62,500, not 6.25e+04)."""
+    return f"{n:,.0f}" if n >= 1000 else f"{n:.3g}"
+
+
 def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title: str, caption: str) -> list[Any]:
     """Feasible placements as a table, then one line per infeasible one with its reason (a footnote, not a
     one-word-wide cell). rows: (name, description, point or None, reason)."""
@@ -60,7 +66,7 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
         if p is None or not p["fits"]:
             failed.setdefault(reason or "does not fit", []).append(name)
             continue
-        t.add_row(name, *((keys[formats_text(p)],) if len(keys) > 1 else ()), f"{p['devices']:.3g}",
+        t.add_row(name, *((keys[formats_text(p)],) if len(keys) > 1 else ()), devices_cell(p["devices"]),
                   ms_cell(p["ttft_s"]), ms_cell(p["tpot_s"]), seconds_cell(p["e2e_s"]), rate_cell(p["tokens_per_s_per_user"]),
                   rate_cell(p["tokens_per_s_per_kw"]), seconds_cell(p["energy_per_token_j"]))
     out: list[Any] = [t] if t.row_count else [f"{title}: no placement is feasible."]
