@@ -172,7 +172,7 @@ def interval_line(trust: dict[str, Any]) -> str:
         own = trust["by_device"](d)
         others.append(f"{d} x{own['decode'].low_factor:.2f}..x{own['decode'].high_factor:.2f}"
                       + ("" if all(iv.fitted for iv in own.values()) else " (NO fitted rows)"))
-    return text + (f" Per-token time on {', '.join(others)} (the rest: the JSON's intervals.by_device)."
+    return text + (f" Per-token time on {', '.join(others)}; their other ranges: the JSON's intervals.by_device."
                    if others else "")
 
 
