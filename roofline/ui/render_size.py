@@ -92,7 +92,8 @@ def size_view(model_id: str, target: Any, options: Sequence[Any], prices: Any, l
                "prefill groups of the same shape, shared by the replicas, when disaggregated); tok/s/kW and $/Mtok "
                "are the whole deployment's. "
                + (f"Formats: {used}. " if used else "")
-               + ("Prices: " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h"
+               + ("Prices (a hyperscaler's on-demand list per device, hardware_specs/prices/prices.toml, unless given "
+                  "with --usd-per-device-hour): " + "; ".join(f"{d} ${prices.by_device[d].usd_per_hour:.3g}/h"
                                           + (f" ({prices.by_device[d].date})" if prices.by_device[d].date else " (given)")
                                           for d in priced) + "." if priced else "No device here has a price: "
                   "give --usd-per-device-hour ID=USD.")
