@@ -645,7 +645,10 @@ def test_diagnose_compares_with_its_prediction_and_labels_what_ifs(run_cli, tmp_
     answers are refused rather than silently ignored."""
     shipped = Path(__file__).resolve().parent.parent / "examples" / "data" / "vllm_benchmark_sample.json"
     code, _, err = run_cli("diagnose", "llama-3.1-8b", "h100-sxm", "--vllm-json", str(shipped))
-    assert code == 2 and "meta-llama/Llama-3.3-70B-Instruct (llama-3.3-70b)" in err   # the file ran another model
+    assert code == 1 and "meta-llama/Llama-3.3-70B-Instruct (llama-3.3-70b), not llama-3.1-8b" in err   # another model
+    from roofline.evidence.diagnose import diagnose, read_vllm_benchmark
+    with pytest.raises(rl.WorkloadError, match="not llama-3.1-8b"):   # the library refuses it too
+        diagnose("llama-3.1-8b", "h100-sxm", read_vllm_benchmark(shipped))
     data = json.loads(shipped.read_text())
     sample = str(tmp_path / "run.json")
     Path(sample).write_text(json.dumps({**data, "model_id": "meta-llama/Llama-3.1-8B-Instruct"}))

@@ -22,11 +22,12 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..errors import SpecError, WorkloadError
+from ..errors import RooflineError, SpecError, WorkloadError
 from ..physics.timing import evaluate_pass, main_compute_class
 from ..specs.execution import resolve_profile
 from ..specs.files import read_text
 from ..specs.formats import Formats, get_format
+from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.resolve import GroupLike, ModelLike, resolve_group, resolve_model
 from ..workload import check_count
@@ -213,14 +214,29 @@ def _peak_bandwidth(time_by_tier_s: dict[str, Any], device: Any, profile: Engine
     return sum(traffic.values()) / sum(s * frac[t] for t, s in tiers.items())
 
 
+def _check_same_model(measurement: Measurement, model: ModelSpec) -> None:
+    if not measurement.model_id:
+        return
+    try:
+        ran = resolve_model(measurement.model_id)
+    except RooflineError:
+        return
+    if ran.id != model.id:
+        raise WorkloadError(f"{measurement.source} measured {measurement.model_id} ({ran.id}), not {model.id}: "
+                            f"diagnose {ran.id}, or correct the file's model_id")
+
+
 def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
              formats: dict[str, Any] | None = None, params: EngineParams | None = None) -> Diagnosis:
     """Compare a measured decode speed with the work it implies and the device's datasheet peaks.
 
     A measurement faster than the hardware allows (above 100% of peak bandwidth or FLOP/s) raises
-    :class:`WorkloadError`: the setup given (batch, formats, devices) cannot be the one measured.
+    :class:`WorkloadError`: the setup given (batch, formats, devices) cannot be the one measured. So does a
+    measurement whose file names another shipped model than ``model`` (vLLM's ``model_id``; one with no preset is
+    not checked): the wrong model's physics would read as a plausible diagnosis.
     """
     m, g = resolve_model(model), resolve_group(group)
+    _check_same_model(measurement, m)
     f = Formats.for_model(m, **(formats or {}), devices=(g.device,))
     ms = measurement
     context = check_count("context", round(ms.input_tokens + ms.output_tokens / 2))   # mean lengths: a whole context

@@ -29,7 +29,7 @@ from ...evidence.workers import cap_jobs, default_jobs, usable_cores
 from ...specs.files import check_writable
 from ...specs.hf_config import load_model
 from ...specs.params import Profile, shipped_profile_path
-from ...specs.resolve import resolve_group, resolve_model
+from ...specs.resolve import resolve_group
 from ..options import (
     MODEL_HELP,
     Adder,
@@ -81,27 +81,11 @@ def cmd_diagnose(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     group = resolve_group(args.device)
     wi.check_used([group.device])
-    model = load_model(args.model)
-    _same_model(m, model, args.model)
-    fmt = formats(args, model)
+    fmt = formats(args, load_model(args.model))
     eng = engine(args, [group.device])
     d = diagnose(args.model, wi.apply_group(group), m, formats=fmt, params=eng.params)
     emit(console, diagnosis_view(d, wi.describe()), args, eng)
     return 0
-
-
-def _same_model(m: Any, model: Any, named: str) -> None:
-    """A usage error when a benchmark file says it ran another shipped model than the command names (a diagnosis
-    of the wrong model's physics reads as a plausible table); a file naming a model with no preset is not checked."""
-    if not m.model_id:
-        return
-    try:
-        ran = resolve_model(m.model_id)
-    except RooflineError:
-        return
-    if ran.id != model.id:
-        raise UsageError(f"{m.source} measured {m.model_id} ({ran.id}) but the command names {named} ({model.id}): "
-                         f"diagnose {ran.id}, or edit the file's model_id if it is wrong")
 
 
 def _fitted_on(prof: Profile, path: str) -> bool:
