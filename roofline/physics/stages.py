@@ -26,7 +26,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..workload import check_count, check_gamma, check_grid, check_whole
 from . import memory
-from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass, pass_plan, time_pass
+from .timing import StageResult, accumulate, check_feasible, combine, evaluate_pass, finite, pass_plan, time_pass
 
 __all__ = ["StageResult", "decode_step", "draft", "draft_head", "max_batch", "prefill", "verify"]
 
@@ -126,11 +126,12 @@ def prefill(model: ModelSpec, device: DeviceGroup, *, prompt: ArrayLike, batch: 
     S, P = check_count("prompt", prompt, minimum=1), check_count("prefix", prefix)
     Bb = check_count("batch", batch, minimum=1)
     check_grid(S, P, Bb)
-    if chunk is None:
+    if chunk is None and not resolve_profile(s.group.device, s.params).prefill_stream_tokens:
         r = evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=S, prefix_tokens=P, logits_per_seq=1.0,
                           mla_absorbed=False, params=s.params, stage="prefill")
         return check_feasible(r, on_infeasible, _scalar(batch, prompt, prefix))
-    C = check_whole("chunk", chunk)
+    stream = resolve_profile(s.group.device, s.params).prefill_stream_tokens
+    C = check_whole("chunk", chunk) if chunk is not None else int(stream)
     S, P, Bb = np.broadcast_arrays(S, P, Bb)
     n_chunks = np.ceil(S / C)
     if n_chunks.max() > MAX_PASSES:
@@ -145,7 +146,33 @@ def prefill(model: ModelSpec, device: DeviceGroup, *, prompt: ArrayLike, batch: 
                                      params=s.params, stage="prefill"))
         masks.append(c > 0)
     out = combine(results, masks, stage=f"prefill (chunk {C})")
+    if stream and s.group.pp > 1:
+        out = _streamed(out, results, masks, pp=s.group.pp, micro=np.minimum(Bb, s.group.pp))
     return check_feasible(out, on_infeasible, _scalar(batch, prompt, prefix))
+
+
+def _streamed(out: StageResult, chunks: list[StageResult], masks: list[Any], *, pp: int, micro: Any) -> StageResult:
+    """A prompt streamed through a compiled pipeline of ``pp`` stages chunk by chunk: chunk j+1 enters the first
+    stage while chunk j is in the second, so the passes overlap instead of following one another.
+
+    Every stage spends the same time on one microbatch of a chunk (s_j: 1/pp of the chunk's traversal T_j), so
+    the stages form a proportionate flow shop, whose makespan for jobs in order is sum_j s_j + (pp - 1) max_j s_j
+    (Pinedo, "Scheduling: Theory, Algorithms, and Systems", 5th ed., §6.1, proportionate flow shop,
+    https://doi.org/10.1007/978-3-319-26580-3; GPipe's fill and drain is the case of equal jobs,
+    https://arxiv.org/abs/1811.06965 §2.2). With m microbatches of prompts per chunk: (m sum_j T_j + (pp - 1)
+    max_j T_j) / pp. ``chunks`` come timed with one chunk's fill and drain, (m + pp - 1) / pp T_j
+    (:func:`~roofline.physics.timing.time_pass`); every time term of ``out``, their sum, is scaled to the
+    makespan. One chunk gives T_1 (m + pp - 1) / pp again: the unchunked prefill."""
+    fill = (micro + pp - 1) / pp
+    bare = [np.where(np.asarray(w) > 0, finite(r.time_s), 0.0) / fill for r, w in zip(chunks, masks)]
+    total, longest = sum(bare, np.zeros_like(bare[0])), np.max(bare, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(total > 0, (micro * total + (pp - 1) * longest) / (pp * fill * total), 1.0)
+    terms = ("time_s", "compute_s", "memory_s", "memory_serial_s", "communication_s", "overhead_s",
+             "attention_compute_s", "kv_memory_s", "dequant_s")
+    return attrs.evolve(out, stage=out.stage.replace("prefill (chunk", "prefill (streamed in chunks of"),
+                        memory_by_tier_s={t: v * scale for t, v in out.memory_by_tier_s.items()},
+                        **{name: getattr(out, name) * scale for name in terms})
 
 
 @broadcast_errors

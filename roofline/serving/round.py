@@ -175,11 +175,12 @@ class Round:
 
     def why_infeasible(self) -> str:
         """What does not fit at the first point of the round that does not ("" when every point fits): the verify
-        pass (at the context memory is checked at), else the draft, else the two together on shared devices; in
+        pass (at the context memory is checked at, then at the mean context with the prompt chunks a step carries),
+        else the draft, else the two together on shared devices; in
         the words of :func:`~roofline.physics.timing.require_feasible` (bytes needed against bytes usable)."""
         if np.all(self.fits):
             return ""
-        for part in (self.verify_end, self.draft):
+        for part in (self.verify_end, self.verify, self.draft):
             if part is not None and not np.all(part.fits):
                 try:
                     require_feasible(part)

@@ -79,6 +79,11 @@ def _whole(name: str, value: float) -> None:
         raise WorkloadError(f"{name} is a count of devices, a whole number: got {value!r}")
 
 
+def _whole_tokens(name: str, value: float) -> None:
+    if not math.isfinite(value) or value != int(value):
+        raise WorkloadError(f"{name} is a count of tokens, a whole number: got {value!r}")
+
+
 def _tier_fractions(_inst: object, _a: attrs.Attribute, value: Mapping[str, float]) -> None:
     for k, v in value.items():
         if not (isinstance(v, float) and 0 < v <= 1):
@@ -226,6 +231,10 @@ class EngineParams:
       min(1, w_c T_compute / T + w_m T_memory / T) (:mod:`roofline.physics.energy`). Independent: an H200
       copying at its full bandwidth draws 0.76 of the range and a saturated GEMM reaches its 700 W cap.
     * ``max_tp``: default layout: tensor parallel up to this many devices, then pipeline stages.
+    * ``prefill_stream_tokens``: a compiled pipeline (the SRAM families) streams a prompt through its stages
+      in chunks of this many tokens, so a stage holds one chunk's activations, not the whole prompt's, and
+      the chunks overlap across the stages (:func:`roofline.physics.stages.prefill`); 0: the prompt runs as
+      one pass (GPU engines chunk prompts by their own token budget, in the serving model instead).
     """
 
     memory_bandwidth_fraction: float = _p(0.80, _frac)
@@ -279,6 +288,7 @@ class EngineParams:
     compute_power_weight: float = _p(0.5, [in_range(0, 1)])
     memory_power_weight: float = _p(0.5, [in_range(0, 1)])
     max_tp: float = _p(8.0, [in_range(1), lambda _i, _a, v: _whole("max_tp", v)])
+    prefill_stream_tokens: float = _p(0.0, [in_range(0), lambda _i, _a, v: _whole_tokens("prefill_stream_tokens", v)])
 
     def bandwidth_fraction(self, tier: str) -> float:
         """Achieved fraction of peak bandwidth for a memory tier."""
@@ -327,13 +337,16 @@ PROFILE_FIELDS: dict[str, tuple[str, str]] = {
     "memory_power_weight": ("memory_power_weight", "share"),
     "overlap_efficiency": ("overlap_efficiency", "share"),
     "max_tp": ("max_tp", "number"),
+    "prefill_stream_tokens": ("prefill_stream_tokens", "number"),
     "collective": ("collective", "choice"),
     "overlap": ("overlap", "choice"),
 }
 #: The words a ``choice`` field takes.
 CHOICES: dict[str, tuple[str, ...]] = {"collective": COLLECTIVES, "overlap": OVERLAPS}
 #: profile fields that count devices or token rows
-WHOLE_FIELDS = frozenset({"max_tp", "m_tile", "dequant_tile_rows"})
+WHOLE_FIELDS = frozenset({"max_tp", "m_tile", "dequant_tile_rows", "prefill_stream_tokens"})
+#: whole-number fields where 0 means "off"
+ZERO_OFF_FIELDS = frozenset({"prefill_stream_tokens"})
 TIER_SUFFIX = "_bandwidth_fraction"
 
 
@@ -361,7 +374,8 @@ def profile_value(name: str, raw: Any, *, what: str) -> tuple[str, Any]:
     bounds = {"fraction": (0 < value <= 1, "a fraction in (0, 1]"), "share": (0 <= value <= 1, "a share in [0, 1]")}
     ok, why = bounds.get(kind, (value >= 0, ">= 0"))
     if name in WHOLE_FIELDS and ok:   # devices, rows: 8.5 devices per scale-up domain is no layout
-        ok, why = value >= 1 and float(value).is_integer(), "a whole number >= 1"
+        least = 0 if name in ZERO_OFF_FIELDS else 1
+        ok, why = value >= least and float(value).is_integer(), f"a whole number >= {least}"
     if not ok:
         raise SpecError(f"{what}: {name} = {raw!r}: must be {why}")
     return attr, value
