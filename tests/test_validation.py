@@ -1121,3 +1121,15 @@ def test_kept_csv_ships_beside_measurements_and_is_never_fitted_data():
     assert not {r["source"] for r in k_rows} & {r["source"] for r in p_rows}
     assert not set(ids) & {r["id"] for r in p_rows}
     assert len(read_rows(kept)) == len(k_rows)
+    # kept_spec.csv, the speculative kept set: the same columns, KS ids, no source shared with either file
+    spec = here / "kept_spec.csv"
+    with open(spec, newline="") as f:
+        s_rows = list(_csv.DictReader(f))
+    with open(spec, newline="") as f, open(published, newline="") as g:
+        assert next(_csv.reader(f)) == next(_csv.reader(g))
+    s_ids = [r["id"] for r in s_rows]
+    assert len(set(s_ids)) == len(s_ids) and all(i.startswith("KS") for i in s_ids)
+    assert all((r["spec_method"] or "none") != "none" for r in s_rows)
+    assert not {r["source"] for r in s_rows} & ({r["source"] for r in p_rows} | {r["source"] for r in k_rows})
+    assert not set(s_ids) & ({r["id"] for r in p_rows} | set(ids))
+    assert len(read_rows(spec)) == len(s_rows)
