@@ -143,7 +143,7 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
     if kept:
         mine = [r for r in kept if timed(r)]
         blind = med([r["error"] for r in mine])
-        rows.append(f"| Kept set: MoE time rows from publications no fit reads (`kept.csv`) | {len(mine)} | {blind} | — | "
+        rows.append(f"| Kept set: time rows from publications no fit reads (`kept.csv`) | {len(mine)} | {blind} | — | "
                     f"{blind} | {cover(mine, {})} |")
     for fam, name in PROFILE_FAMILY_NAMES.items():
         fit = (fits or {}).get(fam)
