@@ -183,7 +183,7 @@ def _usable(rows: list[Row], base: EngineParams) -> tuple[list[Row], list[dict[s
                                     f"(roofline calibrate --family {row_family(r)})")
             if r.get("metric") in ENERGY_METRICS:
                 raise RooflineError("an energy row: the power model is fitted apart (roofline calibrate --energy)")
-            if r.get("metric") == "speedup" or r.get("batch") == "slo":
+            if r.get("metric") in ("speedup", "decode_speedup") or r.get("batch") == "slo":
                 raise RooflineError("a speedup or latency-bound row: `roofline validate` predicts it on the fit "
                                     "(kinds spec and load), the calibration neither fits nor counts it")
             predict_row(r, base)

@@ -74,7 +74,7 @@ def fitted_row(row: Row) -> bool:
     ``speedup`` rows: a ratio of two predictions on one stack, which tests the speculative round, not the stack's
     constants."""
     return (row.get("grade") in FITTED_GRADES and not EARLY_BUILDS.search(row.get("stack"))
-            and row.get("batch") != "slo" and row.get("metric") != "speedup")
+            and row.get("batch") != "slo" and row.get("metric") not in ("speedup", "decode_speedup"))
 
 
 def row_family(row: Row) -> str:

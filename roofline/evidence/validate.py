@@ -55,7 +55,8 @@ COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "t
            "weight_dtype", "expert_dtype", "kv_dtype", "batch", "serving", "requests", "poll_steps", "token_budget",
            "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill", "draft_model",
-           "tree_tokens", "acceptance_rate", "compiled_batch", "compiled_context", "compiled_prompt", "dp_balance")
+           "tree_tokens", "acceptance_rate", "compiled_batch", "compiled_context", "compiled_prompt", "dp_balance",
+           "draft_kv_budget")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 #: Optional columns giving the shapes a static-shape engine (AWS Neuron) compiled, which its passes run in place of
@@ -63,14 +64,17 @@ SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 COMPILED_COLUMNS = {"compiled_batch": "decode_batch", "compiled_context": "decode_context",
                     "compiled_prompt": "prompt_tokens"}
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
-           "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w", "speedup")
+           "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w", "speedup",
+           "decode_speedup")
 #: ``spec_method`` values and the draft kind each runs (:data:`roofline.serving.round.DRAFT_KINDS`): EAGLE-3's head
 #: is one decoder layer on the target's fused features with the target's LM head, as EAGLE's (Li et al. 2025,
 #: https://arxiv.org/abs/2503.01840 §3.1), so both run as an EAGLE head.
 SPEC_METHODS = {"none": None, "draft": "model", "eagle": "eagle", "eagle3": "eagle", "medusa": "medusa", "mtp": "mtp",
                 "ngram": "ngram"}
-#: The metric a ``speedup`` row's two predictions (with and without speculation) are taken in.
-SPEEDUP_BASIS = "output_tokens_per_s_total"
+#: The metric a ``speedup`` row's two predictions (with and without speculation) are taken in: the whole run's
+#: output tokens per second, or for ``decode_speedup`` (papers that time only the decoding loop, e.g. MagicDec's
+#: long-prompt runs, where the prefill is left out) the decode rate per sequence, 1 / TPOT.
+SPEEDUP_BASIS = {"speedup": "output_tokens_per_s_total", "decode_speedup": "decode_tokens_per_s_per_user"}
 #: How sure a row's setup is (roofline/validation/README.md): A first-party with its setup, B one or two details
 #: inferred, C partly assumed (predicted, not fitted), D second-hand.
 GRADES = ("A", "B", "C", "D")
@@ -228,7 +232,7 @@ def _draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
         if not text:
             raise RooflineError("a draft-model row needs the draft model in draft_model (a preset id or config path): "
                                 "the publication does not name it")
-        return kind, resolve_model(text), 1
+        return kind, resolve_model(row.get("model") if text == "self" else text), 1
     if text:
         raise RooflineError(f"draft_model = {text!r} for spec_method {method}: give its head as {method}:N")
     return kind, None, 1
@@ -261,8 +265,14 @@ def _placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Acceptance
     tree = _int(row, "tree_tokens") if row.get("tree_tokens") else None
     if tree is not None and tree < gamma + 1:
         raise RooflineError(f"tree_tokens {tree} is fewer than a chain of draft_len {gamma} and its bonus token")
+    budget = _int(row, "draft_kv_budget") if row.get("draft_kv_budget") else None
+    if budget is not None and budget < 1:
+        raise RooflineError(f"draft_kv_budget = {budget}: the draft's KV budget is at least one token")
+    if row.get("draft_model") == "self" and budget is None:
+        raise RooflineError("draft_model self (the target drafting for itself) needs draft_kv_budget: over the same "
+                            "KV cache it would draft what it verifies")
     placement = Placement(name=row.id, decode=group, draft_kind=kind, draft_model=draft,
-                          head_layers=1 if kind == "medusa" else layers, tree_tokens=tree)
+                          head_layers=1 if kind == "medusa" else layers, tree_tokens=tree, draft_kv_budget=budget)
     return placement, gamma, _acceptance(row, gamma)
 
 
@@ -449,7 +459,7 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
         raise RooflineError(f"{metric}: {UNMODELLED[metric]}")
     if metric not in METRICS:
         raise RooflineError(f"unknown metric {metric!r}")
-    if metric == "speedup":
+    if metric in SPEEDUP_BASIS:
         return _predict_speedup(row, params, what_if, memory_scale)
     slo = row.get("batch") == "slo"
     if slo and not (row.get("p99_ttft_ms") and row.get("p99_tpot_ms")):
@@ -485,9 +495,10 @@ def _predict_speedup(row: Row, params: EngineParams, what_if: dict[str, Any] | N
     predictions of :data:`SPEEDUP_BASIS`, at the row's batch, lengths and devices)."""
     if (row.get("spec_method") or "none") == "none":
         raise RooflineError("a speedup row needs a spec_method: it is the speculative setup over the plain one")
-    spec = attrs.evolve(row, fields={**row.fields, "metric": SPEEDUP_BASIS})
+    spec = attrs.evolve(row, fields={**row.fields, "metric": SPEEDUP_BASIS[row.get("metric")]})
     plain = attrs.evolve(spec, fields={**spec.fields, "spec_method": "none", "draft_len": "", "draft_model": "",
-                                       "tree_tokens": "", "acceptance_length": "", "acceptance_rate": ""})
+                                       "tree_tokens": "", "acceptance_length": "", "acceptance_rate": "",
+                                       "draft_kv_budget": ""})
     return (predict_row(spec, params, what_if, memory_scale) / predict_row(plain, params, what_if, memory_scale))
 
 

@@ -74,6 +74,16 @@ class Drafter:
     kind: str = attrs.field(default="model", validator=attrs.validators.in_(DRAFT_KINDS))
     model: ModelSpec | None = None
     head_layers: int = attrs.field(default=1, converter=lambda v: check_whole("head_layers", v))
+    #: tokens of KV cache the draft attends to (a StreamingLLM cache: a few sink tokens and the most recent ones;
+    #: MagicDec, https://arxiv.org/abs/2408.11049), None: the whole context
+    kv_budget: int | None = attrs.field(default=None, converter=lambda v: None if v is None else check_whole(
+        "draft_kv_budget", v, minimum=1))
+
+    @kv_budget.validator
+    def _budget(self, _a: attrs.Attribute, v: int | None) -> None:
+        if v is not None and self.kind in MODEL_FREE_KINDS:
+            raise WorkloadError(f"draft kind {self.kind!r} drafts with no model, so it holds no KV cache to bound "
+                                f"(draft_kv_budget = {v})")
 
     @kind.validator
     def _needs_model(self, _a: attrs.Attribute, kind: str) -> None:
@@ -90,6 +100,16 @@ class Drafter:
         if self.kind in MODEL_FREE_KINDS:
             return np.zeros_like(g)
         return np.minimum(g, 1.0) if self.kind in PARALLEL_HEAD_KINDS else g
+
+    def draft_context(self, context: Any) -> Any:
+        """The context each draft step starts from: the sequence's, or at most the KV budget (a StreamingLLM cache
+        holds ``kv_budget`` tokens however long the sequence is, so the draft's KV reads stop growing with it)."""
+        return context if self.kv_budget is None else np.minimum(context, float(self.kv_budget))
+
+    def shares_weights(self, target: ModelSpec) -> bool:
+        """Whether the draft runs the target's own weights (self-speculation: the target drafts for itself through
+        a bounded KV cache), so devices that hold both hold those weights once."""
+        return self.kind == "model" and self.model is not None and self.model.id == target.id
 
     def for_target(self, target: ModelSpec) -> ModelSpec:
         """The model that runs the draft steps; a separate draft must share the target's tokenizer."""
@@ -295,12 +315,14 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
     d = None
     if plan.drafter is not None and plan.drafter.kind not in MODEL_FREE_KINDS:
         ds, steps = plan.draft_setup(plan.drafter, params), plan.drafter.draft_steps(G)
-        d = draft_steps(ds, batch=batch, context=context, gamma=steps)
-        d_end = d if fit_context is None else draft_steps(ds, batch=batch, context=fit_context,
-                                                          gamma=np.minimum(steps, 1))
+        d = draft_steps(ds, batch=batch, context=plan.drafter.draft_context(context), gamma=steps)
+        d_end = d if fit_context is None else draft_steps(ds, batch=batch, context=plan.drafter.draft_context(
+            fit_context), gamma=np.minimum(steps, 1))
         fits = fits & d.fits & d_end.fits
         if plan.shared:   # draft and target share the devices: both sets of weights, KV and workspace must fit
-            fits = fits & (v_end.memory_per_device_bytes + d_end.memory_per_device_bytes <= v_end.usable_per_device_bytes)
+            own = d_end.memory_per_device_bytes - (d_end.weights_per_device_bytes
+                                                   if plan.drafter.shares_weights(plan.target) else 0.0)
+            fits = fits & (v_end.memory_per_device_bytes + own <= v_end.usable_per_device_bytes)
     transfer = np.zeros(shape)
     if d is not None and not plan.shared:
         if plan.link is None:

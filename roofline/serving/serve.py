@@ -148,7 +148,8 @@ def drafter_of(placement: Placement) -> Drafter | None:
     """What drafts in ``placement``: None without speculation."""
     if placement.draft_kind is None:
         return None
-    return Drafter(kind=placement.draft_kind, model=placement.draft_model, head_layers=placement.head_layers)
+    return Drafter(kind=placement.draft_kind, model=placement.draft_model, head_layers=placement.head_layers,
+                   kv_budget=placement.draft_kv_budget)
 
 
 #: Tokens one continuous-batching step may process when nothing else is said: TensorRT-LLM's

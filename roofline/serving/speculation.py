@@ -117,7 +117,7 @@ SPEC_BYTES_PER_POINT = 1200.0
 def speculative_round(target: ModelSpec, *, verify_on: DeviceGroup, acceptance: Acceptance | float, gamma: ArrayLike,
                       batch: ArrayLike = 1, context: ArrayLike = 8192, draft: ModelSpec | None = None,
                       draft_on: DeviceGroup | None = None, draft_kind: str = "model", head_layers: int = 1,
-                      link: GroupLink = LINKS["pcie5"], sampling: str = "greedy",
+                      draft_kv_budget: int | None = None, link: GroupLink = LINKS["pcie5"], sampling: str = "greedy",
                       target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
                       params: EngineParams | None = None, power: PowerModel = DEFAULT_POWER) -> SpecResult:
     """Time, throughput and energy of speculative decoding with the given placement.
@@ -127,12 +127,15 @@ def speculative_round(target: ModelSpec, *, verify_on: DeviceGroup, acceptance: 
     (an EAGLE-style head); the last two run ``head_layers`` of the target's
     layers plus its LM head. ``sampling="lossless"`` ships the draft's
     probability rows (gamma x vocab fp32) with the tokens, as lossless
-    speculative sampling needs (docs/theory.md §5.5); ``greedy`` ships token ids only.
+    speculative sampling needs (docs/theory.md §5.5); ``greedy`` ships token ids only. ``draft_kv_budget``: the
+    draft attends to at most this many tokens of KV (a StreamingLLM cache, MagicDec's large-batch drafting; the
+    target itself as ``draft`` is self-speculation, its weights held once).
     Draft formats default to the draft device's native format.
     """
     tgt = check_instance("target", target, ModelSpec, optional=False)
     drafter = Drafter(kind=draft_kind, model=check_instance("draft", draft, ModelSpec),
-                      head_layers=head_layers) if draft_kind in ("model", "mtp", "eagle") else None
+                      head_layers=head_layers, kv_budget=draft_kv_budget) if draft_kind in ("model", "mtp", "eagle") \
+        else None
     if drafter is None:
         raise WorkloadError(f"draft_kind must be one of model, mtp, eagle, got {draft_kind!r}")
     p = check_instance("params", params, EngineParams) or default_params()

@@ -38,6 +38,8 @@ class Placement:
     head_layers: int = 1
     #: tokens verified per round when the draft is a tree (:class:`~roofline.serving.round.RoundPlan`); None: a chain
     tree_tokens: int | None = None
+    #: tokens of KV cache the draft attends to (a StreamingLLM cache, MagicDec); None: the whole context
+    draft_kv_budget: int | None = None
     kv_link: GroupLink = attrs.field(factory=lambda: LINKS["nvlink"])
     draft_link: GroupLink = attrs.field(factory=lambda: LINKS["pcie5"])
 
@@ -79,10 +81,12 @@ class Placement:
     @classmethod
     def build(cls, name: str, *, decode: GroupLike, prefill: GroupLike | None = None, draft: GroupLike | None = None,
               draft_model: ModelLike | None = None, draft_kind: str | None = None, head_layers: int = 1,
-              kv_link: str | GroupLink = "nvlink", draft_link: str | GroupLink = "pcie5") -> Placement:
+              kv_link: str | GroupLink = "nvlink", draft_link: str | GroupLink = "pcie5",
+              draft_kv_budget: int | None = None) -> Placement:
         """Convenience constructor taking ``"b200:8"``-style group strings and model ids."""
         dm = resolve_model(draft_model) if draft_model is not None else None
         kind = draft_kind if draft_kind is not None else ("model" if dm is not None else None)
         return cls(name=name, decode=resolve_group(decode), prefill=resolve_group(prefill) if prefill else None,
                    draft=resolve_group(draft) if draft else None, draft_model=dm, draft_kind=kind,
-                   head_layers=head_layers, kv_link=get_link(kv_link), draft_link=get_link(draft_link))
+                   head_layers=head_layers, kv_link=get_link(kv_link), draft_link=get_link(draft_link),
+                   draft_kv_budget=draft_kv_budget)

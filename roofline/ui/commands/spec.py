@@ -66,9 +66,13 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                      "kv": format_name(args.draft_kv, "--draft-kv"),
                      "activations": format_name(args.draft_activations, "--draft-activations")}
     eng = engine(args, devices)
-    r = speculative_round(target, verify_on=wi.apply_group(verify_on), draft=args.draft,
+    draft = args.target if args.draft == "self" else args.draft   # self-speculation: the target drafts for itself
+    if draft == args.target and args.draft_kv_budget is None:
+        raise UsageError("--draft self drafts with the target's own weights over the same KV cache, which gains "
+                         "nothing: give --draft-kv-budget TOKENS (a StreamingLLM cache, as MagicDec drafts)")
+    r = speculative_round(target, verify_on=wi.apply_group(verify_on), draft=draft,
                           draft_on=wi.apply_group(draft_on) if draft_on else None, draft_kind=args.draft_kind,
-                          head_layers=args.head_layers, acceptance=acc,
+                          head_layers=args.head_layers, draft_kv_budget=args.draft_kv_budget, acceptance=acc,
                           gamma=gammas if batch.size == 1 else gammas[None, :],
                           batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
                           link=args.link or "pcie5", sampling=args.sampling, target_formats=target_formats,
@@ -97,10 +101,14 @@ def register(add: Adder) -> None:
     sp = add("spec", cmd_spec, "speculative decoding: draft and verify on (possibly different) device groups, per gamma",
              profile=True)
     sp.add_argument("--target", required=True, help="target model: " + MODEL_HELP)
-    sp.add_argument("--draft", default=None, help="draft model (for --draft-kind model)")
+    sp.add_argument("--draft", default=None, help="draft model (for --draft-kind model); self: the target itself "
+                                                  "(self-speculation, with --draft-kv-budget)")
     sp.add_argument("--draft-kind", default="model", choices=["model", "mtp", "eagle"],
                     help="a separate draft model, or MTP/EAGLE head layers of the target (default model)")
     sp.add_argument("--head-layers", type=positive, default=1, help="layers of an MTP/EAGLE head (default 1)")
+    sp.add_argument("--draft-kv-budget", type=positive, default=None, metavar="TOKENS",
+                    help="the draft attends to at most this many tokens of KV (a StreamingLLM cache: MagicDec's "
+                         "drafting for large batches at long context; default: the whole context)")
     sp.add_argument("--verify-on", required=True, metavar="GROUP", help="target group: ID, ID:N or ID:TPxPP, e.g. b200:8")
     sp.add_argument("--draft-on", default=None, metavar="GROUP", help="draft group (default: the target's own devices)")
     add_acceptance(sp, several=True)
