@@ -124,6 +124,21 @@ def test_static_and_aggregated_modes():
     assert c.tpot_s > rl.decode_step("llama-3.1-8b", g, batch=16, context=1152).time_s  # carries prefill tokens
 
 
+def test_a_static_batch_too_large_to_prefill_at_once_is_prefilled_prompt_by_prompt():
+    """Llama-3.1-8B on 8 A100s, 128 prompts of 32k tokens in one static batch: the prompts' activations do not fit at
+    once, so the batch is prefilled one prompt after another (128 passes of one prompt) and the run is feasible; a
+    batch whose prefill fits at once keeps its one pass."""
+    g = rl.resolve_group("a100-sxm-80gb:8")
+    agg, req = Placement(name="agg", decode=g), Request(input_tokens=32000, output_tokens=64)
+    assert not bool(rl.prefill("llama-3.1-8b", g, prompt=32000, batch=128, on_infeasible="nan").fits)
+    one = float(rl.prefill("llama-3.1-8b", g, prompt=32000, batch=1).time_s)
+    s = evaluate_serving("llama-3.1-8b", agg, req, batch=np.array([2, 128]), mode="static")
+    overhead = rl.resolve_profile(g.device).request_overhead_s
+    assert bool(np.all(s.fits))
+    assert s.ttft_s[1] == pytest.approx(128 * one + overhead, rel=1e-9)
+    assert s.ttft_s[0] == pytest.approx(float(rl.prefill("llama-3.1-8b", g, prompt=32000, batch=2).time_s) + overhead)
+
+
 def test_infeasible_points_are_flagged_not_raised():
     g = rl.DeviceGroup(device=rl.load_device("h100-sxm"), tp=1)
     r = evaluate_serving("gpt-oss-120b", Placement(name="one", decode=g), REQ, batch=np.array([1, 4096]))
