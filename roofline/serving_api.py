@@ -8,12 +8,28 @@ serving layer.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from .api import device_kinds, devices_or_groups, named_door
 from .serving import load, load_sizing, placements, serve, sizing, speculation, trust
 from .serving import sweep as sweeping
 
 evaluate_serving = named_door(serve.evaluate_serving, "model")
 speculative_round = named_door(speculation.speculative_round, "target", "draft", "verify_on", "draft_on", "link")
+
+
+def _self_draft(door: Any) -> Any:
+    """``door`` taking ``draft="self"``: the target drafting for itself (self-speculation, with a KV budget)."""
+    @functools.wraps(door)
+    def with_self(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("draft") == "self":
+            kwargs["draft"] = kwargs["target"] if "target" in kwargs else args[0]
+        return door(*args, **kwargs)
+    return with_self
+
+
+speculative_round = _self_draft(speculative_round)
 sweep = named_door(sweeping.sweep, "model", "devices")
 deployment = named_door(load.deployment, "model")
 serve_at_rate = named_door(load.serve_at_rate, "model")

@@ -255,10 +255,12 @@ def test_spec_scan_over_batches_marks_each_batch(run_cli):
 
 
 def test_stage_shows_the_stages_that_fit(run_cli):
-    """A prefill that fits at no batch while decode does (a long prompt on a Groq pipeline) still shows decode,
-    with the prefill's memory shortfall in the caption; an out-of-memory message adds up to what it needs."""
+    """A prefill that fits at no batch while decode does (a 2k prompt on a Groq pipeline that does not stream it,
+    every chip holding the whole prompt's activations) still shows decode, with the prefill's memory shortfall in
+    the caption; an out-of-memory message adds up to what it needs."""
     code, out, err = run_cli("stage", "llama-3.1-70b", "groq-lpu:8x41", "--context", "2048", "--weights", "int8",
-                             "--kv", "fp16", "--activations", "fp16")
+                             "--kv", "fp16", "--activations", "fp16",
+                             "--set", "groq-lpu.execution.prefill_stream_tokens=0")
     assert code == 0, err
     said = " ".join(out.split())
     assert "decode:" in said and "does not fit on 328x groq-lpu (TP8, PP41) for prefill" in said

@@ -126,13 +126,13 @@ def prefill(model: ModelSpec, device: DeviceGroup, *, prompt: ArrayLike, batch: 
     S, P = check_count("prompt", prompt, minimum=1), check_count("prefix", prefix)
     Bb = check_count("batch", batch, minimum=1)
     check_grid(S, P, Bb)
-    if chunk is None and not resolve_profile(s.group.device, s.params).prefill_stream_tokens:
+    stream = _stream_tokens(s)
+    if chunk is None and not stream:
         r = evaluate_pass(s.model, s.group, s.formats, batch=Bb, new_tokens=S, prefix_tokens=P, logits_per_seq=1.0,
                           mla_absorbed=False, params=s.params, stage="prefill")
         return check_feasible(r, on_infeasible, _scalar(batch, prompt, prefix))
-    stream = resolve_profile(s.group.device, s.params).prefill_stream_tokens
-    C = check_whole("chunk", chunk) if chunk is not None else int(stream)
     S, P, Bb = np.broadcast_arrays(S, P, Bb)
+    C = check_whole("chunk", chunk) if chunk is not None else _stream_chunk(s, S, P, Bb, stream)
     n_chunks = np.ceil(S / C)
     if n_chunks.max() > MAX_PASSES:
         raise WorkloadError(f"prompt / chunk gives {n_chunks.max():,.0f} passes; use a chunk of at least "
@@ -145,13 +145,51 @@ def prefill(model: ModelSpec, device: DeviceGroup, *, prompt: ArrayLike, batch: 
                                      prefix_tokens=P + j * C, logits_per_seq=last, mla_absorbed=False,
                                      params=s.params, stage="prefill"))
         masks.append(c > 0)
+    if len(results) == 1:   # one chunk: the prompt's own pass
+        return check_feasible(attrs.evolve(results[0], stage="prefill"), on_infeasible, _scalar(batch, prompt, prefix))
     out = combine(results, masks, stage=f"prefill (chunk {C})")
-    if stream and s.group.pp > 1:
-        out = _streamed(out, results, masks, pp=s.group.pp, micro=np.minimum(Bb, s.group.pp))
+    if stream:
+        out = _streamed(out, results, masks, pp=s.group.pp, micro=np.minimum(Bb, s.group.pp), chunk=C)
     return check_feasible(out, on_infeasible, _scalar(batch, prompt, prefix))
 
 
-def _streamed(out: StageResult, chunks: list[StageResult], masks: list[Any], *, pp: int, micro: Any) -> StageResult:
+#: A streamed prefill is cut into at most this many chunks (the flow shop's optimum is far below it).
+MAX_STREAM_CHUNKS = 512
+
+
+def _stream_tokens(s: Setup) -> int:
+    """The smallest chunk a compiled pipeline streams a prompt in (its profile's ``prefill_stream_tokens``), or 0
+    where nothing streams: a family that does not, or a group of one stage, where chunks would only follow one
+    another (each re-reading the weights and paying the fixed costs) with nothing to overlap."""
+    return int(resolve_profile(s.group.device, s.params).prefill_stream_tokens) if s.group.pp > 1 else 0
+
+
+def _stream_chunk(s: Setup, S: Any, P: Any, B: Any, smallest: int) -> int:
+    """The chunk a streamed prompt is cut into: the count n that minimises the flow shop's makespan.
+
+    With the prompt's traversal work W (its one pass less a one-token pass) in n chunks each paying the fixed
+    traversal cost O (the one-token pass: fixed costs and the weight stream), the makespan of m microbatches on pp
+    stages is (m (W + n O) + (pp - 1)(W / n + O)) / pp, least at n* = sqrt((pp - 1) W / (m O)) (d/dn = 0). Taken at
+    the longest prompt of the grid, rounded to a multiple of ``smallest`` tokens (the profile's granularity),
+    between one chunk and :data:`MAX_STREAM_CHUNKS`."""
+    i = np.unravel_index(int(np.argmax(S)), S.shape) if S.shape else ()
+    n_tok, pre, b = float(S[i]), float(P[i]), float(B[i])
+    m = min(b, float(s.group.pp))
+
+    def traversal(tokens: float) -> float:
+        r = evaluate_pass(s.model, s.group, s.formats, batch=b, new_tokens=tokens, prefix_tokens=pre,
+                          logits_per_seq=1.0, mla_absorbed=False, params=s.params, stage="prefill")
+        t = np.maximum(r.compute_s, r.memory_s) + r.communication_s + r.overhead_s
+        return float(np.ravel(t)[0]) * s.group.pp / (m + s.group.pp - 1)   # one microbatch's, without the fill
+    fixed = max(traversal(1.0), 1e-15)
+    work = max(traversal(n_tok) - fixed, 0.0)
+    n = min(max(round(float(np.sqrt((s.group.pp - 1) * work / (m * fixed)))), 1), MAX_STREAM_CHUNKS)
+    chunk = int(np.ceil(n_tok / n / smallest) * smallest)
+    return max(min(chunk, int(np.ceil(n_tok / smallest) * smallest)), int(np.ceil(n_tok / MAX_STREAM_CHUNKS)), 1)
+
+
+def _streamed(out: StageResult, chunks: list[StageResult], masks: list[Any], *, pp: int, micro: Any,
+              chunk: int) -> StageResult:
     """A prompt streamed through a compiled pipeline of ``pp`` stages chunk by chunk: chunk j+1 enters the first
     stage while chunk j is in the second, so the passes overlap instead of following one another.
 
@@ -161,18 +199,22 @@ def _streamed(out: StageResult, chunks: list[StageResult], masks: list[Any], *, 
     https://doi.org/10.1007/978-3-319-26580-3; GPipe's fill and drain is the case of equal jobs,
     https://arxiv.org/abs/1811.06965 §2.2). With m microbatches of prompts per chunk: (m sum_j T_j + (pp - 1)
     max_j T_j) / pp. ``chunks`` come timed with one chunk's fill and drain, (m + pp - 1) / pp T_j
-    (:func:`~roofline.physics.timing.time_pass`); every time term of ``out``, their sum, is scaled to the
-    makespan. One chunk gives T_1 (m + pp - 1) / pp again: the unchunked prefill."""
+    (:func:`~roofline.physics.timing.time_pass`). Each time term (compute, memory, fixed costs, ...) is the same
+    form over that term, taken at the chunk whose traversal is longest, so the terms keep their meaning."""
     fill = (micro + pp - 1) / pp
-    bare = [np.where(np.asarray(w) > 0, finite(r.time_s), 0.0) / fill for r, w in zip(chunks, masks)]
-    total, longest = sum(bare, np.zeros_like(bare[0])), np.max(bare, axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(total > 0, (micro * total + (pp - 1) * longest) / (pp * fill * total), 1.0)
-    terms = ("time_s", "compute_s", "memory_s", "memory_serial_s", "communication_s", "overhead_s",
-             "attention_compute_s", "kv_memory_s", "dequant_s")
-    return attrs.evolve(out, stage=out.stage.replace("prefill (chunk", "prefill (streamed in chunks of"),
-                        memory_by_tier_s={t: v * scale for t, v in out.memory_by_tier_s.items()},
-                        **{name: getattr(out, name) * scale for name in terms})
+    on = [np.asarray(w) > 0 for w in masks]
+
+    def flow_shop(values: list[Any], longest: Any) -> Any:
+        bare = np.stack([np.where(w, finite(v), 0.0) / fill for v, w in zip(values, on)])
+        return (micro * bare.sum(axis=0) + (pp - 1) * np.take_along_axis(bare, longest[None], axis=0)[0]) / pp
+    times = np.stack([np.where(w, finite(r.time_s), 0.0) for r, w in zip(chunks, on)])
+    longest = np.argmax(times, axis=0)
+    terms = ("compute_s", "memory_s", "memory_serial_s", "communication_s", "overhead_s", "attention_compute_s",
+             "kv_memory_s", "dequant_s")
+    tiers = {t: flow_shop([r.memory_by_tier_s.get(t, 0.0) for r in chunks], longest) for t in out.memory_by_tier_s}
+    return attrs.evolve(out, stage=f"prefill (streamed in chunks of {chunk})", memory_by_tier_s=tiers,
+                        time_s=np.where(out.fits, flow_shop([r.time_s for r in chunks], longest), np.nan),
+                        **{name: flow_shop([getattr(r, name) for r in chunks], longest) for name in terms})
 
 
 @broadcast_errors

@@ -96,6 +96,10 @@ class Engine:
     whole_prompts: bool = False
     #: the serving stack's fixed time per request (its API server, tokenizer): added to TTFT and E2E
     overhead_s: float = 0.0
+    #: per length atom, the least time to a prompt's first token, its prefill alone, where riding the steps would
+    #: price it below that: a compiled pipeline that streams prompts (the SRAM families), whose riding tokens add
+    #: 1/pp of their serial cost to a step but whose own chunks still cross every stage. None: no floor
+    prompt_floor_s: Array | None = None
 
     def held_steps(self, lengths: Lengths, batch: ArrayLike) -> Array:
         """The steps a request holds its slot at mean batch ``batch``: its E[osl] - 1 decode steps and the steps that
@@ -360,7 +364,7 @@ def _came_before(chain: StepChain, window_s: Array, rate_per_s: Array, en: float
     return idx * chain.width.reshape(chain.width.shape + (1,) * (idx.ndim - 1)), w
 
 
-def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Array], cost: float, en: float,
+def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Array, Array], cost: float, en: float,
                  spread: tuple[Array, Array] | None, ahead: tuple[float, ...] | None = AHEAD_EDGES) -> _Points:
     """TTFT as weighted points over (the step an arrival lands in, where in it, what came before it in that
     step, its prompt[, the batch]); axes (rate, state, U, ahead, prompt[, batch]).
@@ -370,8 +374,8 @@ def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Arra
     compound Poisson number) and its own: j = ceil((ahead + n) / room) steps, the first j - 1 full, the last
     also carrying the tokens that arrived behind it (at their mean). Steps are length-biased: an arrival lands
     in a long step more often. With ``spread`` every step it waits through is d(N) - d(mean) longer for the
-    batch N it sees."""
-    n, a, w = prompts
+    batch N it sees. No arrival's TTFT is below its prompt's floor (``prompts`` = tokens, cost, floor, weight)."""
+    n, a, floor, w = prompts
     idx, qw = _atoms(chain.pi * chain.step_s, STATE_EDGES)
     u = (np.arange(RESIDUAL_POINTS) + 0.5) / RESIDUAL_POINTS
     T = np.take_along_axis(chain.step_s, idx, axis=-1)
@@ -390,6 +394,8 @@ def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Arra
         delta, dw = spread
         ttft = ttft[..., None] + (1 - U[..., None] + steps[..., None]) * delta[:, None, None, None, None, :]
         weights = weights[..., None] * dw[:, None, None, None, None, :]
+        floor = floor[..., None]
+    ttft = np.maximum(ttft, floor)
     lead = ttft.shape[:1]
     return _Points(values=ttft.reshape(lead + (-1,)),
                    weights=np.broadcast_to(weights, ttft.shape).reshape(lead + (-1,)))
@@ -494,23 +500,24 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     lam = lam.ravel()
     st = _steady(engine, lengths, lam, cv2)
     cost = float(np.sum(lengths.weights * engine.prompt_cost_s) / np.sum(lengths.weights * engine.prompt_tokens))
-    n_u, a_u, w_u = _merged(engine.prompt_tokens, lengths.weights, PROMPT_ATOMS, engine.prompt_tokens,
-                            engine.prompt_cost_s)
+    floor = engine.prompt_floor_s if engine.prompt_floor_s is not None else np.zeros_like(engine.prompt_cost_s)
+    n_u, a_u, f_u, w_u = _merged(engine.prompt_tokens, lengths.weights, PROMPT_ATOMS, engine.prompt_tokens,
+                                 engine.prompt_cost_s, floor)
     chain = step_chain(np.where(st.stable, lam, 0.0), st.d, st.room, cost, n_u, w_u, arrival_cv2=cv2)
     stable = st.stable & chain.stable
     step_mean = chain.mean_step_s
     en = lengths.mean(engine.prompt_tokens)
     delta, w_time, w_tok = _batch_spread(engine, st)
-    ttft = _ttft_points(st, chain, (n_u, a_u, w_u), cost, en, (delta, w_time))
+    ttft = _ttft_points(st, chain, (n_u, a_u, f_u, w_u), cost, en, (delta, w_time))
     ttft = attrs.evolve(ttft, values=ttft.values + engine.overhead_s)
     slot = st.slot
-    n_j, a_j, o, w_j = _merged(lengths.output_tokens, lengths.weights, JOINT_ATOMS, engine.prompt_tokens,
-                               engine.prompt_cost_s, lengths.output_tokens)
+    n_j, a_j, f_j, o, w_j = _merged(lengths.output_tokens, lengths.weights, JOINT_ATOMS, engine.prompt_tokens,
+                                    engine.prompt_cost_s, floor, lengths.output_tokens)
     life = _Life.of(engine, lengths, st, chain, o, cv2)
     tpot = _tpot_points(life, o, w_j, st.d)
     tpot_mean = st.d + np.sum(np.where(o > 1, w_j, 0.0) * life.mean / np.maximum(o - 1, 1), axis=-1) / max(
         float(np.sum(np.where(o > 1, w_j, 0.0))), 1e-300)
-    joint = _ttft_points(st, chain, (n_j, a_j, w_j), cost, en, None, ahead=None)
+    joint = _ttft_points(st, chain, (n_j, a_j, f_j, w_j), cost, en, None, ahead=None)
     y, yw = life.slices()                                                               # (rate, atom, k)
     lead = (lam.size, len(STATE_EDGES) - 1, RESIDUAL_POINTS, 1)
     decode = ((o - 1)[None, :, None] * st.d[:, None, None] + y)[:, None, None, None, :, :]
@@ -617,9 +624,13 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
     # share of the collectives); the step already reads the weights and pays the fixed costs. On a pipeline the
     # chunks of the pp microbatches in flight overlap across the stages: each token adds 1/pp of its serial cost
     cost = np.asarray(alone.compute_s + alone.kv_memory_s + alone.communication_s, dtype=float) / group.pp
+    floor = None
+    if group.pp > 1 and resolve_profile(group.device, params).prefill_stream_tokens:   # a streaming pipeline
+        floor = np.asarray(prefill(model, group, prompt=new, prefix=lengths.input_tokens - new, params=params,
+                                   **fmt).time_s, dtype=float)
     return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=budget,
                   prompt_tokens=new, prompt_cost_s=cost, whole_prompts=params.chunked_prefill is False,
-                  overhead_s=overhead)
+                  overhead_s=overhead, prompt_floor_s=floor)
 
 
 @attrs.frozen(kw_only=True)

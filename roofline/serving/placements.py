@@ -13,10 +13,11 @@ cannot be built are returned with the reason, never dropped.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 
 from ..errors import LayoutError, RooflineError, WorkloadError
 from ..physics.stages import decode_step, prefill
@@ -29,7 +30,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..workload import check_instance, check_items
 from .round import draft_formats
-from .serve import Placement, Request, check_context
+from .serve import Placement, Request, check_context, evaluate_serving
 
 TP_CHOICES = (1, 2, 4, 8, 16, 32)
 
@@ -88,10 +89,14 @@ def enumerate_placements(model: ModelSpec, devices: Sequence[Device], request: R
                          batch: int, draft_model: ModelSpec | None = None, mode: str = "continuous",
                          prefill_batch: int = 1, target_formats: dict[str, Any] | None = None,
                          params: EngineParams | None = None, kv_link: GroupLink | None = None,
-                         draft_link: GroupLink | None = None) -> list[Candidate]:
+                         draft_link: GroupLink | None = None,
+                         knobs: Mapping[str, Any] | None = None) -> list[Candidate]:
     """All stage-to-kind assignments for ``devices`` (device kinds), each stage on its smallest fitting group.
     Records only: :func:`roofline.serving_api.enumerate_placements` takes ids and link names too. The links
-    default to :class:`Placement`'s (NVLink for the KV cache, PCIe 5 to a draft group)."""
+    default to :class:`Placement`'s (NVLink for the KV cache, PCIe 5 to a draft group). A plain placement whose
+    prompts ride the decode steps (prefill on the decode group, continuous batching) gets the smallest group that
+    serves the request with them, the prompt chunks' workspace beside the batch (``knobs``: the scheduler's
+    keywords of :func:`evaluate_serving`, ``chunk`` and ``poll_steps``)."""
     m = check_instance("model", model, ModelSpec, optional=False)
     dm = check_instance("draft_model", draft_model, ModelSpec)
     for checked in (m, dm) if dm is not None else (m,):
@@ -111,6 +116,10 @@ def enumerate_placements(model: ModelSpec, devices: Sequence[Device], request: R
                 if stage == "decode":
                     cache[key] = smallest_group(lambda g: bool(decode_step(m, g, batch=batch, context=end, **tf,
                                                                            **nan).fits), dev)
+                elif stage == "aggregated":   # the decode batch and the prompt chunks riding its steps
+                    cache[key] = smallest_group(lambda g: bool(np.all(evaluate_serving(
+                        m, Placement(name="sizing", decode=g), request, batch=batch, mode=mode,
+                        target_formats=tf, params=params, **dict(knobs or {})).fits_memory)), dev)
                 elif stage == "prefill":
                     pb = batch if mode == "static" else prefill_batch
                     cache[key] = smallest_group(lambda g: bool(prefill(m, g, prompt=request.input_tokens, batch=pb,
@@ -125,7 +134,7 @@ def enumerate_placements(model: ModelSpec, devices: Sequence[Device], request: R
                 cache[key] = Failure(stage=stage, device=dev.id, reason=str(e))
         return cache[key]
 
-    return _assemble(m, kinds, dm, group_for, links)
+    return _assemble(m, kinds, dm, group_for, links, ride=mode == "continuous")
 
 
 def placement_name(prefill: Device | None, decode: Device, draft: Device | None, *, speculative: bool) -> str:
@@ -137,13 +146,14 @@ def placement_name(prefill: Device | None, decode: Device, draft: Device | None,
 
 
 def _assemble(m: ModelSpec, kinds: list[Device], dm: ModelSpec | None, group_for: Any,
-              links: dict[str, Any]) -> list[Candidate]:
+              links: dict[str, Any], *, ride: bool) -> list[Candidate]:
     out: list[Candidate] = []
     prefill_options: list[Device | None] = [None, *kinds]
     draft_options: list[Device | None] = [None, *kinds] if dm is not None else [None]
     for pre, dec, dra in itertools.product(prefill_options, kinds, draft_options):
         name = placement_name(pre, dec, dra, speculative=dm is not None)
-        groups = {"decode": group_for("decode", dec)}
+        aggregated = pre is None and dm is None and ride   # prompts ride the decode steps
+        groups = {"decode": group_for("aggregated" if aggregated else "decode", dec)}
         if pre is not None:
             groups["prefill"] = group_for("prefill", pre)
         if dra is not None:

@@ -127,13 +127,16 @@ class Drafter:
         return self.model
 
     def describe(self, target: ModelSpec) -> str:
+        budget = f", KV budget {self.kv_budget:,} tokens" if self.kv_budget is not None else ""
+        if self.shares_weights(target):
+            return f"{target.id} itself (self-speculation{budget})"
         if self.kind == "model" and self.model is not None:
-            return self.model.id
+            return self.model.id + (f" ({budget[2:]})" if budget else "")
         if self.kind in MODEL_FREE_KINDS:
             return f"{self.kind} lookup (no draft model)"
         s = "s" if self.head_layers > 1 else ""
         absent = ", not in the checkpoint" if self.kind == "mtp" and target.num_mtp_layers == 0 else ""
-        return f"{target.id} {self.kind} head ({self.head_layers} layer{s}{absent})"
+        return f"{target.id} {self.kind} head ({self.head_layers} layer{s}{absent}{budget})"
 
 
 def draft_formats(group: DeviceGroup, given: Mapping[str, str | None] | None = None) -> dict[str, str]:

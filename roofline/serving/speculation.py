@@ -46,6 +46,8 @@ class SpecResult(ArrayRecord):
     target: str
     draft: str
     draft_kind: str
+    #: tokens of KV cache the draft attends to (a StreamingLLM cache); None: the whole context
+    draft_kv_budget: int | None
     target_group: str
     draft_group: str
     link: str
@@ -176,6 +178,7 @@ def _result(plan: RoundPlan, drafter: Drafter, link: GroupLink, rnd: Any, base: 
     full = lambda a: np.broadcast_to(a, shape)  # noqa: E731
     return SpecResult(
         target=plan.target.id, draft=drafter.describe(plan.target), draft_kind=drafter.kind,
+        draft_kv_budget=drafter.kv_budget,
         target_group=tg.describe(), draft_group=dg.describe(),
         link="same devices" if plan.shared else link.name, acceptance=acc.describe(), gamma=full(G),
         batch=full(B), context=full(L), expected_tokens=E, alpha=full(acc.alpha_or_nan(G)), draft_s=rnd.draft_s * nan,

@@ -69,7 +69,8 @@ def spec_dict(r: SpecResult, best_gamma: Any) -> dict[str, Any]:
     last = {b: i for i, b in enumerate(batch)}   # each batch's baseline (its last row's), in first-seen order
     by_batch = [{"batch": b, "tokens_per_s_per_user": speed[i], "energy_per_token_j": energy[i]}
                 for b, i in last.items()]
-    return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "target_group": r.target_group,
+    return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "draft_kv_budget": r.draft_kv_budget,
+            "target_group": r.target_group,
             "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance,
             "best_gamma": best_gamma if np.ndim(best_gamma) == 0 else   # one per alpha and batch when they vary
             [int(g) if math.isfinite(g) else None for g in np.ravel(best_gamma)],

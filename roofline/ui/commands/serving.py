@@ -182,7 +182,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                      prices=prices, formats=formats(args, target))
     cands = enumerate_placements(target, devices, request, batch=args.batch,
                                  draft_model=load_model(args.draft) if args.draft else None, mode=args.mode,
-                                 target_formats=run.formats, params=run.params)
+                                 target_formats=run.formats, params=run.params, knobs=run.knobs)
     items: list[dict[str, Any]] = []
     cannot: dict[tuple[str, str], list[str]] = {}
     for c in cands:

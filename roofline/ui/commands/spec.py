@@ -57,6 +57,11 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--link {args.link}: the draft runs on the verify devices (no --draft-on, or the same group), "
                          "so no link carries the round; give --draft-on a separate group to use one")
     target = load_model(args.target)   # once: the scan and the context check share it
+    draft = target if args.draft == "self" else (load_model(args.draft) if args.draft else None)
+    if draft is not None and draft.id == target.id and args.draft_kv_budget is None:
+        raise UsageError(f"--draft {args.draft} is the target itself: over the same KV cache it drafts what it "
+                         "verifies and gains nothing; give --draft-kv-budget TOKENS (a StreamingLLM cache, as "
+                         "MagicDec's self-speculation drafts)")
     acc = acceptance(args, several=True)
     if acc.shape:   # several alphas: their own leading axis, before batch and gamma
         acc = Acceptance.geometric(np.reshape(np.asarray(acc.alpha, dtype=float), (-1, 1) if batch.size == 1 else (-1, 1, 1)))
@@ -66,10 +71,6 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                      "kv": format_name(args.draft_kv, "--draft-kv"),
                      "activations": format_name(args.draft_activations, "--draft-activations")}
     eng = engine(args, devices)
-    draft = args.target if args.draft == "self" else args.draft   # self-speculation: the target drafts for itself
-    if draft == args.target and args.draft_kv_budget is None:
-        raise UsageError("--draft self drafts with the target's own weights over the same KV cache, which gains "
-                         "nothing: give --draft-kv-budget TOKENS (a StreamingLLM cache, as MagicDec drafts)")
     r = speculative_round(target, verify_on=wi.apply_group(verify_on), draft=draft,
                           draft_on=wi.apply_group(draft_on) if draft_on else None, draft_kind=args.draft_kind,
                           head_layers=args.head_layers, draft_kv_budget=args.draft_kv_budget, acceptance=acc,
