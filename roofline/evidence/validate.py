@@ -56,7 +56,7 @@ COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "t
            "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill", "draft_model",
            "tree_tokens", "acceptance_rate", "compiled_batch", "compiled_context", "compiled_prompt", "dp_balance",
-           "draft_kv_budget")
+           "draft_kv_budget", "allreduce_fusion")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 #: Optional columns giving the shapes a static-shape engine (AWS Neuron) compiled, which its passes run in place of
@@ -434,7 +434,8 @@ def row_memory_fraction(row: Row, params: EngineParams) -> EngineParams:
 #: whether the run split prompts over steps (TensorRT-LLM's ``enable_chunked_context``); ``dp_balance``, whether its
 #: attention data-parallel ranks synchronised their prompt phases (TensorRT-LLM's
 #: ``attention_dp_config.enable_balance``).
-SWITCH_COLUMNS = {"chunked_prefill": "chunked_prefill", "dp_balance": "attention_dp_balance"}
+SWITCH_COLUMNS = {"chunked_prefill": "chunked_prefill", "dp_balance": "attention_dp_balance",
+                  "allreduce_fusion": "allreduce_fusion"}
 
 
 def row_chunking(row: Row, params: EngineParams) -> EngineParams:

@@ -60,6 +60,28 @@ def auto_allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, h
                       allreduce_s(message_bytes, p, bandwidth_bytes_per_s, hop_s, base_s))
 
 
+def switch_allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float,
+                       base_s: float) -> Any:
+    """All-reduce reduced in the switch (NVLink SHARP, NVLS: "collectives such as ncclAllReduce ... offloaded to the
+    NVSwitch domain", https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-nvls-enable): each rank
+    writes its partial M to the switch once and reads the sum once, t0 + 2 t_hop + M/W whatever p is. TensorRT-LLM's
+    ``gemm_allreduce_plugin`` issues it from the GEMM's epilogue (multimem stores), as NVIDIA's MLPerf engines build it."""
+    return base_s + 2 * hop_s + message_bytes / bandwidth_bytes_per_s
+
+
+def fused_gemm_share(model: ModelSpec) -> float:
+    """Share of a pass's weight matmuls (FLOP and weight bytes alike) in the GEMMs whose outputs the tensor-parallel
+    all-reduces sum: the attention output projection (heads x head_dim x hidden per layer) and the MLP's, the shared
+    experts' and the active routed experts' down projections (a third of each gated MLP) [derived from the
+    parameter counts; MLA's output projection is counted as heads x head_dim x hidden, an approximation]."""
+    parts = model.param_breakdown()
+    active = parts["experts"] * (model.experts_per_token / model.num_experts if model.num_experts else 0.0)
+    mlp = parts["dense_mlp"] + parts["shared_experts"] + active
+    o_proj = min(model.num_layers * model.num_heads * model.head_dim * model.hidden_size, parts["attention"])
+    total = parts["attention"] + mlp + parts["router"]
+    return float((o_proj + mlp / 3) / total) if total > 0 else 0.0
+
+
 def hierarchical_allreduce_s(message_bytes: Any, p: int, domain: int, intra: Any, inner: tuple[float, float],
                              outer: tuple[float, float], base_s: float) -> Any:
     """All-reduce over ``p`` ranks in p/domain scale-up domains (nodes) of ``domain`` ranks: a reduce-scatter
@@ -120,6 +142,8 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else profile.link_hop_latency_s
     hidden_bytes = tokens * model.hidden_size * activation.bytes_per_element
     allreduce, alltoall = _collectives(profile)
+    if profile.allreduce_fusion:   # fused into the GEMMs' epilogues and reduced in the switch (exposed: timing)
+        allreduce, ar_bw = switch_allreduce_s, bw
     out, domain = _scale_out(dev, profile)
     if out is not None:   # collectives wider than a scale-up domain cross the scale-out network between domains
         intra, intra_a2a = allreduce, alltoall

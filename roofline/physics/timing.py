@@ -51,7 +51,7 @@ from ..specs.formats import NATIVE_DEFAULTS, Format, Formats, get_format
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
-from .comms import group_communication_s
+from .comms import fused_gemm_share, group_communication_s
 from .memory import (
     Placement,
     Residency,
@@ -543,6 +543,12 @@ def time_pass(plan: PassPlan, prefix_tokens: Any) -> StageResult:
                               residency=res, flop_scale=micro / (group.tp * pp), bytes_scale=micro)
     by_tier, kv_s = placed.time_by_tier_s, placed.kv_time_s
     comm, overhead = plan.communication_s, plan.overhead_s
+    if params.allreduce_fusion and group.tp > 1:
+        # a fused all-reduce runs while its GEMM computes (or streams its weights): only what outlasts those GEMMs
+        # is exposed; they are fused_gemm_share of the pass's weight matmuls, whose time is the longer of their
+        # compute and their weight stream (the pass's traffic less its KV)
+        gemm_s = np.maximum(compute - core_s, sum(by_tier.values()) - kv_s)
+        comm = np.maximum(comm - fused_gemm_share(model) * gemm_s, 0.0)
     if plan.stage == "prefill" and pp > 1 and np.any(micro > 1):
         # one batch of prompts through the pipeline: the last of m microbatches leaves after m + pp - 1
         # stage-times (fill and drain, GPipe, https://arxiv.org/abs/1811.06965 §2.2), not pp; a decode step in

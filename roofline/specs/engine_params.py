@@ -182,6 +182,11 @@ class EngineParams:
       or ``reserve`` (TensorRT-LLM's default GUARANTEED_NO_EVICT: the blocks of prompt + maximum output are
       reserved at admission, so the batch holds the final context isl + osl); None = paged, or the serving
       stack's own choice (:data:`STACK_ADMISSION`).
+    * ``allreduce_fusion``: whether the tensor-parallel all-reduces are fused into the epilogues of the GEMMs that
+      produce their operands (TensorRT-LLM's ``gemm_allreduce_plugin``, NVIDIA's MLPerf engines): each reduces in
+      the NVSwitch (NVLink SHARP: a rank's partial goes to the switch once and the sum comes back once) while the
+      GEMM still computes, so only what outlasts those GEMMs is exposed (:mod:`roofline.physics.comms`). None or
+      False: separate all-reduce kernels, as the stacks' defaults run them.
     * ``chunked_prefill``: whether continuous batching splits prompts into chunks that fit the step's token
       budget (vLLM, SGLang) or admits each prompt whole, the budget raised to hold it beside the batch
       (TensorRT-LLM's default); None = chunked, or the serving stack's own choice (:data:`STACK_CHUNKED_PREFILL`).
@@ -269,6 +274,8 @@ class EngineParams:
     collective: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(COLLECTIVES)))
     kv_admission: str | None = attrs.field(default=None, validator=attrs.validators.optional(one_of(ADMISSIONS)))
     chunked_prefill: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
+        attrs.validators.instance_of(bool)))
+    allreduce_fusion: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
     windowed_kv: bool | None = attrs.field(default=None, validator=attrs.validators.optional(
         attrs.validators.instance_of(bool)))
