@@ -25,7 +25,7 @@ POWER_FIELDS = ("busy_floor_fraction", "compute_floor_fraction", "compute_floor_
                 "fixed_floor_fraction", "compute_power_weight", "memory_power_weight")
 #: Family-level settings that calibration profiles (per serving stack) do not carry.
 NOT_IN_PROFILE_FILES = ("family", "m_tile", "dequant_tile_rows", "tier_bandwidth_fraction", *STACK_SET, "overlap",
-                        "pipeline_hop_s", *POWER_FIELDS, "max_tp")
+                        "pipeline_hop_s", *POWER_FIELDS, "max_tp", "prefill_stream_tokens")
 
 
 def _params_from(table: Any, where: str, base: EngineParams) -> EngineParams:

@@ -177,7 +177,8 @@ STACK_WEIGHT_ONLY_KERNEL = {"gpt-fast": "tinygemm"}
 STACK_SETTINGS: dict[str, dict[str, Any]] = {
     "collective": STACK_COLLECTIVES, "kv_admission": STACK_ADMISSION, "chunked_prefill": STACK_CHUNKED_PREFILL,
     "windowed_kv": STACK_WINDOWED_KV, "head_format": STACK_HEAD_FORMAT, "expert_recipe": STACK_EXPERT_RECIPE,
-    "weight_only_kernel": STACK_WEIGHT_ONLY_KERNEL, "attention_dp_balance": {}, "moe_dispatch": {}}
+    "weight_only_kernel": STACK_WEIGHT_ONLY_KERNEL, "attention_dp_balance": {}, "moe_dispatch": {},
+    "allreduce_fusion": {}}
 
 
 @attrs.frozen(kw_only=True)
