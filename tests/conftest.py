@@ -66,7 +66,7 @@ def shipped_validation():
     the answer for that profile object and those rows, so every later test, and every `roofline validate` run
     in-process on the shipped file, is answered from memory instead of predicting 2,000 rows again."""
     from roofline.evidence.validate import read_rows, shipped_data, validate
-    return validate(read_rows(shipped_data()), jobs=2)   # two processes: the suite's longest setup
+    return validate(read_rows(shipped_data()))
 
 
 #: The type check runs beside the suite: started when the suite collects its test, in its own process (a second
