@@ -74,14 +74,9 @@ WEIGHT_ONLY_KERNELS: dict[str, WeightOnlyKernel] = {
 }
 
 
-def _whole(name: str, value: float) -> None:
+def _whole(name: str, value: float, counted: str = "devices") -> None:
     if not math.isfinite(value) or value != int(value):
-        raise WorkloadError(f"{name} is a count of devices, a whole number: got {value!r}")
-
-
-def _whole_tokens(name: str, value: float) -> None:
-    if not math.isfinite(value) or value != int(value):
-        raise WorkloadError(f"{name} is a count of tokens, a whole number: got {value!r}")
+        raise WorkloadError(f"{name} is a count of {counted}, a whole number: got {value!r}")
 
 
 def _tier_fractions(_inst: object, _a: attrs.Attribute, value: Mapping[str, float]) -> None:
@@ -295,7 +290,7 @@ class EngineParams:
     compute_power_weight: float = _p(0.5, [in_range(0, 1)])
     memory_power_weight: float = _p(0.5, [in_range(0, 1)])
     max_tp: float = _p(8.0, [in_range(1), lambda _i, _a, v: _whole("max_tp", v)])
-    prefill_stream_tokens: float = _p(0.0, [in_range(0), lambda _i, _a, v: _whole_tokens("prefill_stream_tokens", v)])
+    prefill_stream_tokens: float = _p(0.0, [in_range(0), lambda _i, _a, v: _whole("prefill_stream_tokens", v, "tokens")])
 
     def bandwidth_fraction(self, tier: str) -> float:
         """Achieved fraction of peak bandwidth for a memory tier."""
