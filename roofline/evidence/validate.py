@@ -291,6 +291,10 @@ def _bounded(table: dict[Any, Any], key: Any, value: Any) -> Any:
     return value
 
 
+#: Batches the first pass of the largest-batch search tries (spread evenly from 1 to the KV-cache bound).
+_COARSE_BATCHES = 96
+
+
 def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[str, Any], params: EngineParams,
                      serve: Any) -> int:
     isl, osl = _int(row, "isl"), _int(row, "osl")
@@ -299,10 +303,18 @@ def _largest_fitting(row: Row, model: ModelSpec, group: DeviceGroup, fmt: dict[s
     kv_bound = int(max_batch(model, group, context=context, params=params, **fmt))
     if kv_bound < 1:
         raise RooflineError("the model does not fit at batch 1")
-    fits = np.flatnonzero(serve(np.arange(1.0, kv_bound + 1.0)).fits)
+    # Memory grows with the batch, so what fits is a prefix of 1..kv_bound: a coarse grid finds the cell where it
+    # ends and one more evaluation finds the batch inside it (two calls of ~100 batches instead of kv_bound).
+    grid = np.unique(np.linspace(1.0, kv_bound, min(kv_bound, _COARSE_BATCHES)).round())
+    fits = np.flatnonzero(serve(grid).fits)
     if not fits.size:
         raise RooflineError("the model does not fit at batch 1 with its serving workspace")
-    return int(fits[-1]) + 1
+    last = int(fits[-1])
+    if last + 1 == grid.size:
+        return int(grid[last])
+    inside = np.arange(grid[last] + 1.0, grid[last + 1])
+    fine = np.flatnonzero(serve(inside).fits) if inside.size else np.empty(0, dtype=int)
+    return int(inside[fine[-1]]) if fine.size else int(grid[last])
 
 
 def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: dict[str, Any],
@@ -544,8 +556,11 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, Any], params: EngineP
     if metric in ENERGY_METRICS and r.energy_note:
         raise RooflineError(r.energy_note)
     n = group.count * replicas
-    total = (float(offline_tokens_per_s(per, float(b), at("tpot_s"), at("tpot_s", 1) if rest else 0.0)) * replicas
-             if row.get("requests") else at("tokens_per_s") * replicas)
+    # an offline run's waves each take osl x TPOT, or a lock-step wave's whole E2E (its prefill stalls included)
+    per_token = "tpot_s" if row.get("serving") != "waves" else "e2e_s"
+    scale = 1.0 if row.get("serving") != "waves" else 1.0 / osl
+    total = (float(offline_tokens_per_s(per, float(b), at(per_token) * scale, at(per_token, 1) * scale if rest else 0.0))
+             * replicas if row.get("requests") else at("tokens_per_s") * replicas)
     value = {"decode_tokens_per_s_per_user": at("tokens_per_s_per_user"), "itl_ms": at("tpot_s") * 1e3,
              "ttft_ms": at("ttft_s") * 1e3, "output_tokens_per_s_per_device": total / n,
              "output_tokens_per_s_total": total, "total_tokens_per_s_per_device": total * (isl + osl) / osl / n,

@@ -18,6 +18,9 @@ Serving modes (docs/theory.md §6):
   ``kv_link``; prefill groups are provisioned exactly to the request rate, so
   the fleet holds a fractional number of them.
 * ``static``: the whole batch is prefilled, then decoded together.
+* ``waves``: ``batch`` prompts arrive together and are prefilled in steps of the token budget before the wave
+  decodes, as a fixed-length ``--max-concurrency`` benchmark runs on a scheduler that puts prompts before
+  decodes: the mean TTFT is about half the wave's prefill (:func:`_wave_prefill`).
 
 TPOT is the step (or speculative round, :mod:`roofline.serving.round`) time over
 tokens per step, E2E = TTFT + (osl - 1) TPOT, interactivity = 1 / TPOT, and
@@ -46,6 +49,7 @@ from ..physics.timing import StageResult, require_feasible, spread
 from ..records import ArrayRecord
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats, check_format_keys
+from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.placement import Placement
@@ -55,7 +59,7 @@ from ..workload import check_count, check_gamma, check_grid, check_instance, che
 from .round import Drafter, Round, RoundPlan, run_round
 
 Array = NDArray[np.float64]
-MODES = ("continuous", "static")
+MODES = ("continuous", "static", "waves")
 
 
 def _tokens(name: str, value: Any) -> int:
@@ -408,6 +412,9 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
                    params: EngineParams) -> _Prefill:
     isl = request.input_tokens
     kw: dict[str, Any] = dict(params=params, on_infeasible="nan", **fmt.names())
+    if mode == "waves":
+        return _wave_prefill(model, placement.decode, request, kw, batch=batch, chunk=chunk,
+                             whole=params.chunked_prefill is False)
     aggregated = placement.prefill is None
     if aggregated and mode == "continuous":
         # the new prompt is prefilled in chunks of up to `chunk` tokens (whole where the stack does not chunk) as
@@ -436,6 +443,36 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
         kv = kv_transfer_s(model, placement, fmt.kv, isl, time_s, batch=p_batch)
     return _Prefill(result=r, mixed=False, time_s=time_s, kv_transfer_s=kv, ttft_s=time_s + kv, fits=fits,
                     batch=p_batch)
+
+
+def _wave_prefill(model: ModelSpec, group: DeviceGroup, request: Request, kw: dict[str, Any], *, batch: Array,
+                  chunk: int, whole: bool) -> _Prefill:
+    """A wave of ``batch`` prompts that arrive together and are prefilled before the wave decodes: a closed-loop
+    benchmark of ``batch`` clients with exact lengths (``--max-concurrency``, fixed lengths, ``ignore_eos``) on a
+    scheduler that runs waiting prompts before decode steps (SGLang without ``--enable-mixed-chunk``; ROCm ATOM,
+    whose scheduler returns a prefill batch whenever a prompt waits:
+    https://github.com/ROCm/ATOM/blob/2f7130649/atom/model_engine/scheduler.py), so every request of a wave ends
+    on the same step and the next wave's prompts arrive at once. Each prefill step takes k = floor(budget / isl)
+    whole prompts (one, in chunks, when a prompt is longer than the budget); with n = ceil(B / k) steps of time T
+    and r = B - (n - 1) k prompts in the last (time T_r), prompt j's first token comes when its step ends, so the
+    wave's prefill is W = (n - 1) T + T_r and the mean TTFT is (k T n (n - 1) / 2 + r W) / B: about half the
+    wave's prefill, where a staggered steady state waits for one prompt's. The detailed count is checked against
+    a step-by-step replay in tests/test_waves.py."""
+    isl = request.input_tokens
+    per_step = max(1, chunk // isl)
+    chunked = isl > chunk and not whole
+
+    def run(b: Any) -> StageResult:
+        return prefill(model, group, prompt=isl, batch=b, chunk=chunk if chunked else None, **kw)
+    steps = np.ceil(batch / per_step)
+    rest = batch - (steps - 1) * per_step
+    full, last = run(float(per_step)), run(rest)
+    wave_s = (steps - 1) * full.time_s + last.time_s
+    mean_ttft_s = (per_step * full.time_s * steps * (steps - 1) / 2 + rest * wave_s) / batch
+    fits = np.where(steps > 1, full.fits, True) & last.fits
+    return _Prefill(result=full if np.any(steps > 1) else last, mixed=False, time_s=wave_s,
+                    kv_transfer_s=np.zeros(batch.shape), ttft_s=mean_ttft_s, fits=fits,
+                    batch=np.minimum(batch, per_step))
 
 
 def kv_transfer_s(model: ModelSpec, placement: Placement, kv_format: str, input_tokens: ArrayLike, prefill_s: Any,
@@ -499,6 +536,9 @@ def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, accept
              mode: str, prefill_batch: int) -> tuple[Array, Array, Acceptance | None]:
     if mode not in MODES:
         raise WorkloadError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "waves" and placement.prefill is not None:
+        raise WorkloadError(f"mode waves prefills each wave on the decode group; placement {placement.name!r} has a "
+                            "separate prefill group (serve it continuous)")
     check_whole("prefill_batch", prefill_batch)
     G = check_gamma(gamma)
     if not placement.speculative and np.any(G != 0):
@@ -564,7 +604,10 @@ def evaluate_serving(model: ModelSpec, placement: Placement, request: Request, *
                          prefill_batch=prefill_batch, chunk=chunk, params=p)
     overhead = resolve_profile((placement.prefill or placement.decode).device, p).request_overhead_s
     pre = attrs.evolve(pre, ttft_s=pre.ttft_s + overhead)   # the serving stack's per-request overhead
-    e2e = pre.ttft_s + (osl - 1) * step / E
+    # a wave's requests all end on its last step: each one's E2E runs from the wave's start (TPOT then carries the
+    # prompts prefilled after its own); elsewhere a request starts decoding at its first token
+    e2e = (pre.time_s + overhead if mode == "waves" else pre.ttft_s) + (osl - 1) * step / E
+    tpot = (e2e - pre.ttft_s) / (osl - 1) if mode == "waves" and osl > 1 else step / E
     if mode == "continuous":
         tokens_per_s = B * E / step
     elif placement.prefill is None:
@@ -587,7 +630,7 @@ def evaluate_serving(model: ModelSpec, placement: Placement, request: Request, *
     with np.errstate(invalid="ignore", divide="ignore"):
         share = (devices["prefill"] * prices.usd_per_hour(placement.prefill.device.id) / usd
                  if placement.prefill is not None else np.full(B.shape, np.nan))
-    return attrs.evolve(_result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e,
+    return attrs.evolve(_result(placement, request, mode, rnd, pre, B=B, G=G, E=E, step=step, e2e=e2e, tpot=tpot,
                                 tokens_per_s=tokens_per_s, devices=sum(devices.values(), np.zeros(B.shape)), power_w=power_w,
                                 by_group=by_group, fits=fits, note=note, usd_per_hour=usd, prefill_usd_share=share),
                         budget_keeps_up=np.broadcast_to(budget.keeps_up if budget else True, B.shape).copy(),
@@ -630,7 +673,7 @@ def _memory_reason(rnd: Round, pre: _Prefill) -> str:
 
 
 def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: _Prefill, *, B: Array, G: Array,
-            E: Array, step: Array, e2e: Array, tokens_per_s: Array, devices: Array, power_w: Any,
+            E: Array, step: Array, e2e: Array, tpot: Array, tokens_per_s: Array, devices: Array, power_w: Any,
             by_group: dict[str, Array], fits: NDArray[np.bool_], note: str, usd_per_hour: Array,
             prefill_usd_share: Array) -> ServingResult:
     nan = np.where(fits, 1.0, np.nan)
@@ -643,7 +686,7 @@ def _result(placement: Placement, request: Request, mode: str, rnd: Round, pre: 
 
     return ServingResult(
         placement=placement.name, description=placement.describe(), mode=mode, request=request, batch=B, gamma=G,
-        expected_tokens=full(E), ttft_s=pre.ttft_s * nan, tpot_s=step / E * nan, e2e_s=e2e * nan, step_s=step * nan,
+        expected_tokens=full(E), ttft_s=pre.ttft_s * nan, tpot_s=tpot * nan, e2e_s=e2e * nan, step_s=step * nan,
         prefill_s=full(pre.time_s) * nan, draft_s=rnd.draft_s * nan, verify_s=rnd.verify.time_s * nan,
         transfer_s=rnd.transfer_s * nan, kv_transfer_s=full(pre.kv_transfer_s) * nan, tokens_per_s=tokens_per_s * nan,
         devices=full(devices), power_w=full(power_w) * nan,

@@ -224,8 +224,10 @@ def add_lengths(sp: argparse.ArgumentParser, isl: int, osl: int) -> None:
 
 def add_request(sp: argparse.ArgumentParser) -> None:
     add_lengths(sp, 8192, 1024)
-    sp.add_argument("--mode", choices=["continuous", "static"], default="continuous",
-                    help="continuous batching (steady state) or static batches (default continuous)")
+    sp.add_argument("--mode", choices=["continuous", "static", "waves"], default="continuous",
+                    help="continuous batching (steady state), static batches, or waves: a fixed-length "
+                         "--max-concurrency benchmark on a prefill-first scheduler (SGLang, ATOM), each wave's "
+                         "prompts arriving together (default continuous)")
     sp.add_argument("--token-budget", type=positive, default=DEFAULT_TOKEN_BUDGET, metavar="TOKENS",
                     help="tokens one step may process, decode tokens and prompt chunks together (vLLM "
                          "--max-num-batched-tokens; SGLang's --chunked-prefill-size caps the prompt part; default "
