@@ -87,3 +87,15 @@ def test_cli_self_draft_needs_a_budget(run_cli):
     code, out, err = run_cli(*base, "--draft-kv-budget", "512", "--json")
     assert code == 0, err
     assert json.loads(out)["rows"][0]["speedup"] > 1
+
+
+def test_cli_a_budget_that_holds_the_context_is_refused_for_self_and_noted_for_a_draft(run_cli):
+    """Self-speculation over a budget that holds the whole context drafts over the verify's own cache (refused, one
+    line); a separate draft's budget above the context does nothing, and the caption says so."""
+    self_draft = ("spec", "--target", "llama-3.1-8b", "--draft", "self", "--verify-on", "h100-sxm", "--alpha", "0.8",
+                  "--context", "8192", "--draft-kv-budget", "9000")
+    code, _, err = run_cli(*self_draft)
+    assert code == 2 and "holds the whole context" in err and len(err.strip().splitlines()) == 1
+    code, out, _ = run_cli("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b", "--verify-on", "h100-sxm:4",
+                           "--alpha", "0.8", "--context", "8192", "--draft-kv-budget", "9000")
+    assert code == 0 and "as without a budget" in " ".join(out.split())

@@ -159,3 +159,12 @@ def test_an_aggregated_placement_sizes_its_group_for_the_riding_prompts():
     split = cands["decode groq-lpu, prefill groq-lpu"]
     assert not agg.failures and agg.placement.decode.count > split.placement.decode.count
     assert bool(np.all(evaluate_serving(model, agg.placement, req, batch=16).fits_memory))
+
+
+def test_the_ridge_is_a_what_if_only_where_the_what_if_moves_it(run_cli):
+    """Setting the streamed chunk (an execution field) leaves the datasheet's ridge; a bandwidth what-if moves it."""
+    base = ("stage", "llama-3.1-8b", "groq-lpu:32x4", "--context", "1024", "--set")
+    _, out, _ = run_cli(*base, "groq-lpu.execution.prefill_stream_tokens=32")
+    assert "(datasheet)" in " ".join(out.split())
+    _, out, _ = run_cli(*base, "groq-lpu.sram.bandwidth=100 TB/s")
+    assert "FLOP/B (what-if)" in " ".join(out.split())

@@ -85,6 +85,20 @@ def test_a_platform_with_no_fitted_rows_gets_a_wide_interval_that_says_so():
     assert "NO fitted rows" in wide.describe()
 
 
+def test_an_unfitted_interval_is_the_weighted_quantile_of_the_errors_magnitudes():
+    """Five publications, one leaning -1.5 (a slow early build): the unfitted radius is the publication-weighted
+    quantile of |s| at 0.8 x (n + 1) / n, both ways, so the interval holds the prediction whatever the lean."""
+    scores = [-1.5, -1.5, 0.1, -0.2, 0.3, 0.4]
+    sources = ["slow", "slow", "a", "b", "c", "d"]
+    lo, hi = rl.specs.intervals.publication_weighted_radius(scores, sources, 0.8)
+    # weights by |s|: 0.1 a, 0.2 b, 0.3 c, 0.4 d (1/5 each), 1.5 x2 (1/10 each); level 0.8 x 7/6 = 0.933 -> 1.5
+    assert (lo, hi) == (-1.5, 1.5)
+    assert rl.specs.intervals.publication_weighted_radius(scores, sources, 0.5) == (-0.3, 0.3)   # 0.583 -> c
+    assert rl.specs.intervals.publication_weighted_radius(scores[:3], sources[:3], 0.8) is None   # 2 publications
+    wide = rl.interval("corsair", "decode")
+    assert wide.low_factor == pytest.approx(1 / wide.high_factor) and wide.low_factor < 1 < wide.high_factor
+
+
 def test_the_interval_file_is_checked_when_read(tmp_path):
     bad = tmp_path / "i.json"
     bad.write_text(json.dumps({"scores": [{"id": "x"}]}))

@@ -486,6 +486,17 @@ def kv_transfer_s(model: ModelSpec, placement: Placement, kv_format: str, input_
     return np.maximum(0.0, raw - np.asarray(prefill_s) * (1 - 1 / model.num_layers))
 
 
+def _tokens_per_s(placement: Placement, pre: _Prefill, *, mode: str, B: Array, E: Array, step: Array, e2e: Array,
+                  osl: int) -> Array:
+    """Output tokens per second of one replica: the steady state's B E per step; a static batch's or a wave's B osl
+    per cycle (its E2E); disaggregated, the slower of the prefill group's batch and the decode's."""
+    if mode == "continuous":
+        return B * E / step
+    if placement.prefill is None:
+        return B * osl / e2e
+    return B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step / E)
+
+
 def _devices_by_group(placement: Placement, pre: _Prefill, *, mode: str, tokens_per_s: Array, osl: int,
                       shape: tuple[int, ...]) -> dict[str, Array]:
     """Devices per replica by group: the decode group, a separate draft group, and the prefill groups (in
@@ -608,12 +619,7 @@ def evaluate_serving(model: ModelSpec, placement: Placement, request: Request, *
     # prompts prefilled after its own); elsewhere a request starts decoding at its first token
     e2e = (pre.time_s + overhead if mode == "waves" else pre.ttft_s) + (osl - 1) * step / E
     tpot = (e2e - pre.ttft_s) / (osl - 1) if mode == "waves" and osl > 1 else step / E
-    if mode == "continuous":
-        tokens_per_s = B * E / step
-    elif placement.prefill is None:
-        tokens_per_s = B * osl / e2e
-    else:
-        tokens_per_s = B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step / E)
+    tokens_per_s = _tokens_per_s(placement, pre, mode=mode, B=B, E=E, step=step, e2e=e2e, osl=osl)
     fits = rnd.fits & pre.fits & (budget.keeps_up if budget else True)
     note = ""
     devices = _devices_by_group(placement, pre, mode=mode, tokens_per_s=tokens_per_s, osl=osl, shape=B.shape)

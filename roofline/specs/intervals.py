@@ -17,7 +17,10 @@ and the ``ceil((n + 1)(1 - alpha / 2))``-th (an equal-tailed, asymmetric version
 over-predicts gets an interval that leans that way). A group with too few scores for the level has no finite
 quantile; the nearest coarser group answers (:data:`FALLBACK`), and the answer says which group and how many
 rows. Rows come in publications, each with its own offset, so the quantiles weigh every publication alike
-(:func:`publication_weighted_bounds`). Exchangeability across publications is an assumption, checked by
+(:func:`publication_weighted_bounds`). A group with no fitted rows takes the symmetric interval of the scores'
+magnitudes instead (:func:`publication_weighted_radius`): its evidence is other families' errors before their
+fits, which say how far off a first prediction can be but not which way a new family leans. Exchangeability
+across publications is an assumption, checked by
 :func:`coverage_by_publication`, which leaves each publication's rows out of the scores and counts how often its
 rows fall inside.
 """
@@ -133,25 +136,45 @@ def publication_weighted_bounds(scores: Sequence[float], sources: Sequence[str],
     sample, 88%, 96%)."""
     if not 0 < level < 1:
         raise WorkloadError(f"an interval's level must be between 0 and 1 (exclusive), got {level!r}")
+    n = len(scores)
+    hi_q = (1 - (1 - level) / 2) * (1 + 1 / n) if n else math.inf
+    got = _weighted_quantiles(scores, sources, (1 - hi_q, hi_q))
+    return None if got is None else (got[0], got[1])
+
+
+def _weighted_quantiles(scores: Sequence[float], sources: Sequence[str],
+                        targets: Sequence[float]) -> list[float] | None:
+    """The scores at cumulative levels ``targets`` (ascending) of the distribution that gives each publication
+    the same weight, split evenly among its scores; None with fewer than :data:`MIN_PUBLICATIONS` publications or
+    a target above 1 (too few scores for the level)."""
     counts: dict[str, int] = {}
     for src in sources:
         counts[src] = counts.get(src, 0) + 1
-    n = len(scores)
-    hi_q = (1 - (1 - level) / 2) * (1 + 1 / n) if n else math.inf
-    if len(counts) < MIN_PUBLICATIONS or hi_q > 1:
+    if len(counts) < MIN_PUBLICATIONS or targets[-1] > 1:
         return None
-    order = sorted(range(n), key=lambda i: scores[i])
-    cum, total, out = 0.0, float(len(counts)), []
-    targets = [1 - hi_q, hi_q]
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    cum, total, out, left = 0.0, float(len(counts)), [], list(targets)
     for i in order:
         cum += 1.0 / counts[sources[i]] / total
-        while targets and cum >= targets[0] - 1e-12:
+        while left and cum >= left[0] - 1e-12:
             out.append(scores[i])
-            targets.pop(0)
-    while targets:   # rounding: the last score closes what is left
-        out.append(scores[order[-1]])
-        targets.pop(0)
-    return out[0], out[1]
+            left.pop(0)
+    out += [scores[order[-1]]] * len(left)   # rounding: the last score closes what is left
+    return out
+
+
+def publication_weighted_radius(scores: Sequence[float], sources: Sequence[str],
+                                level: float) -> tuple[float, float] | None:
+    """(-r, r): the symmetric split-conformal interval of the absolute scores |s| (Lei et al. 2018, §2.2: the
+    residual's magnitude as the conformity score), r their publication-weighted quantile at ``level`` x (n + 1) / n.
+    For a group with no fitted rows: the errors of other families before their fits say how far such a prediction may be off, not
+    which way a new family will lean (the blind AMD rows were early builds, several times slower than the model;
+    ROCm ATOM in 2026 runs faster than it), so the interval always holds the prediction. None as for the bounds."""
+    if not 0 < level < 1:
+        raise WorkloadError(f"an interval's level must be between 0 and 1 (exclusive), got {level!r}")
+    n = len(scores)
+    got = _weighted_quantiles([abs(x) for x in scores], sources, (level * (1 + 1 / n),)) if n else None
+    return None if got is None else (-got[0], got[0])
 
 
 @attrs.frozen
@@ -187,7 +210,8 @@ class IntervalTable:
         probe = {"platform": platform, "stack": stack, "kind": kind, "fitted": fitted}
         for fields in FALLBACK:
             got = self._groups[fields].get(tuple(probe[f] for f in fields), [])
-            q = publication_weighted_bounds([g.score for g in got], [g.source for g in got], level)
+            q = (publication_weighted_bounds([g.score for g in got], [g.source for g in got], level) if fitted
+                 else publication_weighted_radius([g.score for g in got], [g.source for g in got], level))
             if q is not None:
                 name = ", ".join(f"{f} {probe[f]}" for f in fields if f != "fitted")
                 return Interval(level=level, low_factor=math.exp(q[0]), high_factor=math.exp(q[1]), group=name,

@@ -17,6 +17,7 @@ from ...serving.placements import enumerate_placements
 from ...serving.serve import Placement, Request
 from ...serving.whatif import WhatIf
 from ...serving_api import deployment, evaluate_serving  # names resolved at the door
+from ...specs.execution import resolve_profile
 from ...specs.hf_config import load_model
 from ...specs.links import get_link
 from ...specs.params import EngineParams
@@ -196,7 +197,8 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
                "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
                "by the share of time they are busy, so their TTFT is one prompt's prefill with no wait for prompts "
                "ahead of it (a lower bound under load)." + (f" What-if: {', '.join(wi.describe())}." if wi else "")
-               + context_note(target, args.isl + args.osl) + idle_note(devices))
+               + context_note(target, args.isl + args.osl) + idle_note(devices)
+               + stream_note([c.placement for c in cands if c.placement is not None and not c.failures], run.params))
     unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
                    for (dev, reason), stages in cannot.items()]
     view = serving_rows_view(title, caption, items, {
@@ -334,7 +336,7 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
         from ..plot import plot_frontiers
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
     note = (context_note(load_model(args.target), args.isl + args.osl) + _pool_note(placements)
-            + idle_note(devices)).strip()
+            + idle_note(devices) + stream_note(placements, run.params)).strip()
     emit(console, pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
         "target": args.target, "request": _request_dict(args), "axis": args.axis, "overrides": wi.describe()},
         note=note), args, run.engine)
@@ -346,6 +348,14 @@ def _pool_note(placements: list[Placement]) -> str:
     pooled = [p.name for p in placements if p.prefill is not None]
     return (f" {', '.join(pooled)}: the prefill group is counted by the share of time it is busy, so TTFT is one "
             "prompt's prefill with no wait for prompts ahead of it (a lower bound under load)." if pooled else "")
+
+
+def stream_note(placements: list[Placement], params: Any) -> str:
+    """Where a configuration's prompts cross a compiled SRAM pipeline: streamed in chunks, not held whole."""
+    kinds = sorted({g.device.id for g in ((p.prefill or p.decode) for p in placements)
+                    if g.pp > 1 and resolve_profile(g.device, params).prefill_stream_tokens})
+    return (f" Prompts on {', '.join(kinds)} pipelines are streamed through the stages in chunks, each stage holding "
+            "one chunk's activations (docs/theory.md §5.3)." if kinds else "")
 
 
 def _common(sp: argparse.ArgumentParser) -> None:

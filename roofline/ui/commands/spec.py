@@ -62,6 +62,10 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--draft {args.draft} is the target itself: over the same KV cache it drafts what it "
                          "verifies and gains nothing; give --draft-kv-budget TOKENS (a StreamingLLM cache, as "
                          "MagicDec's self-speculation drafts)")
+    idle_budget = args.draft_kv_budget is not None and args.draft_kv_budget >= args.context
+    if idle_budget and draft is not None and draft.id == target.id:
+        raise UsageError(f"--draft-kv-budget {args.draft_kv_budget:,} holds the whole context ({args.context:,}): "
+                         "the target would draft over its own full cache and gain nothing; give a budget below it")
     acc = acceptance(args, several=True)
     if acc.shape:   # several alphas: their own leading axis, before batch and gamma
         acc = Acceptance.geometric(np.reshape(np.asarray(acc.alpha, dtype=float), (-1, 1) if batch.size == 1 else (-1, 1, 1)))
@@ -78,7 +82,9 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
                           batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
                           link=args.link or "pcie5", sampling=args.sampling, target_formats=target_formats,
                           draft_formats=draft_formats, params=eng.params)
-    note = context_note(target, args.context + int(gammas.max())) + idle_note(devices)
+    note = context_note(target, args.context + int(gammas.max())) + idle_note(devices) + (
+        f" The draft's KV budget ({args.draft_kv_budget:,} tokens) is at or above the context ({args.context:,}): "
+        "it attends to all of it, as without a budget." if idle_budget else "")
     view = spec_view(r, optimal_gamma(r), wi.describe(), note)
     _price_rows(view.data["rows"], [verify_on, *([draft_on] if draft_on and draft_on != verify_on else [])],
                 price_list(args, devices))

@@ -95,10 +95,10 @@ def _prefill_share(params: EngineParams) -> str:
     return f" (prefill {prefill})" if prefill != f"{params.compute_fraction:.0%}" else ""
 
 
-def _caption(results: list[StageResult], params: EngineParams, device_path: str, what_if: bool,
+def _caption(results: list[StageResult], params: EngineParams, device_path: str, ridge_moved: bool,
              notes: Sequence[str] = ()) -> str:
     f, family = results[0].formats, params.family
-    ridge = "what-if" if what_if else "datasheet"
+    ridge = "what-if" if ridge_moved else "datasheet"
     return (f"Formats: {f.brief()}.\n"
             f"time = {_overlap(params)} + comm + overhead{_roof(params)}; overhead = per-pass, per-layer and "
             "per-kernel fixed costs; unpacking weight-only formats (dequant) runs in the weight stream, m = the longer "
@@ -123,7 +123,10 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     group = resolve_group(args.device, tp=args.tp, ep=args.ep, dp=args.dp)
     wi.check_used([group.device])
-    group = wi.apply_group(group)
+    sheet, group = group.device, wi.apply_group(group)
+    # the ridge is the what-if's only where it moved a peak rate or the first tier's bandwidth
+    ridge_moved = (group.device.peak_flop_per_s != sheet.peak_flop_per_s
+                   or group.device.memory[0].bandwidth_bytes_per_s != sheet.memory[0].bandwidth_bytes_per_s)
     eng = engine(args, [group.device])
     params = eng.params
     kw = dict(params=params, **formats(args, model))
@@ -164,7 +167,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
                      "two are separate points, not one request (a request's decode context is at least its prompt).")
     notes += [n.strip() for n in (_beyond_domain(group, params), context_note(
         model, max(float(prompt), float(args.context) + (args.gamma or 0)))) if n.strip()]
-    caption = _caption(results, resolve_profile(group.device, params), shown_path(group.device.path), bool(wi),
+    caption = _caption(results, resolve_profile(group.device, params), shown_path(group.device.path), ridge_moved,
                        notes)
     emit(console, stage_view(model.id, group, results, caption, wi.describe(), notes), args, eng)
     return 0

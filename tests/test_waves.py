@@ -1,0 +1,114 @@
+"""Lock-step waves: a fixed-length --max-concurrency benchmark on a prefill-first scheduler (SGLang, ATOM), whose
+requests of a wave all end on one step, so the next wave's prompts arrive together and wait for one another's
+prefill (serving mode ``waves``, the row column ``serving = waves``)."""
+
+import math
+
+import attrs
+import numpy as np
+import pytest
+
+import roofline as rl
+from roofline import api as stages
+from roofline.errors import WorkloadError
+from roofline.evidence.validate import predict_row, read_rows, row_params, shipped_data, shipped_profile
+from roofline.serving.serve import Placement, Request
+from roofline.serving_api import evaluate_serving
+from roofline.specs.params import default_params
+
+MODEL, GROUP = rl.load_model("llama-3.1-8b"), rl.resolve_group("h100-sxm")
+PARAMS = attrs.evolve(default_params(), request_overhead_s=0.0)
+HERE = Placement(name="aggregated", decode=GROUP)
+
+
+def _waves(batch, isl=1000, osl=500, budget=8192):
+    return evaluate_serving(MODEL, HERE, Request(input_tokens=isl, output_tokens=osl), batch=batch, mode="waves",
+                            chunk=budget, params=PARAMS)
+
+
+@pytest.mark.parametrize("batch,isl,budget", [(64, 1000, 8192), (37, 1000, 8192), (256, 1000, 20000),
+                                              (5, 3000, 2048), (8, 1000, 8192)])
+def test_mean_ttft_is_a_step_by_step_replay_of_the_wave(batch, isl, budget):
+    """Replayed: the scheduler takes as many waiting prompts as the budget holds (one, in chunks, when a prompt is
+    longer), runs that prefill step, and every prompt in it gets its first token when the step ends."""
+    r = _waves(batch, isl=isl, budget=budget)
+    clock, firsts, waiting = 0.0, [], batch
+    chunk = budget if isl > budget else None
+    while waiting:
+        take = min(waiting, max(1, budget // isl))
+        clock += stages.prefill(MODEL, GROUP, prompt=isl, batch=take, chunk=chunk, params=PARAMS).time_s.item()
+        firsts += [clock] * take
+        waiting -= take
+    assert r.ttft_s.item() == pytest.approx(np.mean(firsts), rel=1e-9)
+    assert r.prefill_s.item() == pytest.approx(clock, rel=1e-9)
+
+
+def test_every_request_of_a_wave_ends_on_its_last_step():
+    """E2E runs from the wave's arrival to its last decode step, the same for all; TPOT is what a benchmark divides
+    out, (E2E - TTFT) / (osl - 1), so it carries the prefills after a request's own; throughput is the wave's."""
+    r, osl = _waves(128), 500
+    e2e = r.prefill_s + (osl - 1) * r.step_s
+    np.testing.assert_allclose(r.e2e_s, e2e)
+    np.testing.assert_allclose(r.tpot_s, (e2e - r.ttft_s) / (osl - 1))
+    assert r.tpot_s.item() > r.step_s.item()
+    np.testing.assert_allclose(r.tokens_per_s, 128 * osl / e2e)
+
+
+def test_a_wave_one_step_holds_is_a_static_batch():
+    """Eight 1,000-token prompts fit one 8,192-token step: the wave is prefilled at once, as a static batch is."""
+    waves = _waves(8)
+    static = evaluate_serving(MODEL, HERE, Request(input_tokens=1000, output_tokens=500), batch=8, mode="static",
+                              params=PARAMS)
+    for name in ("ttft_s", "e2e_s", "tokens_per_s", "step_s"):
+        assert getattr(waves, name).item() == pytest.approx(getattr(static, name).item(), rel=1e-9), name
+
+
+def test_a_long_wave_waits_about_half_its_prefill_where_a_staggered_prompt_waits_for_its_own():
+    """256 prompts of 1,000 tokens, 8 per step: 32 steps, the mean prompt done after (32 + 1) / 2 of them; the
+    steady state (arrivals staggered) prefills one prompt and waits for a step or two."""
+    waves = _waves(256)
+    steady = evaluate_serving(MODEL, HERE, Request(input_tokens=1000, output_tokens=500), batch=256,
+                              mode="continuous", params=PARAMS)
+    assert waves.ttft_s.item() == pytest.approx(waves.prefill_s.item() * (32 + 1) / (2 * 32), rel=1e-9)
+    assert waves.ttft_s.item() > 10 * steady.ttft_s.item()
+
+
+def test_waves_need_the_prompts_on_the_decode_group():
+    split = Placement(name="disaggregated", prefill=GROUP, decode=GROUP)
+    with pytest.raises(WorkloadError, match="waves"):
+        evaluate_serving(MODEL, split, Request(input_tokens=1000, output_tokens=500), batch=8, mode="waves")
+
+
+def _row(tmp_path, batch=128, serving="waves", requests="", metric="ttft_ms"):
+    """A row in the shipped file's full format (its serving, requests and token_budget columns)."""
+    header = open(shipped_data()).readline()
+    fields = dict.fromkeys(header.strip().split(","), "") | dict(
+        id="WV1", source="https://example.org", stack="SGLang 0.5.0", hardware="h100-sxm", n_devices="1", tp="1",
+        model="llama-3.1-8b", weight_dtype="bf16", kv_dtype="bf16", batch=str(batch), serving=serving,
+        requests=str(requests), token_budget="8192", isl="1000", osl="1000", spec_method="none", draft_len="0",
+        metric=metric, value="1.0", grade="B")
+    path = tmp_path / "w.csv"
+    path.write_text(header + ",".join(fields.values()) + "\n")
+    return read_rows(path)[0]
+
+
+def test_a_waves_row_predicts_the_waves_ttft(tmp_path):
+    prof = shipped_profile()
+    waves, steady = _row(tmp_path), _row(tmp_path, serving="continuous")
+    params = row_params(prof, waves)
+    assert predict_row(waves, params) > 10 * predict_row(steady, params)
+
+
+def test_an_offline_run_of_waves_counts_each_waves_whole_e2e(tmp_path):
+    """384 requests at concurrency 128: three waves, each taking its E2E (prefill stalls included), so the run's
+    throughput is the wave's, not the decode steps' alone."""
+    prof = shipped_profile()
+    row = _row(tmp_path, requests=384, metric="output_tokens_per_s_total")
+    one_wave = _row(tmp_path, metric="output_tokens_per_s_total")
+    params = row_params(prof, row)
+    assert predict_row(row, params) == pytest.approx(predict_row(one_wave, params), rel=1e-9)
+    ttft = predict_row(_row(tmp_path, metric="ttft_ms"), params) / 1e3
+    itl = predict_row(_row(tmp_path, metric="itl_ms"), params) / 1e3
+    e2e = ttft + 999 * itl
+    assert predict_row(row, params) == pytest.approx(128 * 1000 / e2e, rel=1e-6)
+    assert math.isfinite(e2e)
