@@ -37,15 +37,15 @@ def golden() -> dict:
 
 def validation_header() -> str:
     """The measurements CSV header without the optional stack_version, dp, requests, poll_steps, token_budget,
-    max_batch, kv_memory_fraction, served-load, speculative-draft, compiled-shape, dp_balance, draft_kv_budget and
-    allreduce_fusion columns (the tests' rows use the older format, which must keep working)."""
+    max_batch, kv_memory_fraction, served-load, speculative-draft, compiled-shape, dp_balance, draft_kv_budget,
+    allreduce_fusion and prefill-pool columns (the tests' rows use the older format, which must keep working)."""
     from roofline.evidence.validate import shipped_data
     return (open(shipped_data()).readline().replace(",stack_version,", ",").replace(",dp,", ",")
             .replace(",requests,poll_steps,token_budget,max_batch,kv_memory_fraction,", ",")
             .replace(",lengths,p99_ttft_ms,p99_tpot_ms,chunked_prefill", "")
             .replace(",draft_model,tree_tokens,acceptance_rate", "")
             .replace(",compiled_batch,compiled_context,compiled_prompt", "").replace(",dp_balance", "")
-            .replace(",draft_kv_budget", "").replace(",allreduce_fusion", ""))
+            .replace(",draft_kv_budget", "").replace(",allreduce_fusion", "").replace(",prefill_tp,prefill_groups", ""))
 
 
 def write_rows(path, *rows: str):

@@ -112,3 +112,36 @@ def test_an_offline_run_of_waves_counts_each_waves_whole_e2e(tmp_path):
     e2e = ttft + 999 * itl
     assert predict_row(row, params) == pytest.approx(128 * 1000 / e2e, rel=1e-6)
     assert math.isfinite(e2e)
+
+
+# ------------------------------------------------------------------ a disaggregated deployment's prefill pool
+def _gb200_interactive(**change):
+    """MLPerf v5.1 GB200 NVL72 Interactive (ML082): 14 context servers at TP4 in front of 2 generation servers at TP8."""
+    row = next(r for r in read_rows(shipped_data()) if r.id == "ML082")
+    return attrs.evolve(row, fields={**row.fields, **change})
+
+
+def test_a_prefill_pool_takes_its_devices_out_of_the_decode_replicas():
+    """The pool's 56 GPUs prefill; the decode replicas are the other 16 at TP8 (two of them), and per device divides
+    by all 72. Without the pool the same 72 GPUs are nine aggregated TP8 replicas, a different deployment."""
+    prof = shipped_profile()
+    row = _gb200_interactive()
+    assert (row.get("prefill_tp"), row.get("prefill_groups"), row.get("tp"), row.get("n_devices")) == ("4", "14", "8", "72")
+    params = row_params(prof, row)
+    total = predict_row(row, params)
+    per_device = predict_row(_gb200_interactive(metric="output_tokens_per_s_per_device"), params)
+    assert per_device == pytest.approx(total / 72, rel=1e-9)
+    aggregated = predict_row(_gb200_interactive(prefill_tp="", prefill_groups=""), params)
+    assert aggregated != pytest.approx(total, rel=0.05)
+
+
+@pytest.mark.parametrize("change,reason", [
+    (dict(prefill_groups=""), "both prefill_tp and prefill_groups"),
+    (dict(tp=""), "decode groups' tp"),
+    (dict(prefill_groups="20"), "beside the prefill pool"),
+    (dict(batch="64"), "batch = slo rows"),
+])
+def test_a_prefill_pool_that_cannot_be_placed_is_refused_with_the_reason(change, reason):
+    from roofline.errors import RooflineError
+    with pytest.raises(RooflineError, match=reason):
+        predict_row(_gb200_interactive(**change), row_params(shipped_profile(), _gb200_interactive()))

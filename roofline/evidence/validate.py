@@ -56,7 +56,7 @@ COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "t
            "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill", "draft_model",
            "tree_tokens", "acceptance_rate", "compiled_batch", "compiled_context", "compiled_prompt", "dp_balance",
-           "draft_kv_budget", "allreduce_fusion")
+           "draft_kv_budget", "allreduce_fusion", "prefill_tp", "prefill_groups")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 #: Optional columns giving the shapes a static-shape engine (AWS Neuron) compiled, which its passes run in place of
@@ -194,7 +194,9 @@ def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, Any], bat
     max_tp = int(resolve_profile(device, params).max_tp)
     if tp_text or pp_text:
         tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
-        n = _int(row, "n_devices") if n_text else tp * pp
+        n = _int(row, "n_devices") - _prefill_pool_devices(row) if n_text else tp * pp
+        if n < tp * pp:
+            raise RooflineError(f"n_devices {n_text} leaves {n} devices beside the prefill pool for tp {tp} x pp {pp}")
         if n % (tp * pp):
             raise RooflineError(f"n_devices {n} is not a whole number of tp {tp} x pp {pp} replicas")
         return DeviceGroup(device=device, tp=tp, ep=ep, pp=pp, dp=dp), n // (tp * pp)
@@ -210,6 +212,23 @@ def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, Any], bat
         return bool(max_batch(model, g, context=context, params=params, **fmt) >= batch) and bool(
             prefill(model, g, prompt=isl, batch=batch, params=params, on_infeasible="nan", **fmt).fits)
     return smallest_group(fits, device, max_tp=max_tp), 1
+
+
+def _prefill_pool_devices(row: Row) -> int:
+    """Devices of a disaggregated row's prefill pool (``prefill_groups`` groups of ``prefill_tp``), 0 without one."""
+    if not (row.get("prefill_tp") or row.get("prefill_groups")):
+        return 0
+    if not (row.get("prefill_tp") and row.get("prefill_groups")):
+        raise RooflineError("a prefill pool needs both prefill_tp and prefill_groups")
+    if row.get("batch") != "slo":
+        raise RooflineError("a separate prefill pool (prefill_tp, prefill_groups) is predicted for batch = slo rows "
+                            "(the served-load queues); give it there or leave the columns empty")
+    if not row.get("tp"):
+        raise RooflineError("a prefill pool needs the decode groups' tp (the pool's devices are not a layout to search)")
+    tp, groups = _int(row, "prefill_tp"), _int(row, "prefill_groups")
+    if tp < 1 or groups < 1:
+        raise RooflineError(f"prefill_tp {tp} and prefill_groups {groups} must be whole numbers >= 1")
+    return tp * groups
 
 
 def _draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
@@ -474,6 +493,7 @@ def predict_row(row: Row, params: EngineParams, what_if: dict[str, Any] | None =
         raise RooflineError(f"unknown metric {metric!r}")
     if metric in SPEEDUP_BASIS:
         return _predict_speedup(row, params, what_if, memory_scale)
+    _prefill_pool_devices(row)   # a prefill pool is checked, and refused off the served-load rows, before any layout
     slo = row.get("batch") == "slo"
     if slo and not (row.get("p99_ttft_ms") and row.get("p99_tpot_ms")):
         raise RooflineError("the load is the largest that meets the publication's latency limits: give them in "
@@ -589,26 +609,33 @@ def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, Any], params: Engine
     """(total output tokens/s, the row's metric) at the largest Poisson rate whose p99 TTFT and p99 TPOT meet the
     row's limits (MLPerf Server and Interactive, whose LoadGen sends queries as a Poisson process:
     https://github.com/mlcommons/inference_policies/blob/c7dc5ea53dbf8a3de304531a803d2327ae46bc60/inference_rules.adoc#L141),
-    requests spread over the replicas. Its mean TTFT and TPOT are predicted at that rate too."""
+    requests spread over the replicas. Its mean TTFT and TPOT are predicted at that rate too. A disaggregated
+    deployment (``prefill_tp``, ``prefill_groups``: NVIDIA's v5.1 GB200 NVL72 Interactive run, 14 context servers at
+    TP4 in front of 2 generation servers at TP8) prefills in that pool and decodes on the row's tp x pp replicas."""
     if (row.get("spec_method") or "none") != "none":
         raise RooflineError("speculative decoding under load is not modelled")
     limits = {"ttft_p99_s": float(row.get("p99_ttft_ms")) / 1e3, "tpot_p99_s": float(row.get("p99_tpot_ms")) / 1e3}
     settings = {"token_budget": _int(row, "token_budget")} if row.get("token_budget") else {}
     if row.get("max_batch"):
         settings["max_slots"] = _int(row, "max_batch")
+    pool = _prefill_pool_devices(row)
+    placement = Placement(name=row.id, decode=group, prefill=attrs.evolve(group, tp=_int(row, "prefill_tp"), pp=1, ep=1,
+                                                                          dp=1) if pool else None)
+    if pool:   # a disaggregated deployment: its prefill groups form one pool in front of the decode replicas
+        settings["prefill_groups"] = _int(row, "prefill_groups")
     key = (row.get("model"), group.describe(), repr(group.device), replicas, row.get("lengths"), row.get("isl"),
-           row.get("osl"), tuple(limits.values()),
+           row.get("osl"), tuple(limits.values()), row.get("prefill_tp"), row.get("prefill_groups"),
            repr(params), tuple(sorted(fmt.items())), tuple(sorted(settings.items())))
     hit = _SLO_RATES.get(key)
     if hit is None:   # a run's throughput, TTFT and TPOT rows share one search
-        hit = _bounded(_SLO_RATES, key, (params, max_rate(model, Placement(name=row.id, decode=group),
+        hit = _bounded(_SLO_RATES, key, (params, max_rate(model, placement,
                                                           Workload(lengths=_row_lengths(row)), limits,
                                                           replicas=replicas, params=params, formats=fmt, **settings)))
     rate, r = hit[1]
     if rate <= 0:
         raise RooflineError("no load meets the latency limits")
     total = float(r.output_tokens_per_s[0])
-    value = {"output_tokens_per_s_total": total, "output_tokens_per_s_per_device": total / (group.count * replicas),
+    value = {"output_tokens_per_s_total": total, "output_tokens_per_s_per_device": total / (group.count * replicas + pool),
              "ttft_ms": float(r.ttft_mean_s[0]) * 1e3, "itl_ms": float(r.tpot_mean_s[0]) * 1e3}
     if row.get("metric") not in value:
         raise RooflineError(f"{row.get('metric')} is not predicted at a latency-bound load")
