@@ -49,6 +49,7 @@ from ..specs.params import (
     with_stack_settings,
 )
 from ..specs.resolve import resolve_device, resolve_model
+from .row_labels import ENERGY_METRICS, row_kind, stack_version
 from .workers import check_jobs, workers
 
 COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model",
@@ -80,8 +81,6 @@ SPEEDUP_BASIS = {"speedup": "output_tokens_per_s_total", "decode_speedup": "deco
 GRADES = ("A", "B", "C", "D")
 #: Tensor-parallel degrees a layout is chosen from.
 TP_CHOICES = (1, 2, 4, 8, 16, 32)
-#: Metrics of energy (reported apart from time: a different model with different errors).
-ENERGY_METRICS = ("energy_per_token_j", "power_w")
 #: Stacks timed in-process (an offline benchmark or harness, no HTTP server): their TTFT has no request overhead.
 IN_PROCESS = re.compile(r"bench|gptsession|mlperf|gpt-fast|torchao", re.IGNORECASE)
 
@@ -781,18 +780,6 @@ def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:
     return out
 
 
-def row_kind(row: Row) -> str:
-    """What a row tests: ``energy``, ``load`` (a latency-bound load: MLPerf Server and Interactive, predicted by
-    the queues), ``spec`` (a speculative setup's time or speedup: the draft, the verify pass and the measured
-    acceptance, reported apart from plain decoding) or ``time`` (a stated batch or concurrency, or the largest
-    that fits)."""
-    if row.get("metric") in ENERGY_METRICS:
-        return "energy"
-    if row.get("batch") == "slo":
-        return "load"
-    return "spec" if (row.get("spec_method") or "none") != "none" else "time"
-
-
 def _memory_sensitivity(row: Row, params: EngineParams, predicted: float) -> float | None:
     """How far a ``batch = max`` row's prediction moves for :data:`CLIFF_MEMORY_CHANGE` less usable memory (a
     relative change); None for a row whose batch memory does not set, or that no longer fits."""
@@ -803,24 +790,3 @@ def _memory_sensitivity(row: Row, params: EngineParams, predicted: float) -> flo
     except RooflineError:
         return None
     return (tight - predicted) / predicted
-
-
-_VERSION = re.compile(r"(?<![\w.])v?(\d+\.\d+(?:\.\d+){0,2}(?:[.-]?(?:post|rc|dev|a|b)\d*)?)", re.IGNORECASE)
-_ENGINE = re.compile(r"(?:vllm|sglang|tensorrt-llm|trt-llm|tensorrt|nim|habana|neuron sdk|jetstream|gaudi software)\s+",
-                     re.IGNORECASE)
-
-
-def stack_version(row: Row) -> str:
-    """The serving stack's version a row was measured with: its ``stack_version`` column, else the first version
-    number its ``stack`` names, an engine's before any other ("vLLM 0.13.0" -> "0.13.0", "TensorRT-LLM v0.17 (...)"
-    -> "0.17", "MLPerf v5.1 AMD vLLM 0.9.0.2" -> "0.9.0.2"); "" when neither gives one."""
-    given = row.get("stack_version").strip()
-    if given:
-        return given
-    stack = row.get("stack")
-    engines = list(_ENGINE.finditer(stack))   # "MLPerf v5.1 AMD vLLM 0.9.0.2": the engine's, not the round's
-    for engine in engines:
-        if m := _VERSION.match(stack, engine.end()):
-            return m.group(1)
-    m = None if engines else _VERSION.search(stack)
-    return m.group(1) if m else ""
