@@ -145,3 +145,11 @@ def test_a_prefill_pool_that_cannot_be_placed_is_refused_with_the_reason(change,
     from roofline.errors import RooflineError
     with pytest.raises(RooflineError, match=reason):
         predict_row(_gb200_interactive(**change), row_params(shipped_profile(), _gb200_interactive()))
+
+
+def test_a_poisson_rate_is_refused_for_modes_without_arrivals(run_cli):
+    """The --rate table queues Poisson arrivals on continuous batching: a static batch or a lock-step wave has none."""
+    for mode in ("static", "waves"):
+        code, _, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100", "--batch", "64",
+                               "--mode", mode, "--rate", "5")
+        assert code == 2 and "no arrivals to queue" in err and len(err.strip().splitlines()) == 1

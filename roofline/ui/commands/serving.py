@@ -172,6 +172,9 @@ def _placement_item(args: argparse.Namespace, c: Any, run: ServingRun) -> dict[s
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     if args.rate is None:
         refuse_rate_options_without_rate(args)
+    elif args.mode != "continuous":
+        raise UsageError(f"--rate queues Poisson arrivals on continuously batched replicas; --mode {args.mode} has no "
+                         "arrivals to queue (drop --rate, or use --mode continuous)")
     wi = what_if(args)
     devices = _placement_devices(args, wi)
     gamma = 5 if args.gamma is None else args.gamma
