@@ -35,8 +35,8 @@ def test_self_speculation_speedup_grows_with_batch_at_long_context():
     gains = [speculative_round(**KW, draft="llama-3.1-8b", draft_kv_budget=512, gamma=3, batch=b,
                                context=32000).speedup.item() for b in (16, 32, 64, 128)]
     assert 1 < gains[0] < gains[1] < gains[2] < gains[3]
-    whole = speculative_round(**KW, draft="llama-3.1-8b", draft_kv_budget=10**6, gamma=3, batch=32, context=32000)
-    assert whole.speedup.item() < 1
+    near = speculative_round(**KW, draft="llama-3.1-8b", draft_kv_budget=31_000, gamma=3, batch=32, context=32000)
+    assert near.speedup.item() < 1   # a budget holding nearly all of it: the draft step costs nearly a target step
 
 
 def test_self_speculation_holds_the_weights_once():
@@ -99,3 +99,15 @@ def test_cli_a_budget_that_holds_the_context_is_refused_for_self_and_noted_for_a
     code, out, _ = run_cli("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b", "--verify-on", "h100-sxm:4",
                            "--alpha", "0.8", "--context", "8192", "--draft-kv-budget", "9000")
     assert code == 0 and "as without a budget" in " ".join(out.split())
+
+
+def test_the_library_refuses_self_speculation_without_a_budget_below_the_context():
+    """The same checks as the CLI's, in the round every door reaches (speculative_round, evaluate_serving): over
+    its whole cache the target drafts exactly what it verifies."""
+    kw = dict(target="llama-3.1-8b", verify_on="h100-sxm", draft="llama-3.1-8b", acceptance=0.8, gamma=3, batch=8,
+              context=8192)
+    for budget, reason in ((None, "needs draft_kv_budget"), (9000, "holds the whole context"),
+                           (8192, "holds the whole context")):
+        with pytest.raises(WorkloadError, match=reason):
+            speculative_round(draft_kv_budget=budget, **kw)
+    assert speculative_round(draft_kv_budget=8191, **kw).speedup.item() > 0

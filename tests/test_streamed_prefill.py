@@ -168,3 +168,6 @@ def test_the_ridge_is_a_what_if_only_where_the_what_if_moves_it(run_cli):
     assert "(datasheet)" in " ".join(out.split())
     _, out, _ = run_cli(*base, "groq-lpu.sram.bandwidth=100 TB/s")
     assert "FLOP/B (what-if)" in " ".join(out.split())
+    # a peak the model's weights do not compute in leaves the ridge where the datasheet put it
+    _, out, _ = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--context", "1024", "--set", "h100-sxm.compute.fp4=5 PFLOP/s")
+    assert "FLOP/B (datasheet)" in " ".join(out.split())

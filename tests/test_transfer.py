@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import roofline as rl
-from roofline.evidence.validate import Row, read_rows, shipped_data, stack_version, validate
+from roofline.evidence.row_labels import stack_version
+from roofline.evidence.validate import Row, read_rows, shipped_data, validate
 from roofline.specs.intervals import (
     Score,
     conformal_bounds,

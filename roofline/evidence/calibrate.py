@@ -71,7 +71,8 @@ from .fit_space import (
 )
 from .layer_fit import SMALL_MODEL_PARAMS, LayerFit, fit_layer_overhead
 from .power_fit import NO_FLOOR, POWER_GRIDS, PowerFit, fit_power_floor
-from .validate import ENERGY_METRICS, Row, predict_row, row_params, row_stack_family, shipped_data
+from .row_labels import ENERGY_METRICS
+from .validate import Row, predict_row, row_params, row_stack_family, shipped_data
 from .workers import Workers, check_jobs
 from .workers import workers as workers_for
 

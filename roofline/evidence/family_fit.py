@@ -41,7 +41,8 @@ from ..specs.execution import family_profile
 from ..specs.params import EngineParams, with_values
 from ..specs.resolve import resolve_device
 from .calibrate import fitted_row
-from .validate import ENERGY_METRICS, Row, predict_row
+from .row_labels import ENERGY_METRICS
+from .validate import Row, predict_row
 
 #: The families whose profiles this module fits (the dataflow families keep their per-layer latency fit,
 #: :func:`roofline.evidence.calibrate.fit_layer_overhead`).

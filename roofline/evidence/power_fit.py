@@ -14,7 +14,8 @@ from ..specs.execution import resolve_profile
 from ..specs.params import Profile
 from ..specs.resolve import resolve_device
 from .fit_space import row_family
-from .validate import ENERGY_METRICS, Row, predict_row, row_params
+from .row_labels import ENERGY_METRICS
+from .validate import Row, predict_row, row_params
 from .workers import Workers, check_jobs
 from .workers import workers as workers_for
 

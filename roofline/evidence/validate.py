@@ -30,25 +30,23 @@ from ..physics.stages import max_batch, prefill
 from ..serving.load import Workload, max_rate
 from ..serving.placements import smallest_group
 from ..serving.serve import CompiledShapes, Placement, Request, evaluate_serving, offline_tokens_per_s
-from ..serving.trust import platform
 from ..specs.devices import Device, override
 from ..specs.execution import family_profile, resolve_profile
 from ..specs.files import read_text
 from ..specs.formats import get_format
 from ..specs.groups import DeviceGroup
-from ..specs.intervals import DEFAULT_LEVEL, METRIC_KINDS, IntervalTable, shipped_intervals
 from ..specs.lengths import Lengths, shipped_lengths
 from ..specs.models import ModelSpec
 from ..specs.params import (
     STACK_SET,
     EngineParams,
     Profile,
-    family_chain,
     shipped_profile,
     stack_family,
     with_stack_settings,
 )
 from ..specs.resolve import resolve_device, resolve_model
+from .row_intervals import with_row_intervals
 from .row_labels import ENERGY_METRICS, row_kind, stack_version
 from .workers import check_jobs, workers
 
@@ -193,11 +191,11 @@ def _layout(row: Row, model: ModelSpec, device: Device, fmt: dict[str, Any], bat
     max_tp = int(resolve_profile(device, params).max_tp)
     if tp_text or pp_text:
         tp, pp = _int(row, "tp", 1), _int(row, "pp", 1)
-        n = _int(row, "n_devices") - _prefill_pool_devices(row) if n_text else tp * pp
-        if n < tp * pp:
-            raise RooflineError(f"n_devices {n_text} leaves {n} devices beside the prefill pool for tp {tp} x pp {pp}")
-        if n % (tp * pp):
-            raise RooflineError(f"n_devices {n} is not a whole number of tp {tp} x pp {pp} replicas")
+        pool = _prefill_pool_devices(row)
+        n = _int(row, "n_devices") - pool if n_text else tp * pp
+        beside = f" (n_devices {n_text} less the prefill pool's {pool})" if pool else ""
+        if n < tp * pp or n % (tp * pp):
+            raise RooflineError(f"{n} devices{beside} are not a whole number of tp {tp} x pp {pp} replicas")
         return DeviceGroup(device=device, tp=tp, ep=ep, pp=pp, dp=dp), n // (tp * pp)
     if n_text:
         n = _int(row, "n_devices")
@@ -228,6 +226,21 @@ def _prefill_pool_devices(row: Row) -> int:
     if tp < 1 or groups < 1:
         raise RooflineError(f"prefill_tp {tp} and prefill_groups {groups} must be whole numbers >= 1")
     return tp * groups
+
+
+def _pool_group(row: Row, model: ModelSpec, decode: DeviceGroup, fmt: dict[str, Any], params: EngineParams) -> DeviceGroup:
+    """One group of a row's prefill pool: ``prefill_tp`` devices of the decode group's kind in tensor parallelism
+    (the columns give no pipeline, expert or attention data parallelism), which must hold one prompt's prefill."""
+    tp = _int(row, "prefill_tp")
+    try:
+        group = DeviceGroup(device=decode.device, tp=tp)
+        fits = prefill(model, group, prompt=_int(row, "isl"), params=params, on_infeasible="nan", **fmt).fits
+    except RooflineError as e:
+        raise RooflineError(f"prefill_tp {tp}: {e}") from None
+    if not np.all(fits):
+        raise RooflineError(f"prefill_tp {tp}: one prompt's prefill does not fit a prefill group of {tp} "
+                            f"{decode.device.id}")
+    return group
 
 
 def _draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
@@ -286,9 +299,6 @@ def _placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Acceptance
     budget = _int(row, "draft_kv_budget") if row.get("draft_kv_budget") else None
     if budget is not None and budget < 1:
         raise RooflineError(f"draft_kv_budget = {budget}: the draft's KV budget is at least one token")
-    if row.get("draft_model") == "self" and budget is None:
-        raise RooflineError("draft_model self (the target drafting for itself) needs draft_kv_budget: over the same "
-                            "KV cache it would draft what it verifies")
     placement = Placement(name=row.id, decode=group, draft_kind=kind, draft_model=draft,
                           head_layers=1 if kind == "medusa" else layers, tree_tokens=tree, draft_kv_budget=budget)
     return placement, gamma, _acceptance(row, gamma)
@@ -576,8 +586,7 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, Any], params: EngineP
         raise RooflineError(r.energy_note)
     n = group.count * replicas
     # an offline run's waves each take osl x TPOT, or a lock-step wave's whole E2E (its prefill stalls included)
-    per_token = "tpot_s" if row.get("serving") != "waves" else "e2e_s"
-    scale = 1.0 if row.get("serving") != "waves" else 1.0 / osl
+    per_token, scale = ("e2e_s", 1.0 / osl) if row.get("serving") == "waves" else ("tpot_s", 1.0)
     total = (float(offline_tokens_per_s(per, float(b), at(per_token) * scale, at(per_token, 1) * scale if rest else 0.0))
              * replicas if row.get("requests") else at("tokens_per_s") * replicas)
     value = {"decode_tokens_per_s_per_user": at("tokens_per_s_per_user"), "itl_ms": at("tpot_s") * 1e3,
@@ -618,8 +627,7 @@ def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, Any], params: Engine
     if row.get("max_batch"):
         settings["max_slots"] = _int(row, "max_batch")
     pool = _prefill_pool_devices(row)
-    placement = Placement(name=row.id, decode=group, prefill=attrs.evolve(group, tp=_int(row, "prefill_tp"), pp=1, ep=1,
-                                                                          dp=1) if pool else None)
+    placement = Placement(name=row.id, decode=group, prefill=_pool_group(row, model, group, fmt, params) if pool else None)
     if pool:   # a disaggregated deployment: its prefill groups form one pool in front of the decode replicas
         settings["prefill_groups"] = _int(row, "prefill_groups")
     key = (row.get("model"), group.describe(), repr(group.device), replicas, row.get("lengths"), row.get("isl"),
@@ -712,37 +720,6 @@ def _validate(rows: list[Row], prof: Profile, jobs: int) -> Validation:
         outcomes = _validate_share(rows, prof) if pool is None else pool.map_rows(_validate_share, rows, prof)
     done = with_row_intervals([o for o in outcomes if "error" in o], {r.id: r for r in rows})
     return Validation(rows=done, skipped=[o for o in outcomes if "reason" in o])
-
-
-def with_row_intervals(results: list[dict[str, Any]], rows: dict[str, Row],
-                       level: float = DEFAULT_LEVEL) -> list[dict[str, Any]]:
-    """Each predicted row with ``predicted_low`` and ``predicted_high``: the interval at ``level`` from the
-    shipped held-out errors of every publication but the row's own (so a shipped row's interval never saw it),
-    and ``covered`` (the measurement inside it). Rows of a metric no interval covers get None."""
-    table, tables = shipped_intervals(), {}
-    found: dict[tuple[str, str, str, str], Any] = {}
-    for r in results:
-        row, (kind, rate) = rows[r["id"]], METRIC_KINDS.get(r["metric"], (None, False))
-        r["predicted_low"] = r["predicted_high"] = r["covered"] = None
-        if kind is None:
-            continue
-        src = row.get("source")
-        if src not in tables:
-            tables[src] = IntervalTable(scores=tuple(s for s in table.scores if s.source != src))
-        dev = resolve_device(row.get("hardware"))
-        stack = family_chain(r["stack_family"])[-1] if dev.family == "gpu" else "*"
-        key = (src, platform(dev), stack, kind)
-        if key not in found:   # a publication's rows share a few intervals: each is computed once
-            try:
-                found[key] = tables[src].interval(platform(dev), stack, kind, level)
-            except RooflineError:
-                found[key] = None
-        iv = found[key]
-        if iv is None:
-            continue
-        lo, hi = iv.bounds(r["predicted"], rate=rate)
-        r.update(predicted_low=lo, predicted_high=hi, covered=bool(lo <= r["measured"] <= hi))
-    return results
 
 
 def _validate_share(rows: list[Row], prof: Profile) -> list[dict[str, Any]]:

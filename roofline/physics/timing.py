@@ -502,7 +502,7 @@ def _plan(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any,
                     memory=memory_terms(model, group, formats, counts.work, batch=B, new_tokens=n,
                                         logits_per_seq=logits_per_seq, params=prof, rider=(chunks, chunk_tokens)),
                     communication_s=group_communication_s(model, group, formats.activation, counts.work.tokens, prof),
-                    overhead_s=overhead, ridge_flop_per_byte=_ridge(model, group, formats))
+                    overhead_s=overhead, ridge_flop_per_byte=datasheet_ridge(model, group, formats))
 
 
 def evaluate_pass(model: ModelSpec, group: DeviceGroup, formats: Formats, *, batch: Any, new_tokens: Any,
@@ -576,7 +576,7 @@ def main_compute_class(model: ModelSpec, device: Device, formats: Formats) -> st
     return compute_class(formats.expert if model.is_moe else formats.weight, formats.activation, device)[0]
 
 
-def _ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
+def datasheet_ridge(model: ModelSpec, group: DeviceGroup, formats: Formats) -> float:
     """Datasheet ridge point (FLOP per byte of the first tier) of the model's main weight class."""
     cls = main_compute_class(model, group.device, formats)
     peak, bw = group.device.peak_flop_per_s.get(cls), group.device.memory[0].bandwidth_bytes_per_s
@@ -632,7 +632,7 @@ def assemble(*, stage: str, model: ModelSpec, group: DeviceGroup, formats: Forma
         attention_compute_s=full(attention_s[0] if attention_s else 0.0),
         kv_memory_s=full(attention_s[1] if attention_s else 0.0), kernel_overlap=attention_s is not None,
         dequant_s=full(dequant_s),
-        ridge_flop_per_byte=_ridge(model, group, formats) if ridge_flop_per_byte is None else ridge_flop_per_byte,
+        ridge_flop_per_byte=datasheet_ridge(model, group, formats) if ridge_flop_per_byte is None else ridge_flop_per_byte,
         weights_per_device_bytes=full(weights), usable_per_device_bytes=float(usable), fits=fits, footprint=footprint,
         family=profile.family, busy_floor_fraction=profile.busy_floor_fraction,
         compute_power_weight=profile.compute_power_weight, memory_power_weight=profile.memory_power_weight)

@@ -134,7 +134,8 @@ def enumerate_placements(model: ModelSpec, devices: Sequence[Device], request: R
                 cache[key] = Failure(stage=stage, device=dev.id, reason=str(e))
         return cache[key]
 
-    return _assemble(m, kinds, dm, group_for, links, ride=mode == "continuous")
+    # prompts ride the decode group's steps (continuous) or its prefill steps (a wave, which has no prefill group)
+    return _assemble(m, kinds, dm, group_for, links, ride=mode in ("continuous", "waves"), split=mode != "waves")
 
 
 def placement_name(prefill: Device | None, decode: Device, draft: Device | None, *, speculative: bool) -> str:
@@ -146,9 +147,9 @@ def placement_name(prefill: Device | None, decode: Device, draft: Device | None,
 
 
 def _assemble(m: ModelSpec, kinds: list[Device], dm: ModelSpec | None, group_for: Any,
-              links: dict[str, Any], *, ride: bool) -> list[Candidate]:
+              links: dict[str, Any], *, ride: bool, split: bool = True) -> list[Candidate]:
     out: list[Candidate] = []
-    prefill_options: list[Device | None] = [None, *kinds]
+    prefill_options: list[Device | None] = [None, *kinds] if split else [None]
     draft_options: list[Device | None] = [None, *kinds] if dm is not None else [None]
     for pre, dec, dra in itertools.product(prefill_options, kinds, draft_options):
         name = placement_name(pre, dec, dra, speculative=dm is not None)

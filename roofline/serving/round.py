@@ -111,6 +111,20 @@ class Drafter:
         a bounded KV cache), so devices that hold both hold those weights once."""
         return self.kind == "model" and self.model is not None and self.model.id == target.id
 
+    def check_self(self, target: ModelSpec, context: Any) -> None:
+        """Self-speculation (the target drafting for itself) needs a KV budget below the context: over the same
+        whole cache it would draft exactly what it verifies and gain nothing (MagicDec's self-speculation drafts
+        through a StreamingLLM cache of a few hundred tokens: https://arxiv.org/abs/2408.11049)."""
+        if not self.shares_weights(target):
+            return
+        if self.kv_budget is None:
+            raise WorkloadError("the target drafting for itself (self-speculation) needs draft_kv_budget: over the "
+                                "same KV cache it would draft what it verifies")
+        if np.all(self.kv_budget >= np.asarray(context, dtype=float)):
+            raise WorkloadError(f"draft_kv_budget {self.kv_budget:,} holds the whole context "
+                                f"({float(np.max(context)):,.0f} tokens): the target would draft over its own full "
+                                "cache and gain nothing; give a budget below it")
+
     def for_target(self, target: ModelSpec) -> ModelSpec:
         """The model that runs the draft steps; a separate draft must share the target's tokenizer."""
         if self.kind in MODEL_FREE_KINDS:
@@ -296,6 +310,8 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
     G = np.asarray(gamma, dtype=float)
     tg, fmt = plan.target_group, plan.target_formats
     stage = "verify" if plan.drafter is not None else "decode"
+    if plan.drafter is not None:
+        plan.drafter.check_self(plan.target, context)
 
     verified = G + 1 if plan.tree_tokens is None else np.where(G > 0, float(plan.tree_tokens), 1.0)
 

@@ -20,7 +20,7 @@ Serving modes (docs/theory.md §6):
 * ``static``: the whole batch is prefilled, then decoded together.
 * ``waves``: ``batch`` prompts arrive together and are prefilled in steps of the token budget before the wave
   decodes, as a fixed-length ``--max-concurrency`` benchmark runs on a scheduler that puts prompts before
-  decodes: the mean TTFT is about half the wave's prefill (:func:`_wave_prefill`).
+  decodes: the mean TTFT is about half the wave's prefill (:mod:`roofline.serving.waves`).
 
 TPOT is the step (or speculative round, :mod:`roofline.serving.round`) time over
 tokens per step, E2E = TTFT + (osl - 1) TPOT, interactivity = 1 / TPOT, and
@@ -49,7 +49,6 @@ from ..physics.timing import StageResult, require_feasible, spread
 from ..records import ArrayRecord
 from ..specs.execution import resolve_profile
 from ..specs.formats import Formats, check_format_keys
-from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..specs.placement import Placement
@@ -57,6 +56,7 @@ from ..specs.prices import Prices, shipped_prices
 from ..units import format_quantity
 from ..workload import check_count, check_gamma, check_grid, check_instance, check_whole, counts
 from .round import Drafter, Round, RoundPlan, run_round
+from .waves import wave_prefill
 
 Array = NDArray[np.float64]
 MODES = ("continuous", "static", "waves")
@@ -412,9 +412,11 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
                    params: EngineParams) -> _Prefill:
     isl = request.input_tokens
     kw: dict[str, Any] = dict(params=params, on_infeasible="nan", **fmt.names())
-    if mode == "waves":
-        return _wave_prefill(model, placement.decode, request, kw, batch=batch, chunk=chunk,
-                             whole=params.chunked_prefill is False)
+    if mode == "waves":   # the wave's prompts arrive together and are prefilled before it decodes (waves.py)
+        w = wave_prefill(model, placement.decode, prompt_tokens=isl, batch=batch, budget_tokens=chunk,
+                         whole=params.chunked_prefill is False, kw=kw)
+        return _Prefill(result=w.step, mixed=False, time_s=w.time_s, kv_transfer_s=np.zeros(batch.shape),
+                        ttft_s=w.ttft_s, fits=w.fits, batch=np.minimum(batch, w.prompts_per_step))
     aggregated = placement.prefill is None
     if aggregated and mode == "continuous":
         # the new prompt is prefilled in chunks of up to `chunk` tokens (whole where the stack does not chunk) as
@@ -445,36 +447,6 @@ def _prefill_phase(model: ModelSpec, placement: Placement, request: Request, fmt
                     batch=p_batch)
 
 
-def _wave_prefill(model: ModelSpec, group: DeviceGroup, request: Request, kw: dict[str, Any], *, batch: Array,
-                  chunk: int, whole: bool) -> _Prefill:
-    """A wave of ``batch`` prompts that arrive together and are prefilled before the wave decodes: a closed-loop
-    benchmark of ``batch`` clients with exact lengths (``--max-concurrency``, fixed lengths, ``ignore_eos``) on a
-    scheduler that runs waiting prompts before decode steps (SGLang without ``--enable-mixed-chunk``; ROCm ATOM,
-    whose scheduler returns a prefill batch whenever a prompt waits:
-    https://github.com/ROCm/ATOM/blob/2f7130649/atom/model_engine/scheduler.py), so every request of a wave ends
-    on the same step and the next wave's prompts arrive at once. Each prefill step takes k = floor(budget / isl)
-    whole prompts (one, in chunks, when a prompt is longer than the budget); with n = ceil(B / k) steps of time T
-    and r = B - (n - 1) k prompts in the last (time T_r), prompt j's first token comes when its step ends, so the
-    wave's prefill is W = (n - 1) T + T_r and the mean TTFT is (k T n (n - 1) / 2 + r W) / B: about half the
-    wave's prefill, where a staggered steady state waits for one prompt's. The detailed count is checked against
-    a step-by-step replay in tests/test_waves.py."""
-    isl = request.input_tokens
-    per_step = max(1, chunk // isl)
-    chunked = isl > chunk and not whole
-
-    def run(b: Any) -> StageResult:
-        return prefill(model, group, prompt=isl, batch=b, chunk=chunk if chunked else None, **kw)
-    steps = np.ceil(batch / per_step)
-    rest = batch - (steps - 1) * per_step
-    full, last = run(float(per_step)), run(rest)
-    wave_s = (steps - 1) * full.time_s + last.time_s
-    mean_ttft_s = (per_step * full.time_s * steps * (steps - 1) / 2 + rest * wave_s) / batch
-    fits = np.where(steps > 1, full.fits, True) & last.fits
-    return _Prefill(result=full if np.any(steps > 1) else last, mixed=False, time_s=wave_s,
-                    kv_transfer_s=np.zeros(batch.shape), ttft_s=mean_ttft_s, fits=fits,
-                    batch=np.minimum(batch, per_step))
-
-
 def kv_transfer_s(model: ModelSpec, placement: Placement, kv_format: str, input_tokens: ArrayLike, prefill_s: Any,
                   batch: Any = 1.0) -> Array:
     """Time the KV of ``batch`` prompts of ``input_tokens`` adds on its way to the decode group: the link's latency
@@ -486,15 +458,16 @@ def kv_transfer_s(model: ModelSpec, placement: Placement, kv_format: str, input_
     return np.maximum(0.0, raw - np.asarray(prefill_s) * (1 - 1 / model.num_layers))
 
 
-def _tokens_per_s(placement: Placement, pre: _Prefill, *, mode: str, B: Array, E: Array, step: Array, e2e: Array,
-                  osl: int) -> Array:
-    """Output tokens per second of one replica: the steady state's B E per step; a static batch's or a wave's B osl
-    per cycle (its E2E); disaggregated, the slower of the prefill group's batch and the decode's."""
+def _tokens_per_s(placement: Placement, pre: _Prefill, *, mode: str, B: Array, E: Array, step_s: Array,
+                  e2e_s: Array, osl: int) -> Array:
+    """Output tokens per second of one replica (docs/theory.md §3.6, §6): the steady state's B E per step; a static
+    batch's or a wave's B osl per cycle (its E2E); disaggregated, B osl over the slower of the prefill group's
+    batch and the decode's rounds."""
     if mode == "continuous":
-        return B * E / step
+        return B * E / step_s
     if placement.prefill is None:
-        return B * osl / e2e
-    return B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step / E)
+        return B * osl / e2e_s
+    return B * osl / np.maximum(pre.time_s + pre.kv_transfer_s, (osl - 1) * step_s / E)
 
 
 def _devices_by_group(placement: Placement, pre: _Prefill, *, mode: str, tokens_per_s: Array, osl: int,
@@ -543,6 +516,16 @@ def _usd_per_hour(placement: Placement, devices: dict[str, Array], power_w: Arra
     return usd + (np.nan_to_num(power_w) / 1000 * prices.usd_per_kwh if prices.usd_per_kwh else 0.0)
 
 
+def _check_scheduler(mode: str, chunk: Any, poll_steps: Any) -> None:
+    """The scheduler's settings: whole numbers, and polling only where prompts arrive between polls."""
+    for name, v in (("chunk (tokens per step)", chunk), ("poll_steps (decode steps between polls)", poll_steps)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
+    if mode != "continuous" and poll_steps != 1:
+        raise WorkloadError(f"poll_steps delays prompts that arrive between a continuous scheduler's polls; mode "
+                            f"{mode} has no such arrivals (poll_steps = {poll_steps})")
+
+
 def _checked(placement: Placement, *, batch: ArrayLike, gamma: ArrayLike, acceptance: Acceptance | float | None,
              mode: str, prefill_batch: int) -> tuple[Array, Array, Acceptance | None]:
     if mode not in MODES:
@@ -589,9 +572,7 @@ def evaluate_serving(model: ModelSpec, placement: Placement, request: Request, *
                          prefill_batch=prefill_batch)
     p, _, _ = (check_instance("params", params, EngineParams) or default_params(),
                check_instance("power", power, PowerModel, optional=False), check_instance("prices", prices, Prices))
-    for name, v in (("chunk (tokens per step)", chunk), ("poll_steps (decode steps between polls)", poll_steps)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise WorkloadError(f"{name} must be a whole number >= 1, got {v!r}")
+    _check_scheduler(mode, chunk, poll_steps)
     isl, osl = request.input_tokens, request.output_tokens
     shapes, ran, Bd = _compiled(request, shapes, B)   # ran: the request padded to the compiled prompt
     fmt, fmt_prefill = _target_formats(m, placement, check_format_keys(target_formats, "target_formats"))
@@ -618,8 +599,10 @@ def evaluate_serving(model: ModelSpec, placement: Placement, request: Request, *
     # a wave's requests all end on its last step: each one's E2E runs from the wave's start (TPOT then carries the
     # prompts prefilled after its own); elsewhere a request starts decoding at its first token
     e2e = (pre.time_s + overhead if mode == "waves" else pre.ttft_s) + (osl - 1) * step / E
-    tpot = (e2e - pre.ttft_s) / (osl - 1) if mode == "waves" and osl > 1 else step / E
-    tokens_per_s = _tokens_per_s(placement, pre, mode=mode, B=B, E=E, step=step, e2e=e2e, osl=osl)
+    tpot = step / E
+    if mode == "waves":   # one output token: no token after the first, so no time per output token
+        tpot = (e2e - pre.ttft_s) / (osl - 1) if osl > 1 else np.full(B.shape, np.nan)
+    tokens_per_s = _tokens_per_s(placement, pre, mode=mode, B=B, E=E, step_s=step, e2e_s=e2e, osl=osl)
     fits = rnd.fits & pre.fits & (budget.keeps_up if budget else True)
     note = ""
     devices = _devices_by_group(placement, pre, mode=mode, tokens_per_s=tokens_per_s, osl=osl, shape=B.shape)

@@ -231,7 +231,8 @@ def add_request(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--token-budget", type=positive, default=DEFAULT_TOKEN_BUDGET, metavar="TOKENS",
                     help="tokens one step may process, decode tokens and prompt chunks together (vLLM "
                          "--max-num-batched-tokens; SGLang's --chunked-prefill-size caps the prompt part; default "
-                         f"{DEFAULT_TOKEN_BUDGET}); continuous mode, placements whose prompts run on the decode group")
+                         f"{DEFAULT_TOKEN_BUDGET}); continuous and waves modes, placements whose prompts run on the "
+                         "decode group")
     sp.add_argument("--poll-steps", type=positive, default=1, metavar="N",
                     help="decode steps between the scheduler's polls for new requests (SGLang "
                          "--scheduler-recv-interval; default 1); continuous mode, prompts on the decode group")
@@ -264,6 +265,9 @@ def serving_knobs(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode == "static" and scheduler_note(args):
         raise UsageError("--token-budget and --poll-steps set the continuous-batching scheduler; --mode static "
                          "runs whole batches without one")
+    if args.mode == "waves" and args.poll_steps != 1:
+        raise UsageError("--poll-steps delays prompts that arrive between polls; --mode waves has a wave's prompts "
+                         "arrive together when the last one ends (its prefill steps follow --token-budget)")
     return {"chunk": args.token_budget, "poll_steps": args.poll_steps}
 
 

@@ -196,10 +196,13 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
             items.append(_placement_item(args, c, run))
     title = (f"placements of {args.target}, {args.isl} in / {args.osl} out, batch {args.batch}"
              + (f", gamma {gamma} (speculative)" if args.draft else "") + f", {args.mode}" + scheduler_note(args))
+    pools = ("fractional devices are prefill groups counted by the share of time they are busy, so their TTFT is "
+             "one prompt's prefill with no wait for prompts ahead of it (a lower bound under load)."
+             if args.mode != "waves" else "a wave's prompts are prefilled on the decode group, its TTFT the mean of "
+             "theirs (about half the wave's prefill).")
     caption = ("Each stage on the smallest group that holds it, in its device family's layout (--json has the "
-               "groups). Throughput, devices and power per replica; fractional devices are prefill groups counted "
-               "by the share of time they are busy, so their TTFT is one prompt's prefill with no wait for prompts "
-               "ahead of it (a lower bound under load)." + (f" What-if: {', '.join(wi.describe())}." if wi else "")
+               "groups). Throughput, devices and power per replica; " + pools
+               + (f" What-if: {', '.join(wi.describe())}." if wi else "")
                + context_note(target, args.isl + args.osl) + idle_note(devices)
                + stream_note([c.placement for c in cands if c.placement is not None and not c.failures], run.params))
     unplaceable = [{"device": dev, "stages": sorted(set(stages)), "reason": reason}
@@ -277,13 +280,17 @@ def _why_all_empty(configs: list[dict[str, Any]], results: list[Any], token_budg
 
 
 def _check_pareto(args: argparse.Namespace, placements: list[Placement], acc: Any, prices: Any) -> None:
-    """Refuse options the placements cannot use: an acceptance or a gamma with no speculative placement, and
-    --axis usd with a device that has no price."""
+    """Refuse options the placements cannot use: an acceptance or a gamma with no speculative placement, a wave
+    with a separate prefill group, and --axis usd with a device that has no price."""
     drafts = ("draft=GROUP or draft=target with --draft, or draft-kind=mtp); none of these placements drafts")
     if acc is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
         raise UsageError("an acceptance (--alpha ...) applies to a speculative placement (" + drafts)
     if acc is None and args.gamma is not None:
         raise UsageError("--gamma (a draft length) applies to a speculative placement (" + drafts)
+    split = [p.name for p in placements if p.prefill is not None]
+    if args.mode == "waves" and split:
+        raise UsageError(f"--mode waves prefills a wave on the decode group; {', '.join(split)} has a separate "
+                         "prefill group (drop its prefill=, or use --mode continuous)")
     if args.axis == "usd":
         unpriced = sorted({d.id for p in placements for d in _groups_devices(p)} - set(prices.by_device))
         if unpriced:

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from ...errors import InfeasibleError
 from ...physics import stages
-from ...physics.timing import StageResult, main_compute_class, require_feasible
+from ...physics.timing import StageResult, datasheet_ridge, main_compute_class, require_feasible
 from ...serving.compare import compare
 from ...serving.whatif import WhatIf
 from ...specs.execution import resolve_profile
@@ -123,10 +123,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     wi = what_if(args)
     group = resolve_group(args.device, tp=args.tp, ep=args.ep, dp=args.dp)
     wi.check_used([group.device])
-    sheet, group = group.device, wi.apply_group(group)
-    # the ridge is the what-if's only where it moved a peak rate or the first tier's bandwidth
-    ridge_moved = (group.device.peak_flop_per_s != sheet.peak_flop_per_s
-                   or group.device.memory[0].bandwidth_bytes_per_s != sheet.memory[0].bandwidth_bytes_per_s)
+    sheet, group = group, wi.apply_group(group)
     eng = engine(args, [group.device])
     params = eng.params
     kw = dict(params=params, **formats(args, model))
@@ -167,6 +164,8 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
                      "two are separate points, not one request (a request's decode context is at least its prompt).")
     notes += [n.strip() for n in (_beyond_domain(group, params), context_note(
         model, max(float(prompt), float(args.context) + (args.gamma or 0)))) if n.strip()]
+    f = results[0].formats   # the ridge is the what-if's only where the what-if moved it
+    ridge_moved = datasheet_ridge(model, sheet, f) != datasheet_ridge(model, group, f)
     caption = _caption(results, resolve_profile(group.device, params), shown_path(group.device.path), ridge_moved,
                        notes)
     emit(console, stage_view(model.id, group, results, caption, wi.describe(), notes), args, eng)
