@@ -104,11 +104,16 @@ class Interval:
                 f"x{self.low_factor:.2f}..x{self.high_factor:.2f} on times")
 
 
+def check_level(level: float) -> None:
+    """An interval's level: a probability strictly between 0 and 1."""
+    if not 0 < level < 1:
+        raise WorkloadError(f"an interval's level must be between 0 and 1 (exclusive), got {level!r}")
+
+
 def conformal_bounds(scores: Sequence[float], level: float) -> tuple[float, float] | None:
     """The equal-tailed split-conformal quantiles of ``scores`` at ``level`` (module docstring); None when there
     are too few scores for a finite one at this level."""
-    if not 0 < level < 1:
-        raise WorkloadError(f"an interval's level must be between 0 and 1 (exclusive), got {level!r}")
+    check_level(level)
     n, alpha = len(scores), 1.0 - level
     eps = 1e-9   # (n + 1) x 0.9 is 9.000000000000002 in floating point for n = 9: the rank is 9, not 10
     lo_k, hi_k = math.floor((n + 1) * alpha / 2 + eps), math.ceil((n + 1) * (1 - alpha / 2) - eps)
@@ -134,8 +139,7 @@ def publication_weighted_bounds(scores: Sequence[float], sources: Sequence[str],
     too few for the level. Checked on the shipped errors: 81% of rows inside the 80% intervals the other
     publications give, 89% inside the 90% ones (unweighted: 76%, 86%; with every publication inflated as one
     sample, 88%, 96%)."""
-    if not 0 < level < 1:
-        raise WorkloadError(f"an interval's level must be between 0 and 1 (exclusive), got {level!r}")
+    check_level(level)
     n = len(scores)
     hi_q = (1 - (1 - level) / 2) * (1 + 1 / n) if n else math.inf
     got = _weighted_quantiles(scores, sources, (1 - hi_q, hi_q))
@@ -170,8 +174,7 @@ def publication_weighted_radius(scores: Sequence[float], sources: Sequence[str],
     For a group with no fitted rows: the errors of other families before their fits say how far such a prediction may be off, not
     which way a new family will lean (the blind AMD rows were early builds, several times slower than the model;
     ROCm ATOM in 2026 runs faster than it), so the interval always holds the prediction. None as for the bounds."""
-    if not 0 < level < 1:
-        raise WorkloadError(f"an interval's level must be between 0 and 1 (exclusive), got {level!r}")
+    check_level(level)
     n = len(scores)
     got = _weighted_quantiles([abs(x) for x in scores], sources, (level * (1 + 1 / n),)) if n else None
     return None if got is None else (-got[0], got[0])
