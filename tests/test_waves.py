@@ -2,8 +2,6 @@
 requests of a wave all end on one step, so the next wave's prompts arrive together and wait for one another's
 prefill (serving mode ``waves``, the row column ``serving = waves``)."""
 
-import math
-
 import attrs
 import numpy as np
 import pytest
@@ -149,7 +147,6 @@ def test_an_offline_run_of_waves_counts_each_waves_whole_e2e(tmp_path):
     itl = predict_row(_row(tmp_path, metric="itl_ms"), params) / 1e3
     e2e = ttft + 999 * itl
     assert predict_row(row, params) == pytest.approx(128 * 1000 / e2e, rel=1e-6)
-    assert math.isfinite(e2e)
 
 
 # ------------------------------------------------------------------ a disaggregated deployment's prefill pool

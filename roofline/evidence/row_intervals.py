@@ -3,20 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import RooflineError
 from ..serving.trust import platform
 from ..specs.intervals import DEFAULT_LEVEL, METRIC_KINDS, IntervalTable, shipped_intervals
 from ..specs.params import family_chain
 from ..specs.resolve import resolve_device
+from .row_labels import RowLike
 
 
-class _Columns(Protocol):
-    def get(self, key: str) -> str: ...
-
-
-def with_row_intervals(results: list[dict[str, Any]], rows: dict[str, _Columns],
+def with_row_intervals(results: list[dict[str, Any]], rows: dict[str, RowLike],
                        level: float = DEFAULT_LEVEL) -> list[dict[str, Any]]:
     """Each predicted row with ``predicted_low`` and ``predicted_high``: the interval at ``level`` from the
     shipped held-out errors of every publication but the row's own (so a shipped row's interval never saw it),

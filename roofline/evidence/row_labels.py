@@ -7,7 +7,9 @@ import re
 from typing import Protocol
 
 
-class _Columns(Protocol):
+class RowLike(Protocol):
+    """A measured row as these functions read it: its columns by name."""
+
     def get(self, key: str) -> str: ...
 
 
@@ -15,7 +17,7 @@ class _Columns(Protocol):
 ENERGY_METRICS = ("energy_per_token_j", "power_w")
 
 
-def row_kind(row: _Columns) -> str:
+def row_kind(row: RowLike) -> str:
     """What a row tests: ``energy``, ``load`` (a latency-bound load: MLPerf Server and Interactive, predicted by
     the queues), ``spec`` (a speculative setup's time or speedup: the draft, the verify pass and the measured
     acceptance, reported apart from plain decoding) or ``time`` (a stated batch or concurrency, or the largest
@@ -32,7 +34,7 @@ _ENGINE = re.compile(r"(?:vllm|sglang|tensorrt-llm|trt-llm|tensorrt|nim|habana|n
                      re.IGNORECASE)
 
 
-def stack_version(row: _Columns) -> str:
+def stack_version(row: RowLike) -> str:
     """The serving stack's version a row was measured with: its ``stack_version`` column, else the first version
     number its ``stack`` names, an engine's before any other ("vLLM 0.13.0" -> "0.13.0", "TensorRT-LLM v0.17 (...)"
     -> "0.17", "MLPerf v5.1 AMD vLLM 0.9.0.2" -> "0.9.0.2"); "" when neither gives one."""
