@@ -69,6 +69,7 @@ from .units import parse_quantity
 from .version import __version__
 
 if TYPE_CHECKING:   # imported on first use (:func:`__getattr__`); named here for type checkers
+    from .serving.admission import Admission
     from .serving.emit import LaunchCommand, launch_command
     from .serving.frontier import compare_frontiers, pareto_frontier
     from .serving.load import LoadResult, Workload
@@ -97,6 +98,7 @@ _LAZY: dict[str, str] = {name: module for module, names in {
     "serving.emit": ("LaunchCommand", "launch_command"),
     "serving.frontier": ("compare_frontiers", "pareto_frontier"),
     "serving.load": ("LoadResult", "Workload"),
+    "serving.admission": ("Admission",),
     "serving.load_sizing": ("LoadOption", "LoadTarget"),
     "serving.serve": ("Request", "ServingResult"),
     "specs.placement": ("Placement",),
@@ -123,7 +125,7 @@ __all__ = [
     "ExecutionProfile", "speculative_round", "speedup_closed_form",
     "verify", "LaunchCommand", "launch_command", "Option", "Target", "size", "SweepResult", "pareto_mask", "sweep",
     "Price", "Prices", "shipped_prices", "DEFAULT_STACK", "Interval", "interval", "with_intervals",
-    "Lengths", "LoadResult", "Workload", "max_rate", "serve_at_rate", "LoadOption", "LoadTarget", "size_at_rate",
+    "Lengths", "LoadResult", "Workload", "Admission", "max_rate", "serve_at_rate", "LoadOption", "LoadTarget", "size_at_rate",
 ]
 
 

@@ -45,10 +45,11 @@ def arrivals(rng: np.random.Generator, rate_per_s: float, n: int, cv2: float = 1
 def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarray, token_cost_s: np.ndarray,
                     step_s: Callable[[int], float], budget: int, slots: int, n: int = 20000, cv2: float = 1.0,
                     seed: int = 0, warmup: float = 0.1, whole: bool = False,
-                    weights: np.ndarray | None = None) -> Simulated:
+                    weights: np.ndarray | None = None, poll_steps: int = 1) -> Simulated:
     """Aggregated continuous batching. ``inputs``/``outputs`` are the lengths each request is drawn from (by
     ``weights``, else equally); ``token_cost_s`` the cost of one prompt token of each (same index). ``whole``:
-    prompts are never split; a step takes whole prompts FCFS while they fit its room, and always at least one."""
+    prompts are never split; a step takes whole prompts FCFS while they fit its room, and always at least one.
+    ``poll_steps``: arrivals join the queue only at every poll_steps-th step (or when the engine is idle)."""
     rng = np.random.default_rng(seed)
     arrive = arrivals(rng, rate_per_s, n, cv2)
     steady_until = arrive[int((1 - warmup / 2) * n) - 1]
@@ -63,7 +64,7 @@ def simulate_engine(*, rate_per_s: float, inputs: np.ndarray, outputs: np.ndarra
     itl, weight, start = [], [], []
     steady_from = arrive[int(warmup * n)]
     while nxt < n or waiting or running:
-        while nxt < n and at[nxt] <= t:
+        while nxt < n and at[nxt] <= t and (step % poll_steps == 0 or not running):
             waiting.append(nxt)
             nxt += 1
         if not waiting and not running:
@@ -181,7 +182,7 @@ def run(engine: Any, lengths: Any, rate_per_s: float, *, cv2: float = 1.0, n: in
     return simulate_engine(rate_per_s=rate_per_s, inputs=engine.prompt_tokens, outputs=lengths.output_tokens,
                            token_cost_s=engine.prompt_cost_s / engine.prompt_tokens, weights=lengths.weights,
                            step_s=table.__getitem__, budget=engine.budget, slots=engine.slots, n=n, cv2=cv2,
-                           whole=engine.whole_prompts, seed=seed)
+                           whole=engine.whole_prompts, seed=seed, poll_steps=engine.admission.poll_steps)
 
 
 #: Log-spaced bins the samples of many runs are pooled in: 1e-4 s to 1e4 s, 2,000 a decade (0.12% wide).

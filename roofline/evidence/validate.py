@@ -27,6 +27,7 @@ from ..errors import RooflineError, SpecError, UnknownSpecError
 from ..memo import MISSING, IdentityMemo
 from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
+from ..serving.admission import TRTLLM_BALANCE_TIMEOUT_STEPS, TRTLLM_BALANCE_WAIT_STEPS, Admission
 from ..serving.load import Workload, max_rate
 from ..serving.placements import smallest_group
 from ..serving.serve import CompiledShapes, Placement, Request, evaluate_serving, offline_tokens_per_s
@@ -482,6 +483,8 @@ def row_chunking(row: Row, params: EngineParams) -> EngineParams:
     """``params`` with the row's yes/no engine settings (:data:`SWITCH_COLUMNS`) where it gives them."""
     for column, field in SWITCH_COLUMNS.items():
         text = row.get(column).lower()
+        if column == "dp_balance":
+            text = text.partition(":")[0]   # yes:TIMEOUT:WAIT sets the balance's iterations (_admission)
         if not text:
             continue
         if text not in ("yes", "no"):
@@ -623,9 +626,10 @@ def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, Any], params: Engine
     if (row.get("spec_method") or "none") != "none":
         raise RooflineError("speculative decoding under load is not modelled")
     limits = {"ttft_p99_s": float(row.get("p99_ttft_ms")) / 1e3, "tpot_p99_s": float(row.get("p99_tpot_ms")) / 1e3}
-    settings = {"token_budget": _int(row, "token_budget")} if row.get("token_budget") else {}
-    if row.get("max_batch"):
-        settings["max_slots"] = _int(row, "max_batch")
+    settings: dict[str, Any] = {"token_budget": _int(row, "token_budget")} if row.get("token_budget") else {}
+    if row.get("max_batch"):   # the cap is each scheduler's: one per attention data-parallel rank (as in _batch)
+        settings["max_slots"] = _int(row, "max_batch") * group.dp
+    settings["admission"] = _admission(row, group)
     pool = _prefill_pool_devices(row)
     placement = Placement(name=row.id, decode=group, prefill=_pool_group(row, model, group, fmt, params) if pool else None)
     if pool:   # a disaggregated deployment: its prefill groups form one pool in front of the decode replicas
@@ -647,6 +651,22 @@ def _predict_slo(row: Row, model: ModelSpec, fmt: dict[str, Any], params: Engine
     if row.get("metric") not in value:
         raise RooflineError(f"{row.get('metric')} is not predicted at a latency-bound load")
     return total, value[row.get("metric")]
+
+
+def _admission(row: Row, group: DeviceGroup) -> Admission:
+    """When the run's scheduler let waiting prompts in (:mod:`roofline.serving.admission`): every ``poll_steps``
+    steps (vLLM's V0 ``num_scheduler_steps``), and under TensorRT-LLM's attention-DP balance (``dp_balance`` yes,
+    or yes:TIMEOUT:WAIT for its ``timeout_iters`` and ``batching_wait_iters``; yes alone: its defaults) once
+    every one of the group's ``dp`` ranks has a prompt, or at the timeout."""
+    poll = _int(row, "poll_steps") if row.get("poll_steps") else 1
+    parts = row.get("dp_balance").lower().split(":")
+    if parts[0] != "yes" or group.dp < 2:
+        return Admission(poll_steps=poll)
+    if len(parts) not in (1, 3) or not all(p.isdigit() for p in parts[1:]):
+        raise RooflineError(f"column dp_balance = {row.get('dp_balance')!r} is not yes, no or yes:TIMEOUT:WAIT")
+    steps = [int(p) for p in parts[1:]] or [TRTLLM_BALANCE_TIMEOUT_STEPS, TRTLLM_BALANCE_WAIT_STEPS]
+    return Admission(poll_steps=poll, balance_ranks=group.dp, balance_timeout_steps=steps[0],
+                     balance_wait_steps=steps[1])
 
 
 def _admits_what_fits(row: Row) -> bool:

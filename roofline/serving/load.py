@@ -58,6 +58,7 @@ from ..specs.lengths import Lengths
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..workload import check_instance, check_whole
+from .admission import Admission, admission_wait, with_wait
 from .queueing import (
     StepChain,
     WaitTail,
@@ -66,6 +67,7 @@ from .queueing import (
     gim_ratio,
     quantiles_with_wait,
     renewal_mean,
+    split_cv2,
     step_chain,
     wait_tail,
     weighted_quantiles,
@@ -100,6 +102,8 @@ class Engine:
     #: price it below that: a compiled pipeline that streams prompts (the SRAM families), whose riding tokens add
     #: 1/pp of their serial cost to a step but whose own chunks still cross every stage. None: no floor
     prompt_floor_s: Array | None = None
+    #: when the scheduler lets waiting prompts in (every step unless it polls or balances attention-DP ranks)
+    admission: Admission = attrs.field(factory=Admission)
 
     def held_steps(self, lengths: Lengths, batch: ArrayLike) -> Array:
         """The steps a request holds its slot at mean batch ``batch``: its E[osl] - 1 decode steps and the steps that
@@ -320,6 +324,10 @@ class _Points:
     values: Array
     weights: Array
 
+    @classmethod
+    def of(cls, pair: tuple[Array, Array]) -> _Points:
+        return cls(values=pair[0], weights=pair[1])
+
 
 
 
@@ -510,6 +518,11 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     delta, w_time, w_tok = _batch_spread(engine, st)
     ttft = _ttft_points(st, chain, (n_u, a_u, f_u, w_u), cost, en, (delta, w_time))
     ttft = attrs.evolve(ttft, values=ttft.values + engine.overhead_s)
+    wait = None if engine.admission.immediate else admission_wait(
+        engine.admission, rate_per_s=lam, step_s=step_mean, decode_step_s=st.d, room_tokens=st.room, token_cost_s=cost,
+        prompt_tokens=(lengths.mean(engine.prompt_tokens), lengths.mean(engine.prompt_tokens ** 2)), cv2=cv2)
+    if wait is not None:   # prompts let in only at some steps (roofline.serving.admission)
+        ttft = _Points.of(with_wait(ttft.values, ttft.weights, wait))
     slot = st.slot
     n_j, a_j, f_j, o, w_j = _merged(lengths.output_tokens, lengths.weights, JOINT_ATOMS, engine.prompt_tokens,
                                     engine.prompt_cost_s, floor, lengths.output_tokens)
@@ -524,6 +537,8 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     e2e = _Points(values=(joint.values.reshape(lead + (o.size, 1)) + decode + engine.overhead_s).reshape(lam.size, -1),
                   weights=(joint.weights.reshape(lead + (o.size, 1)) * yw[:, None, None, None, :, :]).reshape(
                       lam.size, -1))
+    if wait is not None:
+        e2e = _Points.of(with_wait(e2e.values, e2e.weights, wait))
     itl = _Points(values=(chain.step_s[..., :, None] + delta[..., None, :]).reshape(lam.size, -1),
                   weights=(chain.pi[..., :, None] * w_tok[..., None, :]).reshape(lam.size, -1))
     out: dict[str, Array] = {}
@@ -590,14 +605,15 @@ def decode_context(lengths: Lengths) -> float:
 
 def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params: EngineParams, formats: Formats,
                token_budget: int = DEFAULT_TOKEN_BUDGET, prefix_hit: float = 0.0, max_slots: int | None = None,
-               prompts_ride: bool = True) -> Engine:
+               prompts_ride: bool = True, admission: Admission | None = None) -> Engine:
     """The :class:`Engine` of one replica on ``group``: d(B) from :func:`decode_step` at the mean decode context,
     the slots from :func:`max_batch` there (capped at ``max_slots``, the scheduler's max_num_seqs), and each length
     atom's prompt: its uncached tokens (1 - prefix_hit of it; the cached prefix is read, not recomputed) and the
     time they add to a step: their :func:`prefill` pass's compute, KV traffic and collectives, not its weight reads
     or fixed costs, which the decode step it rides pays anyway (Sarathi-Serve's piggybacking). ``prompts_ride``
     False: prompts run elsewhere
-    (a disaggregated prefill pool), the steps carry none."""
+    (a disaggregated prefill pool), the steps carry none. ``admission``: when the scheduler lets waiting prompts in
+    (:mod:`roofline.serving.admission`; default every step)."""
     fmt: dict[str, Any] = formats.names()
     ctx = float(round(decode_context(lengths)))
     # on a pipeline the batch runs as pp microbatches in flight, each scheduled against the whole budget (as
@@ -615,7 +631,8 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
     if not prompts_ride:
         n = np.ones_like(lengths.input_tokens)
         return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=budget,
-                      prompt_tokens=n, prompt_cost_s=np.zeros_like(n), overhead_s=overhead)
+                      prompt_tokens=n, prompt_cost_s=np.zeros_like(n), overhead_s=overhead,
+                      admission=admission or Admission())
     new = np.maximum(np.round(lengths.input_tokens * (1 - prefix_hit)), 1.0)
     chunk = int(token_budget) if params.chunked_prefill is not False else None
     alone = prefill(model, group, prompt=new, prefix=lengths.input_tokens - new,
@@ -630,7 +647,7 @@ def engine_for(model: ModelSpec, group: DeviceGroup, lengths: Lengths, *, params
                                    **fmt).time_s, dtype=float)
     return Engine(batch=grid, step_s=np.asarray(step, dtype=float), slots=slots, budget=budget,
                   prompt_tokens=new, prompt_cost_s=cost, whole_prompts=params.chunked_prefill is False,
-                  overhead_s=overhead, prompt_floor_s=floor)
+                  overhead_s=overhead, prompt_floor_s=floor, admission=admission or Admission())
 
 
 @attrs.frozen(kw_only=True)
@@ -647,14 +664,6 @@ class Workload:
     def _hit(self, _a: attrs.Attribute, v: float) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             raise WorkloadError(f"prefix_hit (the cached share of each prompt) must be in [0, 1), got {v!r}")
-
-
-def split_cv2(cv2: float, replicas: int) -> float:
-    """Squared CV of the gaps each of ``replicas`` replicas sees when requests are spread at random: thinning a
-    renewal stream with probability p gives c^2 = p c_a^2 + 1 - p (Whitt, *The Queueing Network Analyzer*,
-    Bell System Technical Journal 62(9), 1983, eq. 40)."""
-    p = 1.0 / replicas
-    return p * cv2 + 1.0 - p
 
 
 @attrs.frozen(kw_only=True)
@@ -711,7 +720,8 @@ class Deployment:
 
 def deployment(model: ModelSpec, placement: Placement, workload: Workload, *, replicas: int = 1,
                prefill_groups: int = 1, token_budget: int = DEFAULT_TOKEN_BUDGET, max_slots: int | None = None,
-               params: EngineParams | None = None, formats: Mapping[str, Any] | None = None) -> Deployment:
+               params: EngineParams | None = None, formats: Mapping[str, Any] | None = None,
+               admission: Admission | None = None) -> Deployment:
     """``replicas`` copies of ``placement`` serving ``workload``, priced once (:func:`serve_at_rate`)."""
     m = check_instance("model", model, ModelSpec, optional=False)
     if not isinstance(placement, Placement):
@@ -727,7 +737,8 @@ def deployment(model: ModelSpec, placement: Placement, workload: Workload, *, re
     fmt = Formats.for_model(m, **check_format_keys(formats), devices=placement.target_devices)
     L = workload.lengths
     engine = engine_for(m, placement.decode, L, params=p, formats=fmt, token_budget=token_budget,
-                        prefix_hit=workload.prefix_hit, max_slots=max_slots, prompts_ride=placement.prefill is None)
+                        prefix_hit=workload.prefix_hit, max_slots=max_slots, prompts_ride=placement.prefill is None,
+                        admission=admission)
     out = Deployment(placement=placement, workload=workload, replicas=replicas, prefill_groups=prefill_groups,
                      engine=engine)
     if placement.prefill is None:

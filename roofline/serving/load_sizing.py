@@ -9,7 +9,7 @@ deployment is never sized at a utilisation where its limits fail: the search rea
 each replica would carry, and a higher rate never needs fewer devices.
 
 Spreading requests over R replicas at random thins the arrivals; their burstiness falls as R grows
-(:func:`roofline.serving.load.split_cv2`). The search prices every replica count at the burstiness of the
+(:func:`roofline.serving.queueing.split_cv2`). The search prices every replica count at the burstiness of the
 fewest replicas that could carry the load, which overstates it for larger counts: a safe side.
 """
 
@@ -30,6 +30,7 @@ from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
 from ..specs.prices import Prices, shipped_prices
 from ..workload import check_instance, check_items
+from .admission import Admission
 from .load import Deployment, LoadResult, Workload, check_limits, deployment, meets
 from .serve import DEFAULT_TOKEN_BUDGET, Placement, Request, check_context, evaluate_serving
 from .sizing import Option, deployed_rates, device_formats, group_shapes
@@ -127,12 +128,13 @@ def _why_not(d: Deployment, limits: Mapping[str, float]) -> str:
 
 
 def _priced(model: ModelSpec, g: DeviceGroup, kind: str, target: LoadTarget, *, formats: Mapping[str, Any],
-            params: EngineParams | None, max_slots: int | None, token_budget: int) -> tuple[Deployment, int]:
+            params: EngineParams | None, max_slots: int | None, token_budget: int,
+            admission: Admission | None = None) -> tuple[Deployment, int]:
     """The deployment of one shape and placement kind, and the fewest devices it could possibly need: the decode
     replicas its capacity asks for at the rate (the search's start and a bound to skip shapes by)."""
     placement = Placement(name=f"{kind} on {g.shape}", decode=g, prefill=g if kind == "disaggregated" else None)
     d = deployment(model, placement, target.workload, formats=formats, params=params, max_slots=max_slots,
-                   token_budget=token_budget)
+                   token_budget=token_budget, admission=admission)
     start = max(1, math.ceil(target.rate_per_s / max(engine_capacity(d), 1e-300) * (1 + 1e-9)))
     return d, start
 
@@ -164,7 +166,8 @@ def _kind(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: Lo
     for g in shapes:
         try:
             priced.append(_priced(model, g, kind, target, formats=kw["formats"], params=kw["params"],
-                                  max_slots=kw["max_slots"], token_budget=kw["token_budget"]))
+                                  max_slots=kw["max_slots"], token_budget=kw["token_budget"],
+                                  admission=kw.get("admission")))
         except RooflineError as e:
             found.append(Option(device=g.device.id, placement=kind, reason=str(e)))
     best = math.inf
@@ -227,14 +230,15 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
 def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: LoadTarget, *,
                  formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
                  prices: Prices | None = None, max_slots: int | None = None, token_budget: int | None = None,
-                 stack: str | None = None) -> list[Option]:
+                 stack: str | None = None, admission: Admission | None = None) -> list[Option]:
     """The fewest devices per device kind and placement kind (aggregated, disaggregated) whose percentiles meet
     ``target``'s limits at its rate (module docstring). Devices as :func:`size` takes them (records:
     :func:`roofline.size_at_rate` takes ids too); options
     best first (fewest devices, then the lowest p99 TTFT); a kind that cannot meet the limits is listed with
     the reason. ``max_slots``: the scheduler's cap on running requests (vLLM's max_num_seqs); ``token_budget``:
     the tokens a step may carry; where unset, ``stack``'s server defaults on each device (:func:`engine_defaults`),
-    else what memory holds and 8,192 tokens."""
+    else what memory holds and 8,192 tokens. ``admission``: when the scheduler lets waiting prompts in
+    (:class:`roofline.serving.admission.Admission`, e.g. vLLM's multi-step ``num_scheduler_steps``)."""
     if not isinstance(target, LoadTarget):
         raise WorkloadError(f"target must be a LoadTarget, got {type(target).__name__}")
     m = check_instance("model", model, ModelSpec, optional=False)
@@ -258,6 +262,7 @@ def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], targ
             continue
         seqs, budget = engine_defaults(stack or "", dev)
         out += [_kind(m, shapes, kind, target, formats=fmt, params=params, prices=prices,
-                      max_slots=max_slots or seqs, token_budget=token_budget or budget or DEFAULT_TOKEN_BUDGET)
+                      max_slots=max_slots or seqs, token_budget=token_budget or budget or DEFAULT_TOKEN_BUDGET,
+                      admission=admission)
                 for kind in ("aggregated", "disaggregated")]
     return sorted(out, key=lambda o: (not o.feasible, o.devices, getattr(o, "ttft_p99_s", math.inf)))

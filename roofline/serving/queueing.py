@@ -357,3 +357,11 @@ def quantiles_with_wait(values: Array, weights: ArrayLike, wait: WaitTail, qs: A
             t = xk + np.log(gk / (ck - q)) / theta[..., 0]
         out.append(np.where(fk >= q, xk, np.clip(np.nan_to_num(t, nan=np.inf), xk, nk)))
     return np.stack(out, axis=-1)
+
+
+def split_cv2(cv2: float, replicas: int) -> float:
+    """Squared CV of the gaps each of ``replicas`` replicas sees when requests are spread at random: thinning a
+    renewal stream with probability p gives c^2 = p c_a^2 + 1 - p (Whitt, *The Queueing Network Analyzer*,
+    Bell System Technical Journal 62(9), 1983, eq. 40)."""
+    p = 1.0 / replicas
+    return p * cv2 + 1.0 - p

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from ...errors import RooflineError
+from ...serving.admission import Admission
 from ...serving.emit import ENGINES, launch_command
 from ...serving.load_sizing import LoadTarget, size_at_rate
 from ...serving.serve import Request
@@ -88,7 +89,8 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     if args.rate is not None:
         return _size_at_rate(args, console, model, devices, wi)   # (--rate refuses --emit)
     refuse_rate_options_without_rate(args, (("p99_ttft_ms", "--p99-ttft-ms"), ("p99_itl_ms", "--p99-itl-ms"),
-                                            ("p99_tpot_ms", "--p99-tpot-ms"), ("max_seqs", "--max-seqs")))
+                                            ("p99_tpot_ms", "--p99-tpot-ms"), ("max_seqs", "--max-seqs"),
+                                            ("poll_steps", "--poll-steps")))
     if args.min_tokens_per_s_per_user is None:
         raise UsageError("--users needs --min-tokens-per-s-per-user (or size for a request rate: --rate)")
     target = Target(users=args.users, min_tokens_per_s_per_user=number(args.min_tokens_per_s_per_user,
@@ -132,9 +134,10 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
     params = eng.params
     stack = stack_option(args.stack) if args.stack is not None else DEFAULT_STACK
     options = size_at_rate(model, devices, target, formats=formats(args, model), params=params, prices=prices,
-                           max_slots=args.max_seqs, stack=stack)
+                           max_slots=args.max_seqs, stack=stack, admission=Admission(poll_steps=args.poll_steps or 1))
     note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
-        device_of(d) for d in devices)
+        device_of(d) for d in devices) + (f" Prompts are let in every {args.poll_steps} steps (--poll-steps): they "
+                                          "wait for the next admission." if (args.poll_steps or 1) > 1 else "")
     emit(console, size_load_view(model.id, target, options, note), args, eng)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
@@ -159,6 +162,9 @@ def register(add: Adder) -> None:
     sp.add_argument("--max-seqs", type=positive, default=None, metavar="N",
                     help="with --rate: the scheduler's cap on running requests (vLLM's --max-num-seqs; default: the "
                          "stack's own, vLLM's 1024 on GPUs of 70 GiB or more but A100, else 256; others: memory)")
+    sp.add_argument("--poll-steps", type=positive, default=None, metavar="N",
+                    help="with --rate: the scheduler lets waiting prompts in every N steps (vLLM's V0 "
+                         "--num-scheduler-steps, SGLang's --scheduler-recv-interval); default 1: every step")
     sp.add_argument("--max-ttft-ms", "--ttft-ms", dest="ttft_ms", default=None, metavar="MS",
                     help="longest acceptable time to first token, ms (Target.max_ttft_s in the Python API)")
     sp.add_argument("--confidence", default=None, type=float, metavar="C",

@@ -1,0 +1,129 @@
+"""When a scheduler lets waiting prompts in (roofline.serving.admission): the balance rule's period against a
+simulation of TensorRT-LLM's rule, polling against the engine's event simulation, and the rows that carry them."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+import pytest
+import queue_oracle as oracle
+
+from roofline.errors import RooflineError, WorkloadError
+from roofline.evidence.validate import predict_row, read_rows, row_chunking, row_params, shipped_data
+from roofline.serving.admission import Admission
+from roofline.serving.load import engine_load
+from roofline.specs.params import shipped_profile
+
+
+def simulate_balance(rate_per_s: float, step_s: float, ranks: int, timeout: int, wait: int,
+                     iterations: int = 40000, seed: int = 0) -> float:
+    """Mean time from a context request's arrival to its release under TensorRT-LLM's attention-DP balance
+    (PyExecutor._balance_adp_requests): requests go to the ranks round-robin; while not every rank has one, a
+    counter of iterations releases whatever waits when it reaches the timeout (and restarts, counting even when
+    nothing waits); once every rank has one, ``wait`` iterations more, then release."""
+    rng = np.random.default_rng(seed)
+    t, count, batching, waiting, waits = 0.0, 0, 0, [], []
+    nxt = rng.exponential(1 / rate_per_s)
+    for _ in range(iterations):
+        t += step_s
+        while nxt < t:
+            waiting.append(nxt)
+            nxt += rng.exponential(1 / rate_per_s)
+        release = False
+        if len(waiting) >= ranks:
+            count = 0
+            if batching < wait:
+                batching += 1
+            else:
+                batching, release = 0, True
+        else:
+            count += 1
+            if count >= timeout:
+                count, release = 0, True
+        if release and waiting:
+            waits += [t - a for a in waiting]
+            waiting = []
+    return float(np.mean(waits))
+
+
+@pytest.mark.parametrize("rate, step, ranks, timeout, wait", [
+    (5.0, 0.066, 8, 9, 3), (20.0, 0.066, 8, 9, 3), (2.0, 0.05, 8, 50, 10), (5.0, 0.05, 8, 50, 10),
+    (50.0, 0.05, 8, 50, 10), (200.0, 0.05, 8, 50, 10)])
+def test_balance_period_matches_a_simulation_of_the_rule(rate, step, ranks, timeout, wait):
+    """The mean time to release, from arrival (the step it lands in included: d / 2), within 10% of the rule
+    simulated: P d / 2 with P = min(timeout, ranks / (rate d) + wait)."""
+    a = Admission(balance_ranks=ranks, balance_timeout_steps=timeout, balance_wait_steps=wait)
+    model = float(a.mean_wait_s(rate, step)) + step / 2
+    assert model == pytest.approx(simulate_balance(rate, step, ranks, timeout, wait), rel=0.10)
+
+
+#: the oracle's cases polled every 4 and 9 steps
+POLLED = ["lognormal 400/200 (CV 1), decode-heavy", "fixed 1000/100, prefill-heavy",
+          "Llama-2-70B FP8 on h100-sxm:2 (physics), MLPerf lengths"]
+
+
+@pytest.mark.parametrize("name", POLLED)
+@pytest.mark.parametrize("poll", [4, 9])
+def test_polled_ttft_meets_the_event_simulation(name, poll):
+    """With prompts let in every P steps, TTFT's mean and p50 within 12% and p90/p99 within 16% of the event
+    simulation of the same engine polling (tests/queue_oracle.py), E2E p50 within 6%, at 0.3-0.9 of capacity."""
+    engine, lengths, _ = oracle.cases()[name]
+    engine = attrs.evolve(engine, admission=Admission(poll_steps=poll))
+    cap = engine.capacity_per_s(lengths)
+    for u in (0.3, 0.6, 0.9):
+        sim = oracle.run(engine, lengths, u * cap, n=30000, seed=1)
+        r = engine_load(engine, lengths, [u * cap])
+        got = {"mean": r.ttft_mean_s[0], "p50": r.ttft_p50_s[0], "p90": r.ttft_p90_s[0], "p99": r.ttft_p99_s[0]}
+        want = {"mean": sim.ttft_s.mean(), **{f"p{q}": np.percentile(sim.ttft_s, q) for q in (50, 90, 99)}}
+        for k, tol in (("mean", 0.12), ("p50", 0.12), ("p90", 0.16), ("p99", 0.16)):
+            assert got[k] == pytest.approx(want[k], rel=tol), (u, k)
+        assert r.e2e_p50_s[0] == pytest.approx(np.percentile(sim.e2e_s, 50), rel=0.06)
+
+
+def test_admitting_every_step_changes_nothing_and_polling_never_helps():
+    engine, lengths, _ = oracle.cases()[POLLED[0]]
+    rates = np.array([0.3, 0.6, 0.9]) * engine.capacity_per_s(lengths)
+    base = engine_load(engine, lengths, rates)
+    same = engine_load(attrs.evolve(engine, admission=Admission()), lengths, rates)
+    assert np.array_equal(base.ttft_p99_s, same.ttft_p99_s) and np.array_equal(base.e2e_mean_s, same.e2e_mean_s)
+    last = base
+    for poll in (2, 4, 9):
+        r = engine_load(attrs.evolve(engine, admission=Admission(poll_steps=poll)), lengths, rates)
+        assert np.all(r.ttft_p50_s > last.ttft_p50_s) and np.all(r.ttft_p99_s > last.ttft_p99_s)
+        assert np.allclose(r.tpot_mean_s, base.tpot_mean_s)   # the steps are not what polling changes
+        last = r
+
+
+@pytest.mark.parametrize("field, value", [("poll_steps", 0), ("poll_steps", 1.5), ("poll_steps", True),
+                                          ("balance_ranks", 0), ("balance_timeout_steps", 0),
+                                          ("balance_wait_steps", -1)])
+def test_bad_admission_settings_are_refused(field, value):
+    with pytest.raises(WorkloadError, match=field):
+        Admission(**{field: value})
+
+
+def _row(rid: str, **changes: str):
+    row = {r.id: r for r in read_rows(shipped_data())}[rid]
+    return attrs.evolve(row, fields={**row.fields, **changes})
+
+
+def test_the_attention_dp_balance_wait_is_in_the_deepseek_server_ttft():
+    """MLPerf v5.1 DeepSeek-R1 Server on 8 B200s (attention DP over 8 ranks, balance timeout 9, wait 3): its mean
+    TTFT with the balance's wait is several steps longer than without it."""
+    prof = shipped_profile()
+    on, off = _row("ML069"), _row("ML069", dp_balance="no")
+    assert on.get("dp_balance") == "yes:9:3"
+    with_wait, without = (predict_row(r, row_params(prof, r)) for r in (on, off))
+    assert with_wait > 2.5 * without
+
+
+def test_dp_balance_column_parses_yes_no_and_iterations():
+    prof = shipped_profile()
+    r = _row("ML069", dp_balance="yes")
+    assert row_chunking(r, row_params(prof, r)).attention_dp_balance is True
+    for bad in ("yes:9", "yes:a:b", "maybe"):
+        with pytest.raises(RooflineError, match="dp_balance"):
+            predict_row(_row("ML069", dp_balance=bad), row_params(prof, r))
+    assert math.isfinite(predict_row(_row("ML069", dp_balance="yes"), row_params(prof, r)))
