@@ -20,9 +20,10 @@ from roofline.specs.params import shipped_profile
 def simulate_balance(rate_per_s: float, step_s: float, ranks: int, timeout: int, wait: int,
                      iterations: int = 40000, seed: int = 0) -> float:
     """Mean time from a context request's arrival to its release under TensorRT-LLM's attention-DP balance
-    (PyExecutor._balance_adp_requests): requests go to the ranks round-robin; while not every rank has one, a
-    counter of iterations releases whatever waits when it reaches the timeout (and restarts, counting even when
-    nothing waits); once every rank has one, ``wait`` iterations more, then release."""
+    (PyExecutor._balance_adp_requests) while every rank has generation requests (a loaded engine; a rank without
+    any releases at once, which the closed form's at-once share carries): requests go to the ranks round-robin;
+    while not every rank has one, a counter of iterations releases whatever waits when it reaches the timeout (and
+    restarts, counting even when nothing waits); once every rank has one, ``wait`` iterations more, then release."""
     rng = np.random.default_rng(seed)
     t, count, batching, waiting, waits = 0.0, 0, 0, [], []
     nxt = rng.exponential(1 / rate_per_s)
@@ -83,17 +84,31 @@ def test_polled_ttft_meets_the_event_simulation(name, poll):
 
 
 def test_admitting_every_step_changes_nothing_and_polling_never_helps():
+    """A period of one step (here the balance with a one-step timeout, which runs the wait's code) is no wait;
+    more steps between admissions never shorten TTFT."""
     engine, lengths, _ = oracle.cases()[POLLED[0]]
     rates = np.array([0.3, 0.6, 0.9]) * engine.capacity_per_s(lengths)
     base = engine_load(engine, lengths, rates)
-    same = engine_load(attrs.evolve(engine, admission=Admission()), lengths, rates)
-    assert np.array_equal(base.ttft_p99_s, same.ttft_p99_s) and np.array_equal(base.e2e_mean_s, same.e2e_mean_s)
+    one = Admission(balance_ranks=8, balance_timeout_steps=1)
+    assert not one.immediate
+    same = engine_load(attrs.evolve(engine, admission=one), lengths, rates)
+    assert np.allclose(base.ttft_p99_s, same.ttft_p99_s) and np.allclose(base.e2e_mean_s, same.e2e_mean_s)
     last = base
     for poll in (2, 4, 9):
         r = engine_load(attrs.evolve(engine, admission=Admission(poll_steps=poll)), lengths, rates)
         assert np.all(r.ttft_p50_s > last.ttft_p50_s) and np.all(r.ttft_p99_s > last.ttft_p99_s)
         assert np.allclose(r.tpot_mean_s, base.tpot_mean_s)   # the steps are not what polling changes
         last = r
+
+
+def test_an_idle_engine_lets_prompts_in_at_once():
+    """At a vanishing load no sequence runs when a prompt arrives: polling and the balance add (almost) nothing
+    (vLLM's V0 engine schedules at once when idle; the balance releases when a rank has no generation request)."""
+    engine, lengths, _ = oracle.cases()[POLLED[0]]
+    rate = [1e-4 * engine.capacity_per_s(lengths)]
+    base = float(engine_load(engine, lengths, rate).ttft_mean_s[0])
+    for a in (Admission(poll_steps=9), Admission(balance_ranks=8)):
+        assert float(engine_load(attrs.evolve(engine, admission=a), lengths, rate).ttft_mean_s[0]) < 1.05 * base
 
 
 @pytest.mark.parametrize("field, value", [("poll_steps", 0), ("poll_steps", 1.5), ("poll_steps", True),
@@ -123,7 +138,7 @@ def test_dp_balance_column_parses_yes_no_and_iterations():
     prof = shipped_profile()
     r = _row("ML069", dp_balance="yes")
     assert row_chunking(r, row_params(prof, r)).attention_dp_balance is True
-    for bad in ("yes:9", "yes:a:b", "maybe"):
+    for bad in ("yes:9", "yes:a:b", "maybe", "no:9:3"):
         with pytest.raises(RooflineError, match="dp_balance"):
             predict_row(_row("ML069", dp_balance=bad), row_params(prof, r))
     assert math.isfinite(predict_row(_row("ML069", dp_balance="yes"), row_params(prof, r)))

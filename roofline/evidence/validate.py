@@ -660,10 +660,11 @@ def _admission(row: Row, group: DeviceGroup) -> Admission:
     every one of the group's ``dp`` ranks has a prompt, or at the timeout."""
     poll = _int(row, "poll_steps") if row.get("poll_steps") else 1
     parts = row.get("dp_balance").lower().split(":")
+    if parts[0] not in ("yes", "no", "") or (parts[0] != "yes" and len(parts) > 1) or len(parts) not in (1, 3) \
+            or not all(p.isdigit() for p in parts[1:]):
+        raise RooflineError(f"column dp_balance = {row.get('dp_balance')!r} is not yes, no or yes:TIMEOUT:WAIT")
     if parts[0] != "yes" or group.dp < 2:
         return Admission(poll_steps=poll)
-    if len(parts) not in (1, 3) or not all(p.isdigit() for p in parts[1:]):
-        raise RooflineError(f"column dp_balance = {row.get('dp_balance')!r} is not yes, no or yes:TIMEOUT:WAIT")
     steps = [int(p) for p in parts[1:]] or [TRTLLM_BALANCE_TIMEOUT_STEPS, TRTLLM_BALANCE_WAIT_STEPS]
     return Admission(poll_steps=poll, balance_ranks=group.dp, balance_timeout_steps=steps[0],
                      balance_wait_steps=steps[1])

@@ -5,7 +5,7 @@ prompts only at some steps, and the wait to the next admission adds to TTFT (and
 
 * **Multi-step scheduling** (vLLM's V0 ``num_scheduler_steps``, "the scheduler is invoked once every N steps",
   https://docs.vllm.ai/en/v0.6.3.post1/models/engine_args.html; AMD's MLPerf v5.1 Llama-2-70B and Mixtral Server
-  harnesses run 8 or 9) and **polling** (SGLang's ``--scheduler-recv-interval``): prompts are let in every P steps.
+  harnesses run 8 to 10) and **polling** (SGLang's ``--scheduler-recv-interval``): prompts are let in every P steps.
 * **TensorRT-LLM's attention-DP balance** (``attention_dp_config``: ``enable_balance``, ``timeout_iters`` default
   50, ``batching_wait_iters`` default 10: https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/llmapi/llm_args.py;
   the rule in ``PyExecutor._balance_adp_requests`` and tech blog 10, "ADP Balance Strategy",
@@ -16,7 +16,12 @@ prompts only at some steps, and the wait to the next admission adds to TTFT (and
   P = min(timeout, N / (lambda d) + batching_wait) steps (the N-th arrival after a release comes N / lambda later
   on average).
 
-Either way the admissions are periodic with period P steps and an arrival lands at a uniform point between two:
+An arrival that finds fewer running sequences than ranks (none, without the balance) is let in at once: vLLM's V0
+engine schedules as soon as it has nothing running, and the balance releases whenever a rank has no generation
+request (``not all_ranks_have_gen_requests``). So at a light load the wait vanishes, and under the balance the
+wait can fall as the rate rises (the ranks fill sooner): TTFT need not grow with the rate there.
+
+Otherwise the admissions are periodic with period P steps and an arrival lands at a uniform point between two:
 beyond the step it lands in (which the queues already charge) it waits a uniform U (P - 1) steps, mean
 (P - 1) d / 2 (the poll delay :func:`roofline.serving.serve.evaluate_serving` charges at a fixed concurrency), and
 the prompts that arrived before it in the same period are let in with it, ahead of it (:meth:`Admission.wait_atoms`).
@@ -32,6 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..errors import WorkloadError
+from .queueing import weighted_quantiles
 
 Array = NDArray[np.float64]
 
@@ -104,6 +110,12 @@ class Admission:
         lead = values.shape[:-2]
         return values.reshape(lead + (-1,)), (qw[:, None] * gw[None, :]).reshape(-1)
 
+    def at_once_share(self, slots_pmf: ArrayLike) -> Array:
+        """The share of arrivals let in at once, from the law of the slots taken (N = 0.. on the last axis):
+        P(N < ranks), the running sequences too few to give every rank one (P(N = 0) without the balance)."""
+        pmf = np.asarray(slots_pmf, dtype=float)
+        return np.sum(pmf[..., : max(1, self.balance_ranks)], axis=-1)
+
     def mean_wait_s(self, rate_per_s: ArrayLike, step_s: ArrayLike) -> Array:
         """The mean wait for the next admission alone, (P - 1) d / 2 (no prompts let in with it)."""
         d = np.asarray(step_s, dtype=float)
@@ -112,26 +124,34 @@ class Admission:
 
 def admission_wait(admission: Admission, *, rate_per_s: Array, step_s: Array, decode_step_s: Array,
                    room_tokens: Array, token_cost_s: float, prompt_tokens: tuple[float, float],
-                   cv2: float = 1.0) -> tuple[Array, Array]:
-    """:meth:`Admission.wait_atoms` for an engine at each rate: steps of mean ``step_s`` (decode ``decode_step_s``
-    and the prompts they carry), ``room_tokens`` left to prompts a step, a prompt token costing ``token_cost_s``,
-    prompts of mean and mean-square tokens ``prompt_tokens``, arrivals of squared CV ``cv2``. A token let in ahead
-    adds its cost and its share of a step (d / room); one behind adds its cost, for as many as the step's room
-    holds beside the period's other prompts (a share min(1, room / the period's prompt tokens))."""
+                   at_once: ArrayLike = 0.0, cv2: float = 1.0) -> tuple[Array, Array]:
+    """:meth:`Admission.wait_atoms` for an engine at each rate, as an atom at 0 of weight ``at_once`` (the share let
+    in at once: :meth:`Admission.at_once_share`) and the wait's quantiles at the middle of each slice of
+    :data:`WAIT_EDGES` (fewer points than the wait's own atoms: each multiplies TTFT's and E2E's). Steps of mean
+    ``step_s`` (decode ``decode_step_s`` and the prompts they carry), ``room_tokens`` left to prompts a step, a
+    prompt token costing ``token_cost_s``, prompts of mean and mean-square tokens ``prompt_tokens``, arrivals of
+    squared CV ``cv2``. A token let in ahead adds its cost and its share of a step (d / room); one behind adds its
+    cost, for as many as the step's room holds beside the period's other prompts (a share min(1, room / the
+    prompt tokens of the P steps' arrivals))."""
     lam, T, room = (np.asarray(x, dtype=float) for x in (rate_per_s, step_s, room_tokens))
     en, en2 = prompt_tokens
     period = admission.period_steps(lam, T)
-    rides = np.minimum(1.0, room / np.maximum((period - 1.0) * lam * T * en, 1e-300))
+    rides = np.minimum(1.0, room / np.maximum(period * lam * T * en, 1e-300))
     pair = [(lam * T * en * c, cv2 * lam * T * en2 * c ** 2)
             for c in (token_cost_s + np.asarray(decode_step_s, dtype=float) / room, token_cost_s * rides)]
-    return admission.wait_atoms(lam, T, pair[0], pair[1])
+    values, weights = admission.wait_atoms(lam, T, pair[0], pair[1])
+    e = np.asarray(WAIT_EDGES)
+    slices = weighted_quantiles(values, weights, (e[:-1] + e[1:]) / 2)
+    p = np.broadcast_to(np.asarray(at_once, dtype=float), lam.shape)[..., None]
+    return (np.concatenate([np.zeros(slices.shape[:-1] + (1,)), slices], axis=-1),
+            np.concatenate([p, (1 - p) * np.diff(e)], axis=-1))
 
 
 def with_wait(values: Array, weights: Array, wait: tuple[Array, Array]) -> tuple[Array, Array]:
-    """Points of a latency per rate (last axis) plus an independent wait given as atoms per rate
-    (:meth:`Admission.wait_atoms`): every pair, flattened to the last axis again."""
+    """Points of a latency per rate (last axis) plus an independent wait given as atoms per rate (values and
+    weights, each per rate or shared): every pair, flattened to the last axis again."""
     w_values, w_weights = wait
     v = values[..., :, None] + w_values[..., None, :]
-    w = np.broadcast_to(weights, values.shape)[..., :, None] * w_weights
+    w = np.broadcast_to(weights, values.shape)[..., :, None] * np.asarray(w_weights)[..., None, :]
     lead = v.shape[:-2]
     return v.reshape(lead + (-1,)), np.broadcast_to(w, v.shape).reshape(lead + (-1,))

@@ -520,7 +520,8 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     ttft = attrs.evolve(ttft, values=ttft.values + engine.overhead_s)
     wait = None if engine.admission.immediate else admission_wait(
         engine.admission, rate_per_s=lam, step_s=step_mean, decode_step_s=st.d, room_tokens=st.room, token_cost_s=cost,
-        prompt_tokens=(lengths.mean(engine.prompt_tokens), lengths.mean(engine.prompt_tokens ** 2)), cv2=cv2)
+        prompt_tokens=(lengths.mean(engine.prompt_tokens), lengths.mean(engine.prompt_tokens ** 2)), cv2=cv2,
+        at_once=engine.admission.at_once_share(st.n_pmf))
     if wait is not None:   # prompts let in only at some steps (roofline.serving.admission)
         ttft = _Points.of(with_wait(ttft.values, ttft.weights, wait))
     slot = st.slot

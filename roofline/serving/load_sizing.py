@@ -227,6 +227,12 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
                       tpot_p99_s=v("tpot_p99_s"), e2e_p99_s=v("e2e_p99_s"))
 
 
+#: Why a disaggregated option is not sized under an admission wait: the wait is modelled on an aggregated engine's
+#: steps, not on a prefill pool's queue.
+ADMISSION_AGGREGATED_ONLY = ("not sized: the scheduler's admission wait (polling, attention-DP balance) is modelled "
+                             "for aggregated engines only, not for a prefill pool")
+
+
 def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: LoadTarget, *,
                  formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
                  prices: Prices | None = None, max_slots: int | None = None, token_budget: int | None = None,
@@ -263,6 +269,7 @@ def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], targ
         seqs, budget = engine_defaults(stack or "", dev)
         out += [_kind(m, shapes, kind, target, formats=fmt, params=params, prices=prices,
                       max_slots=max_slots or seqs, token_budget=token_budget or budget or DEFAULT_TOKEN_BUDGET,
-                      admission=admission)
+                      admission=admission) if kind == "aggregated" or admission is None or admission.immediate
+                else Option(device=dev.id, placement=kind, reason=ADMISSION_AGGREGATED_ONLY)
                 for kind in ("aggregated", "disaggregated")]
     return sorted(out, key=lambda o: (not o.feasible, o.devices, getattr(o, "ttft_p99_s", math.inf)))

@@ -138,7 +138,7 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
     note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
         device_of(d) for d in devices) + (f" Prompts are let in every {args.poll_steps} steps (--poll-steps): they "
                                           "wait for the next admission." if (args.poll_steps or 1) > 1 else "")
-    emit(console, size_load_view(model.id, target, options, note), args, eng)
+    emit(console, size_load_view(model.id, target, options, note, poll_steps=args.poll_steps or 1), args, eng)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 
