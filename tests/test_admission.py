@@ -142,3 +142,18 @@ def test_dp_balance_column_parses_yes_no_and_iterations():
         with pytest.raises(RooflineError, match="dp_balance"):
             predict_row(_row("ML069", dp_balance=bad), row_params(prof, r))
     assert math.isfinite(predict_row(_row("ML069", dp_balance="yes"), row_params(prof, r)))
+
+
+def test_an_admission_wait_on_a_prefill_pool_is_refused():
+    """The wait is modelled on an aggregated engine's steps: a disaggregated placement with one is refused (the
+    sizing lists its disaggregated options as not sized instead of silently dropping the wait)."""
+    from roofline.serving.load import Workload, deployment
+    from roofline.serving.serve import Placement
+    from roofline.specs.lengths import Lengths
+    from roofline.specs.resolve import resolve_group, resolve_model
+    g = resolve_group("h100-sxm:2")
+    split = Placement(name="split", decode=g, prefill=g)
+    w = Workload(lengths=Lengths.fixed(500, 100))
+    with pytest.raises(WorkloadError, match="aggregated engines only"):
+        deployment(resolve_model("llama-3.1-8b"), split, w, admission=Admission(poll_steps=4))
+    assert deployment(resolve_model("llama-3.1-8b"), split, w, admission=Admission()).capacity_per_s > 0

@@ -147,6 +147,14 @@ def admission_wait(admission: Admission, *, rate_per_s: Array, step_s: Array, de
             np.concatenate([p, (1 - p) * np.diff(e)], axis=-1))
 
 
+def check_admission(admission: Admission | None, placement: object) -> None:
+    """Refuse an admission wait on a placement whose prompts run on a prefill pool: the wait is modelled on an
+    aggregated engine's steps (a pool's own queue replaces them)."""
+    if admission is not None and not admission.immediate and getattr(placement, "prefill", None) is not None:
+        raise WorkloadError(f"placement {getattr(placement, 'name', '')!r} prefills on a separate pool: the scheduler's "
+                            "admission wait (polling, attention-DP balance) is modelled for aggregated engines only")
+
+
 def with_wait(values: Array, weights: Array, wait: tuple[Array, Array]) -> tuple[Array, Array]:
     """Points of a latency per rate (last axis) plus an independent wait given as atoms per rate (values and
     weights, each per rate or shared): every pair, flattened to the last axis again."""

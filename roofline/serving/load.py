@@ -58,7 +58,8 @@ from ..specs.lengths import Lengths
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams, default_params
 from ..workload import check_instance, check_whole
-from .admission import Admission, admission_wait, with_wait
+from .admission import Admission, admission_wait, check_admission, with_wait
+from .limits import PERCENTILES, check_limits
 from .queueing import (
     StepChain,
     WaitTail,
@@ -76,8 +77,6 @@ from .serve import DEFAULT_TOKEN_BUDGET, Placement, kv_transfer_s
 
 Array = NDArray[np.float64]
 Index = NDArray[np.integer[Any]]
-#: Percentiles every load result reports.
-PERCENTILES = (50, 90, 99)
 #: Points of the midpoint rule over the residual step an arrival lands in.
 RESIDUAL_POINTS = 4
 
@@ -566,20 +565,6 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
                       stable=stable.reshape(shape), lengths=lengths.name, arrival_cv2=cv2, **out)
 
 
-def check_limits(limits: Mapping[str, float]) -> dict[str, float]:
-    """p99 (or other percentile) limits by name: ``ttft_p99_s``, ``tpot_p99_s``, ``itl_p99_s``, ... > 0."""
-    out = {}
-    for k, v in limits.items():
-        name, _, rest = k.partition("_p")
-        if name not in ("ttft", "itl", "tpot", "e2e") or rest[:-2] not in {str(p) for p in PERCENTILES}:
-            raise WorkloadError(f"unknown latency limit {k!r}: use ttft, itl, tpot or e2e with _p50_s, _p90_s or "
-                                "_p99_s")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise WorkloadError(f"latency limit {k} must be a positive number of seconds, got {v!r}")
-        out[k] = float(v)
-    return out
-
-
 def meets(result: LoadResult, limits: Mapping[str, float]) -> NDArray[np.bool_]:
     """Where every limit holds (and the rate is stable)."""
     ok = np.asarray(result.stable).copy()
@@ -734,6 +719,7 @@ def deployment(model: ModelSpec, placement: Placement, workload: Workload, *, re
                             "step (speculative decoding under load is not modelled)")
     for name, v in (("replicas", replicas), ("prefill_groups", prefill_groups), ("token_budget", token_budget)):
         check_whole(name, v)
+    check_admission(admission, placement)
     p = params if params is not None else default_params()
     fmt = Formats.for_model(m, **check_format_keys(formats), devices=placement.target_devices)
     L = workload.lengths
