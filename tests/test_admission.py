@@ -3,6 +3,7 @@ simulation of TensorRT-LLM's rule, polling against the engine's event simulation
 
 from __future__ import annotations
 
+import json
 import math
 
 import attrs
@@ -157,3 +158,20 @@ def test_an_admission_wait_on_a_prefill_pool_is_refused():
     with pytest.raises(WorkloadError, match="aggregated engines only"):
         deployment(resolve_model("llama-3.1-8b"), split, w, admission=Admission(poll_steps=4))
     assert deployment(resolve_model("llama-3.1-8b"), split, w, admission=Admission()).capacity_per_s > 0
+
+
+def test_placements_and_size_at_a_rate_poll_and_say_so(run_cli):
+    """`placements --rate --poll-steps` polls the aggregated placements' queues (TTFT p99 longer) and gives a
+    split placement a reason; `size --rate --poll-steps` records the setting in its JSON."""
+    def loads(*extra):
+        code, out, _ = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "1",
+                               "--isl", "1000", "--osl", "200", "--json", *extra)
+        assert code == 0
+        return {p["name"]: p["load"] for p in json.loads(out)["placements"]}
+    plain, polled = loads(), loads("--poll-steps", "9")
+    together = "decode h100-sxm, prefill on the decode group"
+    assert polled[together]["ttft_p99_s"] > 1.2 * plain[together]["ttft_p99_s"]
+    assert "aggregated engines only" in polled["decode h100-sxm, prefill h100-sxm"]["reason"]
+    code, out, _ = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm:1", "--rate", "2", "--p99-ttft-ms", "2000",
+                           "--poll-steps", "9", "--json")
+    assert code == 0 and json.loads(out)["poll_steps"] == 9

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from ...errors import RooflineError
 from ...physics.speculative import Acceptance
+from ...serving.admission import Admission
 from ...serving.frontier import compare_frontiers, pareto_frontier
 from ...serving.placements import enumerate_placements
 from ...serving.serve import Placement, Request
@@ -225,7 +226,7 @@ def load_at_rate(args: argparse.Namespace, placement: Placement, fmt: Any, param
     rate = number(args.rate, "--rate", positive=True)
     try:
         d = deployment(args.target, placement, load_workload(args), token_budget=args.token_budget, params=params,
-                       formats=fmt)
+                       formats=fmt, admission=Admission(poll_steps=args.poll_steps))
         if placement.prefill is not None:
             d = attrs.evolve(d, prefill_groups=math.floor(rate * d.workload.lengths.mean(d.prefill_s)) + 1)
         r = d.at([rate])
