@@ -227,12 +227,6 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
                       tpot_p99_s=v("tpot_p99_s"), e2e_p99_s=v("e2e_p99_s"))
 
 
-#: Why a disaggregated option is not sized under an admission wait: the wait is modelled on an aggregated engine's
-#: steps, not on a prefill pool's queue.
-ADMISSION_AGGREGATED_ONLY = ("not sized: the scheduler's admission wait (polling, attention-DP balance) is modelled "
-                             "for aggregated engines only, not for a prefill pool")
-
-
 def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: LoadTarget, *,
                  formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
                  prices: Prices | None = None, max_slots: int | None = None, token_budget: int | None = None,
@@ -244,7 +238,8 @@ def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], targ
     the reason. ``max_slots``: the scheduler's cap on running requests (vLLM's max_num_seqs); ``token_budget``:
     the tokens a step may carry; where unset, ``stack``'s server defaults on each device (:func:`engine_defaults`),
     else what memory holds and 8,192 tokens. ``admission``: when the scheduler lets waiting prompts in
-    (:class:`roofline.serving.admission.Admission`, e.g. vLLM's multi-step ``num_scheduler_steps``)."""
+    (:class:`roofline.serving.admission.Admission`, e.g. vLLM's multi-step ``num_scheduler_steps``); a disaggregated
+    option under a wait is listed with the reason :func:`~roofline.serving.admission.check_admission` gives."""
     if not isinstance(target, LoadTarget):
         raise WorkloadError(f"target must be a LoadTarget, got {type(target).__name__}")
     m = check_instance("model", model, ModelSpec, optional=False)
@@ -269,7 +264,6 @@ def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], targ
         seqs, budget = engine_defaults(stack or "", dev)
         out += [_kind(m, shapes, kind, target, formats=fmt, params=params, prices=prices,
                       max_slots=max_slots or seqs, token_budget=token_budget or budget or DEFAULT_TOKEN_BUDGET,
-                      admission=admission) if kind == "aggregated" or admission is None or admission.immediate
-                else Option(device=dev.id, placement=kind, reason=ADMISSION_AGGREGATED_ONLY)
+                      admission=admission)
                 for kind in ("aggregated", "disaggregated")]
     return sorted(out, key=lambda o: (not o.feasible, o.devices, getattr(o, "ttft_p99_s", math.inf)))

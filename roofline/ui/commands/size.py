@@ -133,12 +133,13 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
     eng = engine(args, [device_of(d) for d in devices])
     params = eng.params
     stack = stack_option(args.stack) if args.stack is not None else DEFAULT_STACK
+    poll = args.poll_steps or 1
     options = size_at_rate(model, devices, target, formats=formats(args, model), params=params, prices=prices,
-                           max_slots=args.max_seqs, stack=stack, admission=Admission(poll_steps=args.poll_steps or 1))
+                           max_slots=args.max_seqs, stack=stack, admission=Admission(poll_steps=poll))
     note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
-        device_of(d) for d in devices) + (f" Prompts are let in every {args.poll_steps} steps (--poll-steps): they "
-                                          "wait for the next admission." if (args.poll_steps or 1) > 1 else "")
-    emit(console, size_load_view(model.id, target, options, note, poll_steps=args.poll_steps or 1), args, eng)
+        device_of(d) for d in devices) + (f" Prompts are let in every {poll} steps (--poll-steps): they wait for the "
+                                          "next admission." if poll > 1 else "")
+    emit(console, size_load_view(model.id, target, options, note, poll_steps=poll), args, eng)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 
