@@ -8,7 +8,10 @@ Reads, all from files the project ships (run after a refit, `scripts/refresh_doc
 * docs/family_fits.json: the Gaudi, Trainium and TPU rows held out one publication at a time (fitted), and the
   same rows under the family files' estimates before any fit (the evidence for a family with no fitted rows);
 * the dataflow families' rows their per-layer latency fit did not use (`roofline calibrate --family F`);
-* the GPU energy-per-token rows (the power model fits the power rows, never these).
+* the GPU energy-per-token rows (the power model fits the power rows, never these);
+* the kept set (roofline/validation/kept.csv): publications no fit has used, predicted by the shipped profile as a
+  new user would (marked ``kept``; their group counts as fitted where the held-out evidence has fitted rows of the
+  same platform and stack, as a user's prediction there would).
 Each becomes a score log(measured / predicted) in the time orientation (roofline.specs.intervals).
 """
 
@@ -22,7 +25,7 @@ from roofline.errors import RooflineError
 from roofline.evidence.calibrate import fit_layer_overhead, fitted_row
 from roofline.evidence.validate import predict_row, read_rows, row_params, shipped_data
 from roofline.serving.trust import platform
-from roofline.specs.intervals import METRIC_KINDS, interval_file
+from roofline.specs.intervals import METRIC_KINDS, IntervalTable, Score, interval_file
 from roofline.specs.params import family_chain, shipped_profile, stack_family
 from roofline.specs.resolve import resolve_device
 
@@ -41,6 +44,22 @@ def score(row, error: float, *, fitted: bool) -> dict | None:
     s = math.log1p(error) if rate else -math.log1p(error)   # log(measured time / predicted time)
     return {"id": row.id, "source": row.get("source"), "platform": platform(dev), "stack": stack, "kind": kind,
             "fitted": fitted, "score": round(s, 6)}
+
+
+def kept_scores(held_out: IntervalTable) -> list[dict]:
+    """The kept set's errors under the shipped profile (as `roofline validate --data kept.csv` gives them), each
+    marked ``kept`` and counted as fitted where ``held_out`` has fitted scores of its platform and stack."""
+    out = []
+    for r in read_rows(ROOT / "roofline" / "validation" / "kept.csv"):
+        try:
+            got = predict_row(r, row_params(shipped_profile(), r)) / float(r.get("value")) - 1
+        except RooflineError:   # a row the model cannot express (validate lists it as skipped)
+            continue
+        e = score(r, got, fitted=True)
+        if e is not None:
+            e.update(fitted=held_out.is_fitted(e["platform"], e["stack"]), kept=True)
+            out.append(e)
+    return out
 
 
 def main() -> int:
@@ -64,6 +83,7 @@ def main() -> int:
         except RooflineError:
             continue
     entries = [e for e in entries if e is not None]
+    entries += kept_scores(IntervalTable(scores=tuple(Score(**e) for e in entries)))
     head = json.dumps({"written_by": "scripts/refresh_intervals.py",
                        "score": "log(measured / predicted), time orientation"})[:-1]
     body = ",\n".join(json.dumps(e, sort_keys=True) for e in entries)   # one score a line: diffs stay readable

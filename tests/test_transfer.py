@@ -78,6 +78,36 @@ def test_shipped_intervals_cover_unseen_publications_at_their_level():
         assert got["rows"] > 1000 and abs(got["covered"] - level) <= 0.05, (level, got)
 
 
+def test_kept_publications_fall_inside_the_intervals_the_others_give():
+    """The kept set (publications no fit has used, predicted as a new user would) is part of the evidence; each of
+    its publications left out in turn, 70-90% of its rows fall inside the 80% intervals the rest give (66% when the
+    intervals came from the curated held-out rows alone), while the held-out rows stay within 5 points of 80%."""
+    got = coverage_by_publication(shipped_intervals().scores, 0.8)
+    assert got["kept"]["rows"] >= 200 and 0.70 <= got["kept"]["covered"] <= 0.90, got["kept"]
+    assert abs(got["held_out"]["covered"] - 0.8) <= 0.05, got["held_out"]
+
+
+def test_a_kept_row_is_scored_against_intervals_its_own_publication_did_not_shape():
+    """validate's interval for a kept row is the one the table gives without the row's publication (its own errors
+    never widen its own interval), and that publication's scores do move the interval others get."""
+    from roofline.evidence.row_intervals import with_row_intervals
+    from roofline.serving.trust import platform
+    from roofline.specs.intervals import IntervalTable
+    from roofline.specs.resolve import resolve_device
+
+    table = shipped_intervals()
+    kept = {r.id: r for r in read_rows(ROOT / "roofline" / "validation" / "kept.csv")}
+    s = next(x for x in table.scores if x.kept and x.platform == "gpu-amd" and x.kind == "throughput")
+    row = kept[s.id]
+    src = row.get("source")
+    res = with_row_intervals([{"id": s.id, "metric": row.get("metric"), "stack_family": s.stack,
+                               "predicted": 100.0, "measured": 100.0}], {s.id: row})[0]
+    rest = IntervalTable(scores=tuple(x for x in table.scores if x.source != src))
+    iv = rest.interval(platform(resolve_device(row.get("hardware"))), s.stack, "throughput")
+    assert (res["predicted_low"], res["predicted_high"]) == pytest.approx(iv.bounds(100.0, rate=True))
+    assert table.interval("gpu-amd", s.stack, "throughput") != iv
+
+
 def test_a_platform_with_no_fitted_rows_gets_a_wide_interval_that_says_so():
     wide = rl.interval("corsair", "decode")
     fitted = rl.interval("h100-sxm", "decode")
