@@ -42,6 +42,9 @@ FITS_FILE = ROOT / "docs" / "family_fits.json"
 #: Held-out rows whose stack build no row outside their fold has (written with docs/heldout_errors.json).
 UNSEEN_FILE = ROOT / "docs" / "heldout_unseen_builds.json"
 KEPT_FILE = ROOT / "roofline" / "validation" / "kept.csv"   # the kept set: publications no fit reads
+#: The GPU rows held out by device kind and by serving stack (`roofline calibrate --folds 5 --by hardware|stack`).
+BY_HARDWARE_FILE = ROOT / "docs" / "heldout_by_hardware.json"
+BY_STACK_FILE = ROOT / "docs" / "heldout_by_stack.json"
 
 
 #: Id prefixes of TensorRT-LLM's perf-overview tables (offline maximum throughput, five versions): most of the GPU
@@ -130,6 +133,11 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
     for name, unseen in (("other publications measured", False), ("only its own publication measured", True)):
         mine = [r for r in gpu if timed(r) and r["id"] in held and (r["id"] in left_out) == unseen]
         rows.append(f"| GPU time rows whose stack build {name} | {three(mine)}")
+    for name, path in (("device kind", BY_HARDWARE_FILE), ("stack family", BY_STACK_FILE)):
+        other = json.loads(path.read_text()) if path.exists() else {}
+        mine = [r for r in gpu if timed(r) and other.get(r["id"]) is not None]
+        if mine:
+            rows.append(f"| GPU time rows, whole {name} held out | {three(mine, other)}")
     amd = [r for r in gpu if timed(r) and r["hardware"].startswith("mi")]
     rows.append(f"| GPU time rows on AMD MI300X / MI325X / MI355X | {three(amd)}")
     load = [r for r in v["rows"] if r["kind"] == "load"]
