@@ -137,7 +137,8 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         other = json.loads(path.read_text()) if path.exists() else {}
         mine = [r for r in gpu if timed(r) and other.get(r["id"]) is not None]
         if mine:
-            rows.append(f"| GPU time rows, whole {name} held out | {three(mine, other)}")
+            rows.append(f"| GPU time rows, whole {name} held out | {len(mine)} | — | — | "   # in-sample: rows above
+                        f"{med([other.get(r['id']) for r in mine])} | {cover(mine, other)} |")
     amd = [r for r in gpu if timed(r) and r["hardware"].startswith("mi")]
     rows.append(f"| GPU time rows on AMD MI300X / MI325X / MI355X | {three(amd)}")
     load = [r for r in v["rows"] if r["kind"] == "load"]

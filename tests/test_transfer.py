@@ -6,6 +6,7 @@ import math
 import tomllib
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 
@@ -165,16 +166,69 @@ def test_every_computing_command_names_its_stack_and_bounds_its_figures(run_cli,
                 walk(v)
     walk(data)
     # a biased group's interval may leave the prediction out (vLLM's TTFT on unseen publications runs long), but its
-    # ends are the figure times the reported factors
-    kinds = data["intervals"]["kinds"]
-    factors = {round(f, 6) for k in kinds.values() for f in (k["low_factor"], k["high_factor"], 1 / k["low_factor"],
-                                                             1 / k["high_factor"])}
+    # ends are the figure times the factors reported for one of the command's devices (a placement's figures take
+    # the widest of their stages' devices')
+    every = [data["intervals"]["kinds"], *data["intervals"]["by_device"].values()]
+    factors = {round(f, 6) for kinds in every for k in kinds.values()
+               for f in (k["low_factor"], k["high_factor"], 1 / k["low_factor"], 1 / k["high_factor"])}
     assert pairs and all(lo <= hi for lo, v, hi in pairs if lo is not None)
     if argv[0] != "size":   # sizing's options each take their own device's intervals
         assert all(round(lo / v, 6) in factors for lo, v, hi in pairs
                    if lo is not None and v and not float(v).is_integer())
     code, out, _ = run_cli(*argv)
     assert "80% range on" in " ".join(out.split())
+
+
+def test_a_placement_takes_the_ranges_of_the_devices_its_stages_run_on(run_cli):
+    """A Corsair-only placement carries Corsair's (unfitted, wide) ranges, not the first device's; a mixed one takes
+    the prefill device's TTFT range and the widest of the two for its energy (issue Transfer: every figure's
+    interval is its own device's)."""
+    code, out, err = run_cli("placements", "--target", "gpt-oss-120b", "--devices", "b200,corsair", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    own = data["intervals"]["by_device"]
+
+    def factor(p, name):
+        m = p["metrics"]
+        return m[f"{name}_high"] / m[name]
+    rows = {(p["stage_devices"]["prefill"], p["stage_devices"]["decode"]): p for p in data["placements"]}
+    assert factor(rows[(None, "corsair")], "tpot_s") == pytest.approx(own["corsair"]["decode"]["high_factor"])
+    assert factor(rows[(None, "b200")], "tpot_s") == pytest.approx(own["b200"]["decode"]["high_factor"])
+    mixed = rows[("b200", "corsair")]
+    assert factor(mixed, "ttft_s") == pytest.approx(own["b200"]["ttft"]["high_factor"])
+    assert factor(mixed, "energy_per_token_j") == pytest.approx(
+        max(own["b200"]["energy"]["high_factor"], own["corsair"]["energy"]["high_factor"]))
+
+
+def test_a_speculative_rounds_range_is_the_widest_of_its_two_devices_and_its_baseline_the_verifiers(run_cli):
+    code, out, err = run_cli("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--draft-on", "corsair",
+                             "--verify-on", "b200:8", "--alpha", "0.8", "--gamma", "1..3", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    own, row = data["intervals"]["by_device"], data["rows"][0]
+    widest = max(own["b200"]["decode"]["high_factor"], own["corsair"]["decode"]["high_factor"])
+    assert row["tokens_per_s_per_user"] / row["tokens_per_s_per_user_low"] == pytest.approx(widest)
+    assert data["baseline_tokens_per_s_per_user"] / data["baseline_tokens_per_s_per_user_low"] == pytest.approx(
+        own["b200"]["decode"]["high_factor"])
+    assert data["baseline_by_batch"][0]["tokens_per_s_per_user_low"] == pytest.approx(
+        data["baseline_tokens_per_s_per_user_low"])
+
+
+def test_one_score_of_a_kept_publication_does_not_set_a_groups_interval():
+    """A kept publication with one score in a group is left out of it (one row cannot tell its offset from a
+    one-off); a held-out publication's single score still counts, and so does a kept one's second."""
+    base = [Score(id=f"h{i}", source=f"s{i % 5}", platform="gpu-nvidia", stack="*", kind="ttft", fitted=True,
+                  score=0.02 * (i % 7) - 0.06) for i in range(40)]
+    outlier = Score(id="k0", source="kept-pub", platform="gpu-nvidia", stack="*", kind="ttft", fitted=True,
+                    score=3.9, kept=True)
+    table = rl.specs.intervals.IntervalTable
+    calm = table(scores=tuple(base)).interval("gpu-nvidia", "*", "ttft")
+    got = table(scores=(*base, outlier)).interval("gpu-nvidia", "*", "ttft")
+    assert (got.low_factor, got.high_factor) == (calm.low_factor, calm.high_factor) and calm.high_factor < 1.1
+    twice = table(scores=(*base, outlier, attrs.evolve(outlier, id="k1")))
+    assert twice.interval("gpu-nvidia", "*", "ttft").high_factor == pytest.approx(math.exp(3.9))
+    held = table(scores=(*base, attrs.evolve(outlier, kept=False)))
+    assert held.interval("gpu-nvidia", "*", "ttft").high_factor == pytest.approx(math.exp(3.9))
 
 
 def test_the_api_gives_the_same_bounds():

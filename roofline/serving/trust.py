@@ -120,13 +120,68 @@ def _bounds_itself(record: Any) -> bool:
     return callable(getattr(record, "with_bounds", None))
 
 
+#: The stages whose devices a figure of each kind depends on, in a record naming its stages' devices
+#: (``stage_devices``: a placement, a speculative scan): a prompt's time its prefill group's (the decode group's
+#: where it has none); a token's time the decode (verify) and draft groups'; throughput and energy every group's.
+KIND_STAGES: dict[str, tuple[str, ...]] = {"ttft": ("prefill",), "decode": ("decode", "draft"),
+                                           "throughput": ("prefill", "decode", "draft"),
+                                           "energy": ("prefill", "decode", "draft")}
+
+
+def widest(intervals: list[Interval]) -> Interval:
+    """The envelope of several devices' intervals of one kind (the lowest low factor, the highest high): a figure
+    that several device kinds produce is at least as uncertain as the least known of them."""
+    if len(intervals) == 1:
+        return intervals[0]
+    return Interval(level=intervals[0].level, low_factor=min(i.low_factor for i in intervals),
+                    high_factor=max(i.high_factor for i in intervals),
+                    group="the widest of: " + "; ".join(dict.fromkeys(i.group for i in intervals)),
+                    n=sum(i.n for i in intervals), fitted=all(i.fitted for i in intervals))
+
+
+def stage_intervals(stage_devices: Mapping[str, Any], intervals: Mapping[str, Interval],
+                    by_device: Callable[[str], Mapping[str, Interval] | None]) -> dict[str, Interval]:
+    """Each kind's interval for a record whose stages run on the devices ``stage_devices`` names (stage -> device
+    id, None for a stage it has not): the widest of its stages' devices' (:data:`KIND_STAGES`; a device
+    ``by_device`` does not know keeps ``intervals``)."""
+    named = {k: v for k, v in stage_devices.items() if isinstance(v, str)}
+    plain = (by_device(named["decode"]) or {}) if "decode" in named else {}
+    out: dict[str, Interval] = {}
+    for kind, iv in intervals.items():
+        if kind.startswith(PLAIN):
+            continue
+        devs = [named[s] for s in KIND_STAGES.get(kind, ()) if s in named] or (
+            [named["decode"]] if "decode" in named else [])
+        own = [(by_device(d) or {}).get(kind) for d in dict.fromkeys(devs)]
+        out[kind] = widest([i for i in own if i is not None]) if any(i is not None for i in own) else iv
+        out[PLAIN + kind] = plain.get(kind, iv)   # a baseline_* figure: plain decoding on the decode group alone
+    return out
+
+
+#: The key prefix of the intervals a ``baseline_*`` figure takes (:func:`pick`).
+PLAIN = "plain:"
+
+
+def plain_only(intervals: Mapping[str, Interval]) -> dict[str, Interval]:
+    """The intervals of figures nested under a ``baseline*`` key: each kind's plain one where there is one."""
+    return {k: intervals.get(PLAIN + k, iv) for k, iv in intervals.items() if not k.startswith(PLAIN)}
+
+
+def pick(intervals: Mapping[str, Interval], name: str, kind: str) -> Interval:
+    """The interval of figure ``name`` of ``kind``: a ``baseline_*`` figure (the same setup without speculation,
+    on the decode group alone) takes its plain interval where :func:`stage_intervals` gave one."""
+    return intervals.get(PLAIN + kind, intervals[kind]) if name.startswith("baseline") else intervals[kind]
+
+
 def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | None = None,
                 by_device: Callable[[str], Mapping[str, Interval] | None] | None = None) -> Any:
     """``record`` (a result's plain JSON form) with ``<name>_low`` and ``<name>_high`` beside every figure of
     :data:`FIELDS` (and ``time_s`` of a stage), nested records included; None entries stay None. A nested record
     naming its own ``device`` takes that device's intervals where ``by_device`` gives them (sizing lists options
-    on several device kinds). A record with its own ``with_bounds(intervals, stage, by_device)`` (rows held by
-    column, :class:`roofline.ui.columns.Columns`) bounds itself."""
+    on several device kinds); one naming its stages' devices (``stage_devices``) takes, per kind, the widest of
+    the devices that kind depends on (:func:`stage_intervals`). A record with its own
+    ``with_bounds(intervals, stage, by_device)`` (rows held by column, :class:`roofline.ui.columns.Columns`)
+    bounds itself."""
     if _bounds_itself(record):
         return record.with_bounds(intervals, stage, by_device)
     if isinstance(record, list):
@@ -135,18 +190,21 @@ def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | Non
         return record
     if by_device is not None and isinstance(record.get("device"), str):
         intervals = by_device(record["device"]) or intervals
+    if by_device is not None and isinstance(record.get("stage_devices"), dict):
+        intervals = stage_intervals(record["stage_devices"], intervals, by_device)
     stage = record.get("stage", stage) if isinstance(record.get("stage", stage), str) else stage
     out: dict[str, Any] = {}
     for k, v in record.items():
         nested = (isinstance(v, (dict, list)) and not _numeric(v)) or _bounds_itself(v)
-        out[k] = with_bounds(v, intervals, stage, by_device) if nested else v
+        out[k] = with_bounds(v, plain_only(intervals) if k.startswith("baseline") else intervals, stage,
+                             by_device) if nested else v
         spec = FIELDS.get(k) or (("decode" if stage is None else STAGE_KINDS.get(stage, "decode"), False)
                                  if k == "time_s" else None)
         if spec is None or not _numeric(v) or f"{k}_low" in record:
             continue
         kind, rate = spec
         try:
-            out[f"{k}_low"], out[f"{k}_high"] = _ends(v, intervals[kind], rate)
+            out[f"{k}_low"], out[f"{k}_high"] = _ends(v, pick(intervals, k, kind), rate)
         except (TypeError, ValueError):   # a ragged nesting: leave the figure without bounds
             continue
     return out

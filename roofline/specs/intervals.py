@@ -134,10 +134,19 @@ def conformal_bounds(scores: Sequence[float], level: float) -> tuple[float, floa
 #: Chosen among 3-6 by :func:`coverage_by_publication` on the shipped errors (3: AMD's rows 66% inside their 80%
 #: intervals, 4: 81%; 4-6 alike elsewhere): a choice made on the data it is judged by, so said here.
 MIN_PUBLICATIONS = 4
+#: The fewest scores a kept publication must have in a group to count in it. The held-out evidence holds rows of
+#: grade A or B only (setups as published, the rows the calibration fits); the kept set takes every grade, and many of
+#: its publications are one comment with one row, which cannot tell the publication's offset from a one-off: the
+#: achatbot row (gpt-oss-20b on a serverless H100, a mean TTFT 47x the model's, 25x at the median) set the upper end
+#: of every NVIDIA TTFT interval but vLLM's at x47. Checked by :func:`coverage_by_publication`, every score still
+#: judged (those rows too): with this rule 83% of the held-out and 72% of the kept rows fall inside their 80%
+#: intervals (without it 83% and 75%, and that x47); applied to every publication, 84% and 73%, but AMD's rows 72%
+#: and TPU's 71% (now 77%, 79%).
+MIN_SCORES_PER_KEPT_PUBLICATION = 2
 
 
-def publication_weighted_bounds(scores: Sequence[float], sources: Sequence[str],
-                                level: float) -> tuple[float, float] | None:
+def publication_weighted_bounds(scores: Sequence[float], sources: Sequence[str], level: float,
+                                thin: Iterable[str] = ()) -> tuple[float, float] | None:
     """:func:`conformal_bounds` with each publication's scores weighing as much as any other's, whatever its row
     count: the "pooled CDF" of Dunn, Wasserman and Ramdas, "Distribution-free prediction sets for two-layer
     hierarchical models", JASA 2022 (https://arxiv.org/abs/1809.07441), for data that come in groups, here the
@@ -147,23 +156,32 @@ def publication_weighted_bounds(scores: Sequence[float], sources: Sequence[str],
     publications give, 89% inside the 90% ones (unweighted: 76%, 86%; with every publication inflated as one
     sample, 88%, 96%)."""
     check_level(level)
-    n = len(scores)
+    n = sum(_counted(sources, thin).values())
     hi_q = (1 - (1 - level) / 2) * (1 + 1 / n) if n else math.inf
-    got = _weighted_quantiles(scores, sources, (1 - hi_q, hi_q))
+    got = _weighted_quantiles(scores, sources, (1 - hi_q, hi_q), thin)
     return None if got is None else (got[0], got[1])
 
 
-def _weighted_quantiles(scores: Sequence[float], sources: Sequence[str],
-                        targets: Sequence[float]) -> list[float] | None:
-    """The scores at cumulative levels ``targets`` (ascending) of the distribution that gives each publication
-    the same weight, split evenly among its scores; None with fewer than :data:`MIN_PUBLICATIONS` publications or
-    a target above 1 (too few scores for the level)."""
+def _counted(sources: Sequence[str], thin: Iterable[str] = ()) -> dict[str, int]:
+    """Scores per publication, but for the publications among ``thin`` (the kept set's) with fewer than
+    :data:`MIN_SCORES_PER_KEPT_PUBLICATION` of them."""
     counts: dict[str, int] = {}
     for src in sources:
         counts[src] = counts.get(src, 0) + 1
+    few = {src for src in thin if counts.get(src, 0) < MIN_SCORES_PER_KEPT_PUBLICATION}
+    return {src: n for src, n in counts.items() if src not in few}
+
+
+def _weighted_quantiles(scores: Sequence[float], sources: Sequence[str], targets: Sequence[float],
+                        thin: Iterable[str] = ()) -> list[float] | None:
+    """The scores at cumulative levels ``targets`` (ascending) of the distribution that gives each publication
+    the same weight, split evenly among its scores (a kept publication, among ``thin``, with fewer than
+    :data:`MIN_SCORES_PER_KEPT_PUBLICATION` scores here left out); None with fewer than :data:`MIN_PUBLICATIONS`
+    publications or a target above 1 (too few scores for the level)."""
+    counts = _counted(sources, thin)
     if len(counts) < MIN_PUBLICATIONS or targets[-1] > 1:
         return None
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    order = sorted((i for i in range(len(scores)) if sources[i] in counts), key=lambda i: scores[i])
     cum, total, out, left = 0.0, float(len(counts)), [], list(targets)
     for i in order:
         cum += 1.0 / counts[sources[i]] / total
@@ -174,16 +192,16 @@ def _weighted_quantiles(scores: Sequence[float], sources: Sequence[str],
     return out
 
 
-def publication_weighted_radius(scores: Sequence[float], sources: Sequence[str],
-                                level: float) -> tuple[float, float] | None:
+def publication_weighted_radius(scores: Sequence[float], sources: Sequence[str], level: float,
+                                thin: Iterable[str] = ()) -> tuple[float, float] | None:
     """(-r, r): the symmetric split-conformal interval of the absolute scores |s| (Lei et al. 2018, §2.2: the
     residual's magnitude as the conformity score), r their publication-weighted quantile at ``level`` x (n + 1) / n.
     For a group with no fitted rows: the errors of other families before their fits say how far such a prediction may be off, not
     which way a new family will lean (the blind AMD rows were early builds, several times slower than the model;
     ROCm ATOM in 2026 runs faster than it), so the interval always holds the prediction. None as for the bounds."""
     check_level(level)
-    n = len(scores)
-    got = _weighted_quantiles([abs(x) for x in scores], sources, (level * (1 + 1 / n),)) if n else None
+    n = sum(_counted(sources, thin).values())
+    got = _weighted_quantiles([abs(x) for x in scores], sources, (level * (1 + 1 / n),), thin) if n else None
     return None if got is None else (-got[0], got[0])
 
 
@@ -220,10 +238,11 @@ class IntervalTable:
         probe = {"platform": platform, "stack": stack, "kind": kind, "fitted": fitted}
         for fields in FALLBACK:
             got = self._groups[fields].get(tuple(probe[f] for f in fields), [])
-            q = (publication_weighted_bounds([g.score for g in got], [g.source for g in got], level) if fitted
-                 else publication_weighted_radius([g.score for g in got], [g.source for g in got], level))
+            thin = {g.source for g in got if g.kept}
+            q = (publication_weighted_bounds([g.score for g in got], [g.source for g in got], level, thin) if fitted
+                 else publication_weighted_radius([g.score for g in got], [g.source for g in got], level, thin))
             if q is not None:
-                name = ", ".join(f"{f} {probe[f]}" for f in fields if f != "fitted")
+                name = ", ".join(f"{f} {probe[f]}" for f in fields if f != "fitted") or "every platform and kind"
                 return Interval(level=level, low_factor=math.exp(q[0]), high_factor=math.exp(q[1]), group=name,
                                 n=len(got), fitted=fitted)
         raise WorkloadError(f"too few held-out errors for a {level:.0%} interval of {kind} (level too high)")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..records import plain
-from ..serving.trust import FIELDS, with_bounds
+from ..serving.trust import FIELDS, pick, with_bounds
 from ..specs.intervals import Interval
 from .render_common import safe
 
@@ -82,7 +82,7 @@ class Columns:
             value = v.astype(float)
             missing = ~np.isfinite(value) | self.absent.get(k, False)
             with np.errstate(all="ignore"):
-                out[f"{k}_low"], out[f"{k}_high"] = intervals[kind].bounds(value, rate=rate)
+                out[f"{k}_low"], out[f"{k}_high"] = pick(intervals, k, kind).bounds(value, rate=rate)
             if missing.any():
                 absent[f"{k}_low"] = absent[f"{k}_high"] = missing
         return Columns(out, absent)

@@ -163,17 +163,21 @@ def interval_line(trust: dict[str, Any]) -> str:
     def span(kind: str) -> str:
         return f"x{ivs[kind].low_factor:.2f}..x{ivs[kind].high_factor:.2f}"
     fitted = all(iv.fitted for iv in ivs.values())
-    text = (f"{trust['level']:.0%} range on {trust['device']} (errors on publications the fit never saw): "
-            f"per-token time {span('decode')}, TTFT {span('ttft')}, throughput time {span('throughput')}, "
-            f"energy {span('energy')}")
+    text = (f"{trust['level']:.0%} range on {trust['device']} (measured / predicted time; errors on publications "
+            f"the fit never saw): per-token time {span('decode')}, TTFT {span('ttft')}, throughput time "
+            f"{span('throughput')}, energy {span('energy')}")
     text += "." if fitted else "; NO fitted rows for this platform and stack: a wide range."
+    aside = [k for k, iv in ivs.items() if iv.low_factor > 1 or iv.high_factor < 1]
+    if aside:   # an interval that leaves the prediction out: the model has leaned one way on this platform
+        text += (f" The model has run {'fast' if ivs[aside[0]].low_factor > 1 else 'slow'} here: the "
+                 f"{aside[0].replace('decode', 'per-token time')} range leaves the prediction out.")
     others = []
     for d in (d for d in trust.get("devices", []) if d != trust["device"]):   # every device's own, not only the first's
         own = trust["by_device"](d)
         others.append(f"{d} x{own['decode'].low_factor:.2f}..x{own['decode'].high_factor:.2f}"
                       + ("" if all(iv.fitted for iv in own.values()) else " (NO fitted rows)"))
-    return text + (f" Per-token time on {', '.join(others)}; their other ranges: the JSON's intervals.by_device."
-                   if others else "")
+    return text + (f" Per-token time on {', '.join(others)}; a figure from several kinds takes the widest; the "
+                   f"rest: the JSON's intervals.by_device." if others else "")
 
 
 #: How the line under the tables words each setting a serving stack fixes (STACK_SETTINGS).

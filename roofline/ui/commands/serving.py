@@ -165,6 +165,10 @@ def _placement_item(args: argparse.Namespace, c: Any, run: ServingRun) -> dict[s
             reason = str(e)
     item = {"name": c.name, "description": c.placement.describe() if c.placement else None,
             "feasible": bool(point and point["fits"]), "reason": reason or None, "metrics": point}
+    if c.placement is not None:   # each figure's range: the devices its stages ran on (serving.trust)
+        item["stage_devices"] = {s: g.device.id if g is not None else None for s, g in
+                                 (("prefill", c.placement.prefill), ("decode", c.placement.decode),
+                                  ("draft", c.placement.draft))}
     if args.rate is not None and c.placement is not None:
         item["load"] = load_at_rate(args, c.placement, run.formats, run.params)
     return item

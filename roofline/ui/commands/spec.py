@@ -86,6 +86,8 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
         f" The draft's KV budget ({args.draft_kv_budget:,} tokens) is at or above the context ({args.context:,}): "
         "it attends to all of it, as without a budget." if idle_budget else "")
     view = spec_view(r, optimal_gamma(r), wi.describe(), note)
+    # a round's figures come from both groups: their ranges are the wider of the two devices' (serving.trust)
+    view.data["stage_devices"] = {"decode": verify_on.device.id, "draft": (draft_on or verify_on).device.id}
     _price_rows(view.data["rows"], [verify_on, *([draft_on] if draft_on and draft_on != verify_on else [])],
                 price_list(args, devices))
     emit(console, view, args, eng)
