@@ -214,6 +214,18 @@ def test_a_speculative_rounds_range_is_the_widest_of_its_two_devices_and_its_bas
         data["baseline_tokens_per_s_per_user_low"])
 
 
+def test_a_prefill_nested_under_its_stage_name_takes_the_ttft_range(run_cli):
+    """compare nests each group's prefill under "prefill" and its decode steps under "decode": the first takes the
+    TTFT range, the second the per-token one (as stage's rows, which name their stage, do)."""
+    code, out, err = run_cli("compare", "llama-3.1-8b", "h100-sxm:2", "h200-sxm", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    kinds, row = data["intervals"]["kinds"], data["rows"][0]
+    assert row["prefill"]["time_s_high"] / row["prefill"]["time_s"] == pytest.approx(kinds["ttft"]["high_factor"])
+    assert row["decode"][0]["time_s_high"] / row["decode"][0]["time_s"] == pytest.approx(
+        kinds["decode"]["high_factor"])
+
+
 def test_one_score_of_a_kept_publication_does_not_set_a_groups_interval():
     """A kept publication with one score in a group is left out of it (one row cannot tell its offset from a
     one-off); a held-out publication's single score still counts, and so does a kept one's second."""

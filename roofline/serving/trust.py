@@ -34,6 +34,9 @@ FIELDS: dict[str, tuple[str, bool]] = {
     "output_tokens_per_s": ("throughput", True), "usd_per_million_output_tokens": ("throughput", False)}
 #: The interval kind of a stage's ``time_s``.
 STAGE_KINDS = {"prefill": "ttft", "decode": "decode", "draft": "decode", "verify": "decode"}
+#: A stage's token rates (its tokens over its ``time_s``): they take the stage's kind as a rate; outside a stage
+#: ``tokens_per_s`` is a deployment's throughput.
+STAGE_RATES = ("tokens_per_s", "per_sequence_tokens_per_s")
 
 
 def platform(device: Device) -> str:
@@ -196,10 +199,12 @@ def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | Non
     out: dict[str, Any] = {}
     for k, v in record.items():
         nested = (isinstance(v, (dict, list)) and not _numeric(v)) or _bounds_itself(v)
-        out[k] = with_bounds(v, plain_only(intervals) if k.startswith("baseline") else intervals, stage,
-                             by_device) if nested else v
+        out[k] = with_bounds(v, plain_only(intervals) if k.startswith("baseline") else intervals,
+                             k if k in STAGE_KINDS else stage, by_device) if nested else v   # {"prefill": {...}}
         spec = FIELDS.get(k) or (("decode" if stage is None else STAGE_KINDS.get(stage, "decode"), False)
-                                 if k == "time_s" else None)
+                                 if k == "time_s" else None) or (
+            (STAGE_KINDS.get(stage, "decode") if stage is not None else "throughput", True)
+            if k in STAGE_RATES else None)
         if spec is None or not _numeric(v) or f"{k}_low" in record:
             continue
         kind, rate = spec
