@@ -23,14 +23,15 @@ from ..specs.params import DEFAULT_STACK, NVIDIA_ONLY_STACKS, POOLED, family_cha
 
 #: Reported figures and the interval each takes: (kind, is a rate). ``time_s`` takes its stage's
 #: (:data:`STAGE_KINDS`). A whole request's time (``e2e_s``) is mostly its decode steps, so it takes decode's.
-#: Dollars per token scale as the inverse of throughput, as a time does. A device count gets no interval: which
+#: Dollars per token scale as the inverse of throughput, as a time does; tokens per second per kW is the inverse of
+#: energy per token (1,000 / J per token), so it takes energy's interval as a rate. A device count gets no interval: which
 #: target binds it (throughput, per-user speed, TTFT) decides which error moves it; ``size --confidence`` sizes at
 #: the pessimistic end instead.
 FIELDS: dict[str, tuple[str, bool]] = {
     "tokens_per_s_per_user": ("decode", True), "decode_tokens_per_s_per_user": ("decode", True),
     "baseline_tokens_per_s_per_user": ("decode", True), "tpot_s": ("decode", False), "itl_s": ("decode", False),
     "e2e_s": ("decode", False), "ttft_s": ("ttft", False), "energy_per_token_j": ("energy", False),
-    "tokens_per_s_per_device": ("throughput", True), "tokens_per_s_per_kw": ("throughput", True),
+    "tokens_per_s_per_device": ("throughput", True), "tokens_per_s_per_kw": ("energy", True),
     "output_tokens_per_s": ("throughput", True), "usd_per_million_output_tokens": ("throughput", False)}
 #: The interval kind of a stage's ``time_s``.
 STAGE_KINDS = {"prefill": "ttft", "decode": "decode", "draft": "decode", "verify": "decode"}
