@@ -23,10 +23,10 @@ from ..specs.params import DEFAULT_STACK, NVIDIA_ONLY_STACKS, POOLED, family_cha
 
 #: Reported figures and the interval each takes: (kind, is a rate). ``time_s`` takes its stage's
 #: (:data:`STAGE_KINDS`). A whole request's time (``e2e_s``) is mostly its decode steps, so it takes decode's.
-#: Dollars per token scale as the inverse of throughput, as a time does; tokens per second per kW is the inverse of
-#: energy per token (1,000 / J per token), so it takes energy's interval as a rate. A device count gets no interval: which
-#: target binds it (throughput, per-user speed, TTFT) decides which error moves it; ``size --confidence`` sizes at
-#: the pessimistic end instead.
+#: Dollars per token scale as the inverse of throughput, as a time does; tokens per second per kW is the inverse
+#: of energy per token (1,000 / J per token), so it takes energy's interval as a rate. A device count gets no
+#: interval: which target binds it (throughput, per-user speed, TTFT) decides which error moves it; ``size
+#: --confidence`` sizes at the pessimistic end instead.
 FIELDS: dict[str, tuple[str, bool]] = {
     "tokens_per_s_per_user": ("decode", True), "decode_tokens_per_s_per_user": ("decode", True),
     "baseline_tokens_per_s_per_user": ("decode", True), "tpot_s": ("decode", False), "itl_s": ("decode", False),
@@ -124,6 +124,8 @@ def _bounds_itself(record: Any) -> bool:
     return callable(getattr(record, "with_bounds", None))
 
 
+#: The key prefix of the intervals a ``baseline_*`` figure takes (:func:`pick`): plain decoding on the decode group.
+PLAIN = "plain:"
 #: The stages whose devices a figure of each kind depends on, in a record naming its stages' devices
 #: (``stage_devices``: a placement, a speculative scan): a prompt's time its prefill group's (the decode group's
 #: where it has none); a token's time the decode (verify) and draft groups'; throughput and energy every group's.
@@ -160,10 +162,6 @@ def stage_intervals(stage_devices: Mapping[str, Any], intervals: Mapping[str, In
         out[kind] = widest([i for i in own if i is not None]) if any(i is not None for i in own) else iv
         out[PLAIN + kind] = plain.get(kind, iv)   # a baseline_* figure: plain decoding on the decode group alone
     return out
-
-
-#: The key prefix of the intervals a ``baseline_*`` figure takes (:func:`pick`).
-PLAIN = "plain:"
 
 
 def plain_only(intervals: Mapping[str, Interval]) -> dict[str, Interval]:
