@@ -700,7 +700,8 @@ class Validation:
         for key in ("kind", "family", "metric", "hardware", "stack_family", "stack_version"):
             groups: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
-                label = f"{r['stack_family']} {r[key] or '(version not stated)'}" if key == "stack_version" else r[key]
+                label = (f"{r['stack_family']}{'' if r['family'] == 'gpu' else ' on ' + r['family']} "   # a Neuron
+                         f"{r[key] or '(version not stated)'}" if key == "stack_version" else r[key])  # SDK's version
                 groups.setdefault(label, []).append(r)
             out[f"by_{key}"] = {k: stats(v) for k, v in sorted(groups.items())}
         return out
