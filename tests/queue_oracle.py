@@ -227,3 +227,26 @@ def model_errors(point: dict, engine: Any, lengths: Any) -> dict[str, float]:
             out[key] = got / sim - 1
     out["batch"] = float(r.batch_mean[0]) / point["batch_mean"] - 1
     return out
+
+
+def simulate_gim_busy(*, rate_per_s: float, servers: int, n: int = 200000, cv2: float = 1.0,
+                      seed: int = 0) -> tuple[float, float]:
+    """(share of arrivals that find every server busy, share of time every server is busy) of a GI/M/c queue with
+    unit-rate exponential services and Gamma gaps of squared CV ``cv2``: between arrivals the queue empties at
+    rate min(N, c), memoryless, so only the count is tracked."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.gamma(1.0 / cv2, cv2 / rate_per_s, size=n)
+    count, seen, busy_s = 0, 0, 0.0
+    for gap in gaps:
+        seen += count >= servers
+        count += 1
+        left = gap
+        while count:
+            d = rng.exponential(1.0 / min(count, servers))
+            if d >= left:
+                break
+            busy_s += d if count >= servers else 0.0
+            left -= d
+            count -= 1
+        busy_s += left if count >= servers else 0.0
+    return seen / n, busy_s / float(np.sum(gaps))

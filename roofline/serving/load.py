@@ -63,6 +63,7 @@ from .limits import PERCENTILES, check_limits
 from .queueing import (
     StepChain,
     WaitTail,
+    arrival_wait_share,
     check_cv2,
     check_rates,
     gim_ratio,
@@ -248,9 +249,11 @@ def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _
       steps carry prompts at the arrival rate); the line beyond c has drift lambda - mu_c and variance
       c_a^2 lambda + mu_c (the departures of many slots are close to Poisson on the scale of the wait: the
       Palm-Khintchine theorem, https://en.wikipedia.org/wiki/Palm%E2%80%93Khintchine_theorem), a geometric line of
-      ratio q = births / deaths there. An arrival that finds every slot taken (PASTA) waits for the q-geometric
-      line ahead of it and one more departure: an exponential wait of rate mu_c (1 - q) (for Poisson arrivals
-      M/M/c's c mu - lambda; for Gamma gaps close to GI/M/c's mu_c (1 - sigma), :func:`queueing.gim_ratio`)."""
+      ratio q = births / deaths there. The arrivals that find every slot taken are the chain's share of time
+      there times q / rho (rho = lambda / mu_c: Poisson arrivals see time averages, bursty ones arrive in
+      clusters and see the slots full more often, :func:`queueing.arrival_wait_share`); each waits for the
+      q-geometric line ahead of it and one more departure: an exponential wait of rate mu_c (1 - q) (for Poisson
+      arrivals M/M/c's c mu - lambda; for Gamma gaps close to GI/M/c's mu_c (1 - sigma), :func:`queueing.gim_ratio`)."""
     ea = float(np.sum(lengths.weights * engine.prompt_cost_s))
     ea2 = float(np.sum(lengths.weights * engine.prompt_cost_s ** 2))
     decode_tokens = max(lengths.mean_output_tokens - 1.0, 1e-9)
@@ -278,7 +281,7 @@ def _steady(engine: Engine, lengths: Lengths, lam: Array, cv2: float = 1.0) -> _
     births, deaths = (var + drift) / 2, np.maximum((var - drift) / 2, 1e-300)
     q = np.where(stable, gim_ratio(np.where(stable, lam, 0.5 * departures), departures, cv2), 0.5)
     law = _birth_death(np.log(np.maximum(births[:, :-1], 1e-300) / deaths[:, 1:]), q)
-    p_wait = law[:, -1]
+    p_wait = arrival_wait_share(law[:, -1], q, np.where(stable, lam / departures, 1.0))
     theta = np.maximum(departures * (1 - q), 1e-12)
     slot = WaitTail(p=np.where(stable, p_wait, 1.0), theta_per_s=np.where(stable, theta, 0.0),
                     mean_s=np.where(stable, p_wait / theta, np.inf), rho=np.where(stable, lam / departures, 1.0))
