@@ -355,6 +355,30 @@ def test_placements_rate_adds_each_placements_percentiles(run_cli):
     assert code == 0 and "one replica of each placement at 20 requests/s" in out
 
 
+def test_pareto_rate_adds_each_frontier_points_percentiles(run_cli):
+    """`pareto --rate` queues the rate on one replica per frontier point, the point's batch capping the running
+    requests: a cap below what the rate needs is over capacity, and above it a larger cap never waits longer."""
+    import json
+    args = ("pareto", "--target", "llama-3.1-8b", "--placement", "h100: decode=h100-sxm", "--isl", "1000",
+            "--osl", "200", "--rate", "5")
+    code, out, err = run_cli(*args, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    points = data["configurations"][0]["frontier"]
+    assert data["rate_per_s"] == 5 and all("load" in p for p in points)
+    assert "over capacity" in points[0]["load"]["reason"]   # batch 1 carries under one request/s
+    ok = [p for p in points if "ttft_p99_s" in p["load"]]
+    assert len(ok) >= 2 and all(p["load"]["ttft_p99_s"] >= p["load"]["ttft_p50_s"] > 0 for p in ok)
+    p99 = [p["load"]["ttft_p99_s"] for p in sorted(ok, key=lambda p: p["batch"])]
+    assert all(a >= b * (1 - 1e-9) for a, b in zip(p99, p99[1:]))
+    code, out, err = run_cli(*args)
+    assert code == 0 and "one replica at 5 requests/s" in out
+    code, out, err = run_cli(*args, "--csv")
+    assert code == 0 and "load_ttft_p99_s" in out.splitlines()[0]
+    code, _, err = run_cli(*args[:-2], "--burstiness", "4")
+    assert code == 2 and "--burstiness applies to a request rate" in err
+
+
 def test_vllm_serves_with_its_own_scheduler_defaults():
     """vLLM's server caps running requests at 1024 (8,192 tokens a step) on GPUs of 70 GiB or more but A100s,
     at 256 (2,048) on others; sizing under that stack holds them, other stacks are left to memory."""

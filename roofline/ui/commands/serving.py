@@ -55,7 +55,7 @@ from ..options import (
 )
 from ..output import emit
 from ..render_common import formats_fields
-from ..render_load import with_load_table
+from ..render_load import with_frontier_load_table, with_load_table
 from ..render_serving import pareto_view, serving_point, serving_rows_view
 
 PLACEMENT_KEYS = {"decode", "verify", "prefill", "draft", "draft-kind", "head-layers", "kv-link", "draft-link"}
@@ -222,15 +222,17 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def load_at_rate(args: argparse.Namespace, placement: Placement, fmt: Any, params: Any) -> dict[str, Any]:
+def load_at_rate(args: argparse.Namespace, placement: Placement, fmt: Any, params: Any,
+                 max_slots: int | None = None) -> dict[str, Any]:
     """One replica of ``placement`` at --rate (a disaggregated one with the fewest prefill groups that keep its
-    pool below saturation, plus one), as a dict of its percentiles, or why none."""
+    pool below saturation, plus one; ``max_slots``: its scheduler's cap on running requests), as a dict of its
+    percentiles, or why none."""
     if placement.speculative:
         return {"reason": "speculative decoding under load is not modelled"}
     rate = number(args.rate, "--rate", positive=True)
     try:
         d = deployment(args.target, placement, load_workload(args), token_budget=args.token_budget, params=params,
-                       formats=fmt, admission=Admission(poll_steps=args.poll_steps))
+                       formats=fmt, admission=Admission(poll_steps=args.poll_steps), max_slots=max_slots)
         if placement.prefill is not None:
             d = attrs.evolve(d, prefill_groups=math.floor(rate * d.workload.lengths.mean(d.prefill_s)) + 1)
         r = d.at([rate])
@@ -327,6 +329,11 @@ def _frontier_of(args: argparse.Namespace, p: Placement, run: ServingRun) -> tup
 def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     if not args.placement:
         raise UsageError(f"give at least one --placement {PLACEMENT_SYNTAX}")
+    if args.rate is None:
+        refuse_rate_options_without_rate(args)
+    elif args.mode != "continuous":
+        raise UsageError(f"--rate queues Poisson arrivals on continuously batched replicas; --mode {args.mode} has no "
+                         "arrivals to queue (drop --rate, or use --mode continuous)")
     if args.plot:
         from ..plot import check_plot_path
         check_plot_path(args.plot)
@@ -347,14 +354,20 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     configs, frontiers, results = map(list, zip(*(_frontier_of(args, p, run) for p in placements)))
     if not any(c["frontier"] for c in configs):
         raise RooflineError(_why_all_empty(configs, results, args.token_budget))
+    if args.rate is not None:   # each frontier point's batch as its replica's cap on running requests
+        for c, p in zip(configs, placements):
+            for point in c["frontier"]:
+                point["load"] = load_at_rate(args, p, run.formats, run.params, max_slots=int(point["batch"]))
     if args.plot:
         from ..plot import plot_frontiers
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
     note = (context_note(load_model(args.target), args.isl + args.osl) + _pool_note(placements)
             + idle_note(devices) + stream_note(placements, run.params)).strip()
-    emit(console, pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
-        "target": args.target, "request": _request_dict(args), "axis": args.axis, "overrides": wi.describe()},
-        note=note), args, run.engine)
+    view = pareto_view(configs, _comparisons(placements, frontiers, args.axis), placements[0].name, {
+        "target": args.target, "request": _request_dict(args), "axis": args.axis, "overrides": wi.describe(),
+        "rate_per_s": number(args.rate, "--rate") if args.rate is not None else None}, note=note)
+    emit(console, with_frontier_load_table(view, configs, number(args.rate, "--rate")) if args.rate is not None
+         else view, args, run.engine)
     return 0
 
 
@@ -408,3 +421,7 @@ def register(add: Adder) -> None:
                     help="what the frontier trades interactivity against: tokens/s per kW (default) or tokens per USD")
     add_prices(sp)
     sp.add_argument("--plot", default=None, metavar="FILE.png", help="draw the frontiers (needs the plot extra)")
+    sp.add_argument("--rate", default=None, metavar="R",
+                    help="also the p50/p99 TTFT, ITL and TPOT of one replica at R requests/s for each frontier "
+                         "point, its batch the scheduler's cap on running requests, through queues (docs/load.md)")
+    add_load_options(sp)
