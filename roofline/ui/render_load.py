@@ -82,18 +82,22 @@ def with_frontier_load_table(view: View, configs: list[dict[str, Any]], rate_per
     """A pareto view with a table of each frontier point's percentiles at ``rate_per_s`` (one replica whose
     scheduler runs at most the point's batch), and the same figures as ``load_*`` columns of its CSV rows."""
     t = house_table(title=f"one replica at {rate_per_s:g} requests/s, at most each frontier point's batch running",
-                    caption="Queues in closed form (docs/load.md); a smaller cap than the load needs is over capacity.")
-    for col in ("configuration", "batch", "util", "TTFT\np50 ms", "TTFT\np99 ms", "ITL\np99 ms", "TPOT\np99 ms"):
+                    caption="Queues in closed form (docs/load.md); a smaller cap than the load needs is over capacity; a "
+                            "disaggregated configuration with the fewest prefill groups that keep its pool below "
+                            "saturation, plus one.")
+    for col in ("configuration", "batch", "+prefill", "util", "TTFT\np50 ms", "TTFT\np99 ms", "ITL\np99 ms",
+                "TPOT\np99 ms"):
         t.add_column(col, justify="left" if col == "configuration" else "right", no_wrap=col == "configuration")
     rows = []
     for c in configs:
         for p in c["frontier"]:
             load = p.get("load") or {}
             if "reason" in load:
-                t.add_row(c["name"], f"{int(p['batch']):,}", "", load["reason"], "", "", "")
+                t.add_row(c["name"], f"{int(p['batch']):,}", "", "", load["reason"], "", "", "")
             elif load:
-                t.add_row(c["name"], f"{int(p['batch']):,}", f"{load['utilisation']:.0%}", ms_cell(load["ttft_p50_s"]),
-                          ms_cell(load["ttft_p99_s"]), ms_cell(load["itl_p99_s"]), ms_cell(load["tpot_p99_s"]))
+                t.add_row(c["name"], f"{int(p['batch']):,}", str(load["prefill_groups"] or "—"),
+                          f"{load['utilisation']:.0%}", ms_cell(load["ttft_p50_s"]), ms_cell(load["ttft_p99_s"]),
+                          ms_cell(load["itl_p99_s"]), ms_cell(load["tpot_p99_s"]))
             rows.append({"configuration": c["name"], **{k: v for k, v in p.items() if k != "load"},
                          **{f"load_{k}": v for k, v in load.items()}})
     return View(tables=[*view.table_list(), t], data=view.data, rows=rows, script=view.script)
