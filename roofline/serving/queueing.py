@@ -255,11 +255,25 @@ def _arrivals_pmf(count_mean: Array, one: Array, cv2: float = 1.0) -> Array:
     Series of Events*, 1966, §4.5)."""
     phi = np.fft.rfft(one)
     log_pgf: NDArray[Any]   # complex
+    if cv2 < 1.0 - 1e-9:   # smoother than Poisson: a binomial, whose trials must be a whole number
+        return np.clip(np.fft.irfft(np.exp(_binomial_log_pgf(count_mean, cv2, phi)), n=one.shape[-1]), 0, None)
     if abs(cv2 - 1.0) < 1e-9:
         log_pgf = phi - 1.0
     else:
         log_pgf = -np.log(cv2 - (cv2 - 1.0) * phi.astype(complex)) / (cv2 - 1.0)
     return np.clip(np.fft.irfft(np.exp(count_mean[..., None] * log_pgf), n=one.shape[-1]), 0, None)
+
+
+def _binomial_log_pgf(count_mean: Array, cv2: float, phi: Array) -> Array:
+    """log of the pgf, at ``phi``, of a count of mean m and variance as near cv2 m as a count allows (cv2 < 1):
+    Binomial(n, m / n) with n = max(ceil(m), round(m / (1 - cv2))) whole trials, variance m (1 - m / n). A count
+    of mean m below 1 is at least as variable as Bernoulli(m) (a window short against the gaps sees at most one
+    arrival), and a binomial of fractional trials is no distribution (its pgf takes the wrong branch once cv2 <
+    0.5: the count of smooth arrivals came out as noise)."""
+    m = np.asarray(count_mean, dtype=float)
+    n = np.maximum(np.ceil(m - 1e-9), np.round(m / (1.0 - cv2)))
+    p = np.where(n > 0, m / np.maximum(n, 1.0), 0.0)
+    return n[..., None] * np.log(1.0 - p[..., None] + p[..., None] * phi.astype(complex))
 
 
 def step_chain(rate_per_s: Array, decode_s: Array, room: Array, cost_per_token_s: float, prompt_tokens: Array,
