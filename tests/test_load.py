@@ -123,6 +123,22 @@ def test_smoother_than_poisson_arrivals_meet_the_oracle_and_never_wait_longer():
         assert np.all(p99[a].tpot_p99_s <= p99[b].tpot_p99_s * (1 + 1e-2)), (a, b)
 
 
+def test_a_light_load_gaps_tokens_by_the_steps_that_run():
+    """Where the engine mostly idles (a request every 1,000 s), a token's gap is one decode step of the few that
+    run, not a prompt's prefill (the tokens' atoms were the idle batch's, weightless, and the quantile fell on a
+    prefill step: ITL p99 1.04 s, so `max_rate` found no rate at all under a 100 ms ITL limit); the gap only
+    grows with the rate."""
+    w = Workload(lengths=Lengths.lognormal(1024, 1024, cv=0.8))
+    p = Placement.build("a", decode="h100-sxm:2")
+    rates = [0.0005, 0.001, 0.002, 0.01, 0.05, 0.2]
+    r = rl.serve_at_rate("llama-3.1-70b", p, w, rates)
+    d = deployment("llama-3.1-70b", p, w).engine.d(np.array([1.0]))[0]
+    assert r.itl_p99_s[0] == pytest.approx(d, rel=0.02) and r.itl_p50_s[0] == pytest.approx(d, rel=0.02)
+    assert np.all(np.diff(r.itl_p99_s) >= -1e-4 * r.itl_p99_s[:-1])
+    rate, _ = max_rate("llama-3.1-70b", p, w, {"itl_p99_s": 0.1})
+    assert rate > 0.2
+
+
 def test_pool_wait_is_exact_for_mm1_and_md1_means_and_tracks_a_simulated_pool():
     lam = np.array([0.3, 0.6, 0.9])
     u = (np.arange(4000) + 0.5) / 4000

@@ -351,15 +351,21 @@ def _atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Index, Array]:
     return idx, np.broadcast_to(np.diff(e), idx.shape)
 
 
-def _batch_spread(engine: Engine, st: _State) -> tuple[Array, Array, Array]:
-    """The running batch's spread: (d(N_k) - d(mean batch), weight an arrival sees, weight a token sees) over
-    k atoms of the batch's law (arrivals see the time average, PASTA; tokens are N per step of d(N))."""
-    idx, w = _atoms(st.n_pmf, BATCH_EDGES)
+def _batch_spread(engine: Engine, st: _State) -> tuple[Array, Array, Array, Array]:
+    """The running batch's spread as atoms of its law: (d(N_k) - d(mean batch), weight) as an arrival sees it (the
+    time average, PASTA) and as a token sees it (N tokens a step of d(N): the law weighted by N / d(N), its own
+    atoms, so that at a light load, where the engine mostly idles, the tokens are the few steps that run)."""
     # the slots taken less those carrying their prompt (about constant): the running batch moves with N
-    n = np.minimum(idx.astype(float), engine.slots) - (st.n_pmf @ np.arange(st.n_pmf.shape[-1]) - st.batch)[:, None]
-    delta = engine.d(n) - st.d[:, None]
-    tok = w * np.maximum(n, 0.0) / engine.d(n)
-    return delta, w, tok / np.maximum(tok.sum(axis=-1, keepdims=True), 1e-300)
+    levels = np.arange(st.n_pmf.shape[-1], dtype=float)
+    running = np.minimum(levels, engine.slots)[None, :] - (st.n_pmf @ levels - st.batch)[:, None]
+    by_token = st.n_pmf * np.maximum(running, 0.0) / engine.d(np.maximum(running, 0.0))
+    by_token = np.where(by_token.sum(axis=-1, keepdims=True) > 0, by_token, st.n_pmf)
+    out: list[Array] = []
+    for law in (st.n_pmf, by_token):
+        idx, w = _atoms(law, BATCH_EDGES)
+        n = np.take_along_axis(running, idx, axis=-1)
+        out += [engine.d(n) - st.d[:, None], w]
+    return out[0], out[1], out[2], out[3]
 
 
 
@@ -517,7 +523,7 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     stable = st.stable & chain.stable
     step_mean = chain.mean_step_s
     en = lengths.mean(engine.prompt_tokens)
-    delta, w_time, w_tok = _batch_spread(engine, st)
+    delta, w_time, delta_tok, w_tok = _batch_spread(engine, st)
     ttft = _ttft_points(st, chain, (n_u, a_u, f_u, w_u), cost, en, (delta, w_time))
     ttft = attrs.evolve(ttft, values=ttft.values + engine.overhead_s)
     wait = None if engine.admission.immediate else admission_wait(
@@ -542,7 +548,7 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
                       lam.size, -1))
     if wait is not None:
         e2e = _Points.of(with_wait(e2e.values, e2e.weights, wait))
-    itl = _Points(values=(chain.step_s[..., :, None] + delta[..., None, :]).reshape(lam.size, -1),
+    itl = _Points(values=(chain.step_s[..., :, None] + delta_tok[..., None, :]).reshape(lam.size, -1),
                   weights=(chain.pi[..., :, None] * w_tok[..., None, :]).reshape(lam.size, -1))
     out: dict[str, Array] = {}
     for name, pts in (("ttft", ttft), ("e2e", e2e)):

@@ -264,7 +264,7 @@ def _arrivals_pmf(count_mean: Array, one: Array, cv2: float = 1.0) -> Array:
     return np.clip(np.fft.irfft(np.exp(count_mean[..., None] * log_pgf), n=one.shape[-1]), 0, None)
 
 
-def _binomial_log_pgf(count_mean: Array, cv2: float, phi: Array) -> Array:
+def _binomial_log_pgf(count_mean: Array, cv2: float, phi: NDArray[Any]) -> NDArray[Any]:
     """log of the pgf, at ``phi``, of a count of mean m and variance as near cv2 m as a count allows (cv2 < 1):
     Binomial(n, m / n) with n = max(ceil(m), round(m / (1 - cv2))) whole trials, variance m (1 - m / n). A count
     of mean m below 1 is at least as variable as Bernoulli(m) (a window short against the gaps sees at most one
