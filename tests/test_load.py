@@ -366,6 +366,7 @@ def test_size_rate_command(run_cli):
     data = json.loads(out)
     feasible = [o for o in data["options"] if o["feasible"]]
     assert feasible and data["rate_per_s"] == 30
+    assert data["tokens_per_s"] == pytest.approx(30 * data["lengths"]["mean_output_tokens"])   # a number, not text
     for o in feasible:
         assert {"ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "utilisation"} <= set(o)
         assert o["ttft_p99_s"] <= 0.5 and o["itl_p99_s"] <= 0.04
@@ -412,6 +413,17 @@ def test_pareto_rate_adds_each_frontier_points_percentiles(run_cli):
     assert code == 0 and "load_ttft_p99_s" in out.splitlines()[0]
     code, _, err = run_cli(*args[:-2], "--burstiness", "4")
     assert code == 2 and "--burstiness applies to a request rate" in err
+
+
+@pytest.mark.parametrize("command", [("placements", "--devices", "h100-sxm"), ("pareto", "--placement", "a: decode=h100-sxm")])
+@pytest.mark.parametrize("bad", [("--prefix-hit", "1.5"), ("--burstiness", "0"), ("--lengths", "nosuch"),
+                                 ("--rate", "0")])
+def test_placements_and_pareto_refuse_a_bad_workload_once(run_cli, command, bad):
+    """A bad --prefix-hit, --burstiness, --lengths or --rate fails the command with one line (it was repeated in
+    every row of a table that exited 0)."""
+    args = [command[0], "--target", "llama-3.1-8b", *command[1:], "--rate", "5", *bad]
+    code, out, err = run_cli(*args)
+    assert code in (1, 2) and out == "" and len(err.strip().splitlines()) == 1, (code, err)
 
 
 def test_vllm_serves_with_its_own_scheduler_defaults():

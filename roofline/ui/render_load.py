@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .render_common import View, house_table, ms_cell, rate_cell, usd_cell
+from .render_common import View, house_table, ms_cell, usd_cell
 from .render_size import size_option_dict
 
 #: The figures a rate-sized option adds to a sized option's (JSON and CSV).
@@ -30,8 +30,10 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
     title = (f"{model_id}: {target.rate_per_s:g} requests/s, {_limits_text(dict(target.limits))}; lengths "
              f"{L.name} (mean {L.mean_input_tokens:,.0f} in / {L.mean_output_tokens:,.0f} out)")
     t = house_table(title=title, caption=(
-        "Queues in closed form (docs/load.md): Poisson arrivals" + (
-            f" (gap CV^2 {target.workload.arrival_cv2:g})" if target.workload.arrival_cv2 != 1 else "")
+        "Queues in closed form (docs/load.md): " + (
+            f"arrivals with Gamma gaps of CV^2 {target.workload.arrival_cv2:g} ("
+            + ("burstier" if target.workload.arrival_cv2 > 1 else "steadier") + " than Poisson)"
+            if target.workload.arrival_cv2 != 1 else "Poisson arrivals")
         + (f", {target.workload.prefix_hit:.0%} of each prompt cached" if target.workload.prefix_hit else "")
         + "; util = rate / what the replicas sustain; ITL = gaps between tokens, TPOT = a request's mean gap. "
         "devices = replicas x group (+ prefill groups of the same shape when disaggregated)." + note))
@@ -55,15 +57,15 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
             "lengths": {"name": L.name, "mean_input_tokens": L.mean_input_tokens,
                         "mean_output_tokens": L.mean_output_tokens},
             "arrival_cv2": target.workload.arrival_cv2, "prefix_hit": target.workload.prefix_hit,
-            "poll_steps": poll_steps, "options": rows, "tokens_per_s": rate_cell(target.rate_per_s * L.mean_output_tokens)}
+            "poll_steps": poll_steps, "options": rows, "tokens_per_s": target.rate_per_s * L.mean_output_tokens}
     return View(tables=out, data=data, rows=rows)
 
 
 def with_load_table(view: View, items: list[dict[str, Any]], rate_per_s: float) -> View:
     """A placements view with a second table: each placement's percentiles at ``rate_per_s`` (one replica)."""
-    t = house_table(title=f"one replica of each placement at {rate_per_s:g} requests/s", caption=(
-        "Queues in closed form (docs/load.md); a disaggregated placement with the fewest prefill groups that keep "
-        "its pool below saturation, plus one."))
+    t = house_table(title=f"one replica of each placement at {rate_per_s:g} requests/s, at most --batch running",
+                    caption="Queues in closed form (docs/load.md); a disaggregated placement with the fewest prefill "
+                            "groups that keep its pool below saturation, plus one.")
     for c in ("placement", "+prefill", "util", "TTFT\np50 ms", "TTFT\np99 ms", "ITL\np99 ms", "TPOT\np99 ms"):
         t.add_column(c, justify="left" if c == "placement" else "right", no_wrap=c == "placement")
     for i in items:

@@ -174,12 +174,21 @@ def _placement_item(args: argparse.Namespace, c: Any, run: ServingRun) -> dict[s
     return item
 
 
-def cmd_placements(args: argparse.Namespace, console: Console) -> int:
+def check_rate_options(args: argparse.Namespace) -> None:
+    """--rate and the workload it queues, checked before anything is evaluated (a bad --prefix-hit or --lengths
+    fails the command once, not in every row); the workload options without --rate are refused."""
     if args.rate is None:
         refuse_rate_options_without_rate(args)
-    elif args.mode != "continuous":
-        raise UsageError(f"--rate queues Poisson arrivals on continuously batched replicas; --mode {args.mode} has no "
+        return
+    if args.mode != "continuous":
+        raise UsageError(f"--rate queues arrivals on continuously batched replicas; --mode {args.mode} has no "
                          "arrivals to queue (drop --rate, or use --mode continuous)")
+    number(args.rate, "--rate", positive=True)
+    load_workload(args)
+
+
+def cmd_placements(args: argparse.Namespace, console: Console) -> int:
+    check_rate_options(args)
     wi = what_if(args)
     devices = _placement_devices(args, wi)
     gamma = 5 if args.gamma is None else args.gamma
@@ -329,11 +338,7 @@ def _frontier_of(args: argparse.Namespace, p: Placement, run: ServingRun) -> tup
 def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     if not args.placement:
         raise UsageError(f"give at least one --placement {PLACEMENT_SYNTAX}")
-    if args.rate is None:
-        refuse_rate_options_without_rate(args)
-    elif args.mode != "continuous":
-        raise UsageError(f"--rate queues Poisson arrivals on continuously batched replicas; --mode {args.mode} has no "
-                         "arrivals to queue (drop --rate, or use --mode continuous)")
+    check_rate_options(args)
     if args.plot:
         from ..plot import check_plot_path
         check_plot_path(args.plot)
