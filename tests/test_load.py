@@ -357,6 +357,24 @@ def test_size_at_rate_meets_its_limits_and_more_load_never_needs_fewer_devices()
         assert sized[20.0].get(kind, math.inf) >= n
 
 
+def test_burstier_arrivals_never_need_fewer_devices():
+    """Each replica count is priced at the burstiness its share of the arrivals has: pricing every count at the
+    unthinned burstiness let burstier arrivals size fewer B200s (32, 29, 26 at c_a^2 1, 4, 8), because prompts
+    bunched into fewer steps lower the ITL p99 the search read."""
+    from roofline.serving.load_sizing import LoadTarget
+    from roofline.serving_api import size_at_rate
+    devices: dict[str, list[int]] = {}
+    for cv2 in (1.0, 4.0, 8.0):
+        target = LoadTarget(rate_per_s=20.0, workload=Workload(lengths=Lengths.lognormal(1024, 1024, cv=0.8),
+                                                               arrival_cv2=cv2),
+                            limits={"ttft_p99_s": 1.0, "itl_p99_s": 0.05})
+        for o in size_at_rate("llama-3.1-70b", ["b200"], target, stack="vllm"):
+            if o.feasible:
+                devices.setdefault(o.placement, []).append(o.devices)
+    assert set(devices) == {"aggregated", "disaggregated"} and all(len(v) == 3 for v in devices.values())
+    assert all(a <= b for v in devices.values() for a, b in zip(v, v[1:])), devices
+
+
 def test_size_rate_command(run_cli):
     import json
     code, out, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "30", "--p99-ttft-ms", "500",

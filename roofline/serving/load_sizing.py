@@ -9,8 +9,9 @@ deployment is never sized at a utilisation where its limits fail: the search rea
 each replica would carry, and a higher rate never needs fewer devices.
 
 Spreading requests over R replicas at random thins the arrivals; their burstiness falls as R grows
-(:func:`roofline.serving.queueing.split_cv2`). The search prices every replica count at the burstiness of the
-fewest replicas that could carry the load, which overstates it for larger counts: a safe side.
+(:func:`roofline.serving.queueing.split_cv2`), and the search prices each replica count at the burstiness its
+replicas see. (Pricing every count at the unthinned burstiness is not a safe side: burstier arrivals bunch the
+prompts into fewer, longer steps, which can lower an ITL p99 while they raise the TTFT's.)
 """
 
 from __future__ import annotations
@@ -110,11 +111,12 @@ def _fewest(at: Any, start: int) -> tuple[int, LoadResult] | None:
 
 
 def _first_meeting(d: Deployment, rate: float, limits: Mapping[str, float], start: int) -> tuple[int, LoadResult] | None:
-    """The fewest replicas from ``start`` whose per-replica load meets the limits."""
-    one = attrs.evolve(d, replicas=1)
+    """The fewest replicas from ``start`` whose decode replicas meet the limits, each at its share of the rate and
+    the burstiness that share has (:func:`roofline.serving.queueing.split_cv2`)."""
+    decode = attrs.evolve(d, prefill_s=np.zeros(0), prompt_s=np.zeros(0))
 
     def at(n: int) -> tuple[bool, LoadResult]:
-        r = one.at([rate / n])
+        r = attrs.evolve(decode, replicas=n).at([rate])
         return bool(meets(r, limits)[0]), r
     return _fewest(at, start)
 
