@@ -25,6 +25,7 @@ from roofline.serving.queueing import (
     erlang_c,
     gim_ratio,
     quantiles_with_wait,
+    spread_quantiles,
     step_chain,
     wait_tail,
 )
@@ -137,6 +138,29 @@ def test_a_light_load_gaps_tokens_by_the_steps_that_run():
     assert np.all(np.diff(r.itl_p99_s) >= -1e-4 * r.itl_p99_s[:-1])
     rate, _ = max_rate("llama-3.1-70b", p, w, {"itl_p99_s": 0.1})
     assert rate > 0.2
+
+
+def test_spread_quantiles_are_those_of_samples_drawn_from_the_mixture():
+    """Atoms spread evenly over value +- half width (points where it is 0): the bisected quantiles against the
+    empirical quantiles of a million draws from the same mixture."""
+    rng = np.random.default_rng(7)
+    v, h = np.array([0.02, 0.05, 0.08, 0.2]), np.array([0.0, 0.01, 0.03, 0.0])
+    w = np.array([0.55, 0.25, 0.15, 0.05])
+    pick = rng.choice(4, size=1_000_000, p=w)
+    draws = v[pick] + h[pick] * rng.uniform(-1.0, 1.0, size=pick.size)
+    got = spread_quantiles(v[None, :], h[None, :], w[None, :], [0.3, 0.6, 0.9, 0.99])[0]
+    assert got == pytest.approx(np.quantile(draws, [0.3, 0.6, 0.9, 0.99]), rel=5e-3)
+
+
+def test_the_gap_percentiles_do_not_step_back_a_backlog_cell_with_the_rate():
+    """The step chain's backlog grid moves with the load; read as points its cells made the ITL p99 fall 90 -> 80 ms
+    (-11%) between 9.5 and 9.6 requests/s on the MLPerf lengths (a cell is 13.6 ms of prefill there). Spread over
+    their cells, the ITL percentiles move by under 2% against the trend between neighbouring rates."""
+    r = rl.serve_at_rate("llama-2-70b", Placement.build("a", decode="h100-sxm:2"),
+                         Workload(lengths=shipped_lengths("mlperf-llama2-70b")), np.arange(9.0, 10.01, 0.05),
+                         formats={"weights": "fp8", "kv": "fp8"})
+    for p in (r.itl_p90_s, r.itl_p99_s):
+        assert np.all(p[1:] >= p[:-1] * 0.98), np.round(p * 1e3, 1)
 
 
 def test_pool_wait_is_exact_for_mm1_and_md1_means_and_tracks_a_simulated_pool():

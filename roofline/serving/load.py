@@ -70,6 +70,7 @@ from .queueing import (
     quantiles_with_wait,
     renewal_mean,
     split_cv2,
+    spread_quantiles,
     step_chain,
     wait_tail,
     weighted_quantiles,
@@ -550,12 +551,15 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
         e2e = _Points.of(with_wait(e2e.values, e2e.weights, wait))
     itl = _Points(values=(chain.step_s[..., :, None] + delta_tok[..., None, :]).reshape(lam.size, -1),
                   weights=(chain.pi[..., :, None] * w_tok[..., None, :]).reshape(lam.size, -1))
+    # a backlog cell between empty and a full room spans its width of prompt tokens: a step cost x width wide
+    cell = np.where((chain.tokens > 0) & (chain.tokens < st.room[:, None]), cost * chain.width.reshape(-1, 1) / 2, 0.0)
+    itl_half = np.broadcast_to(cell[..., :, None], chain.step_s.shape + delta_tok.shape[-1:]).reshape(lam.size, -1)
     out: dict[str, Array] = {}
     for name, pts in (("ttft", ttft), ("e2e", e2e)):
         for pct, v in _percentiles(pts, slot).items():
             out[f"{name}_p{pct}_s"] = v
-    for name, pts in (("itl", itl), ("tpot", tpot)):
-        qs = weighted_quantiles(pts.values, pts.weights, [p / 100 for p in PERCENTILES])
+    for name, qs in (("itl", spread_quantiles(itl.values, itl_half, itl.weights, [p / 100 for p in PERCENTILES])),
+                     ("tpot", weighted_quantiles(tpot.values, tpot.weights, [p / 100 for p in PERCENTILES]))):
         out.update({f"{name}_p{p}_s": qs[..., i] for i, p in enumerate(PERCENTILES)})
     nan = np.where(stable, 1.0, np.nan)
     # the running batch by Little's law on the decode phase: a request decodes (osl - 1) d plus the prompt cost

@@ -351,6 +351,29 @@ def weighted_quantiles(values: Array, weights: Array, qs: ArrayLike) -> Array:
     return np.take_along_axis(v, idx, axis=-1)
 
 
+def spread_quantiles(values: Array, half_widths: Array, weights: Array, qs: ArrayLike, steps: int = 48) -> Array:
+    """Quantiles along the last axis (per row) of weighted atoms each spread evenly over value +- half width (0: a
+    point), on a new last axis, by bisection of the mixture's distribution function. A grid that discretises a
+    continuous quantity (the step chain's backlog, its cells ``width`` tokens apart) gives its cells' mass this
+    way: as points, a quantile jumps a whole cell when the grid moves with the load (an ITL p99 fell 90 -> 80 ms
+    between 9.5 and 9.6 requests/s, a cell being 13.6 ms of prefill)."""
+    v, h = np.broadcast_arrays(np.asarray(values, dtype=float), np.asarray(half_widths, dtype=float))
+    w = np.broadcast_to(np.asarray(weights, dtype=float), v.shape)
+    w = w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300)
+    levels = np.asarray(qs, dtype=float)
+    lo = np.broadcast_to(np.min(v - h, axis=-1)[..., None], v.shape[:-1] + levels.shape).copy()
+    hi = np.broadcast_to(np.max(v + h, axis=-1)[..., None], lo.shape).copy()
+    spread = np.maximum(2.0 * h, 1e-300)
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        t = mid[..., None]   # (..., level, atom)
+        share = np.where(h[..., None, :] > 0, np.clip((t - (v - h)[..., None, :]) / spread[..., None, :], 0.0, 1.0),
+                         (t >= v[..., None, :]).astype(float))
+        below = np.sum(w[..., None, :] * share, axis=-1) < levels - 1e-12
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return hi
+
+
 def quantiles_with_wait(values: Array, weights: ArrayLike, wait: WaitTail, qs: ArrayLike) -> Array:
     """Quantiles of a latency given as weighted points (last axis) plus an independent wait W (P(W > x) =
     p exp(-theta x)), exactly, on a new last axis. With the points sorted, x_0 <= x_1 <= ..., the sum's
