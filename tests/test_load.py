@@ -381,6 +381,20 @@ def test_size_at_rate_meets_its_limits_and_more_load_never_needs_fewer_devices()
         assert sized[20.0].get(kind, math.inf) >= n
 
 
+def test_a_full_decode_pool_holds_disaggregated_requests():
+    """Disaggregated: a prompt done in the prefill pool waits for a decode slot when every one is taken; near the
+    decode replicas' capacity that wait dominates TTFT and E2E (it was left out: at 0.95 of capacity the TTFT p99
+    was the prefill pool's alone, and sizing chose decode replicas 92-98% busy)."""
+    from roofline.serving.load import deployment as priced
+    w = Workload(lengths=Lengths.lognormal(1024, 1024, cv=0.8))
+    d = priced(rl.load_model("llama-3.1-70b"), Placement.build("d", decode="b200:2", prefill="b200:2"), w,
+               max_slots=128, prefill_groups=2)
+    r = d.at(np.array([0.5, 0.95]) * d.capacity_per_s)
+    assert r.slot_wait_share[0] < 0.01 < 0.1 < r.slot_wait_share[1]
+    assert r.ttft_p99_s[1] > 10 * r.ttft_p99_s[0] and r.e2e_p99_s[1] > r.e2e_p99_s[0] + 5.0
+    assert r.ttft_mean_s[1] - r.ttft_mean_s[0] == pytest.approx(r.slot_wait_mean_s[1] - r.slot_wait_mean_s[0], rel=0.05)
+
+
 def test_burstier_arrivals_never_need_fewer_devices():
     """Each replica count is priced at the burstiness its share of the arrivals has: pricing every count at the
     unthinned burstiness let burstier arrivals size fewer B200s (32, 29, 26 at c_a^2 1, 4, 8), because prompts

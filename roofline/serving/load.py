@@ -198,6 +198,9 @@ class LoadResult(ArrayRecord):
     e2e_p99_s: Array
     output_tokens_per_s: Array
     stable: NDArray[np.bool_]
+    #: the share of arrivals that find every decode slot taken, and their mean wait for one (in TTFT and E2E)
+    slot_wait_share: Array
+    slot_wait_mean_s: Array
     lengths: str = ""
     arrival_cv2: float = 1.0
 
@@ -575,6 +578,8 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
                       tpot_mean_s=(tpot_mean * nan).reshape(shape),
                       e2e_mean_s=((ttft_mean + lengths.mean(lengths.output_tokens - 1) * tpot_mean) * nan).reshape(shape),
                       output_tokens_per_s=(lam * lengths.mean_output_tokens * nan).reshape(shape),
+                      slot_wait_share=(slot.p * nan).reshape(shape),
+                      slot_wait_mean_s=(slot.mean_s * nan).reshape(shape),
                       stable=stable.reshape(shape), lengths=lengths.name, arrival_cv2=cv2, **out)
 
 
@@ -698,11 +703,13 @@ class Deployment:
 
     def _disaggregated(self, decode: LoadResult, lam: Array) -> LoadResult:
         """The decode replicas' result with TTFT and E2E from the pool of prefill groups (GI/G/c on whole
-        prefills)."""
+        prefills) and the wait for a decode slot once the prompt is in (a request is not served until a decode
+        replica takes it: a full decode pool holds its KV, :func:`_both_waits`)."""
         L, own = self.workload.lengths, self.prompt_s
-        wait = wait_tail(lam, self.prefill_s, L.weights, servers=self.prefill_groups,
+        pool = wait_tail(lam, self.prefill_s, L.weights, servers=self.prefill_groups,
                          arrival_cv2=self.workload.arrival_cv2)
-        stable = decode.stable & (wait.rho < 1)
+        wait = _both_waits(pool, decode)
+        stable = decode.stable & (pool.rho < 1)
         tpot = np.nan_to_num(decode.tpot_mean_s)
         decode_s = (L.output_tokens - 1)[None, :] * tpot[..., None]
         nan = np.where(stable, 1.0, np.nan)
@@ -713,8 +720,21 @@ class Deployment:
         ttft_mean = wait.mean_s + L.mean(own)
         return attrs.evolve(decode, **out, ttft_mean_s=ttft_mean * nan, stable=stable,
                             e2e_mean_s=(ttft_mean + L.mean(L.output_tokens - 1) * tpot) * nan,
-                            prefill_utilisation=wait.rho * nan,
-                            utilisation=np.maximum(decode.decode_utilisation, wait.rho) * nan)
+                            prefill_utilisation=pool.rho * nan,
+                            utilisation=np.maximum(decode.decode_utilisation, pool.rho) * nan)
+
+
+def _both_waits(pool: WaitTail, decode: LoadResult) -> WaitTail:
+    """A prefill pool's wait then a decode slot's, independent, as one wait of the same chance to wait at all,
+    1 - (1 - p1)(1 - p2), and the same mean, p1 / theta1 + p2 / theta2, with an exponential tail (exact where
+    either wait is absent; the sum's tail is the slower of the two exponentials, which dominates a p99 whenever
+    one pool is near saturation)."""
+    p2 = np.nan_to_num(np.ravel(decode.slot_wait_share), nan=0.0)
+    m2 = np.nan_to_num(np.ravel(decode.slot_wait_mean_s), nan=0.0, posinf=0.0)
+    p = 1.0 - (1.0 - pool.p) * (1.0 - p2)
+    mean = pool.mean_s + m2
+    theta = np.where(mean > 0, p / np.maximum(mean, 1e-300), np.inf)
+    return WaitTail(p=p, theta_per_s=np.where(np.isfinite(pool.mean_s), theta, 0.0), mean_s=mean, rho=pool.rho)
 
 
 def deployment(model: ModelSpec, placement: Placement, workload: Workload, *, replicas: int = 1,

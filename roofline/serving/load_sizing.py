@@ -112,11 +112,15 @@ def _fewest(at: Any, start: int) -> tuple[int, LoadResult] | None:
 
 def _first_meeting(d: Deployment, rate: float, limits: Mapping[str, float], start: int) -> tuple[int, LoadResult] | None:
     """The fewest replicas from ``start`` whose decode replicas meet the limits, each at its share of the rate and
-    the burstiness that share has (:func:`roofline.serving.queueing.split_cv2`)."""
-    decode = attrs.evolve(d, prefill_s=np.zeros(0), prompt_s=np.zeros(0))
+    the burstiness that share has (:func:`roofline.serving.queueing.split_cv2`). A disaggregated deployment is
+    tried with a prefill pool at most half busy, so that its TTFT and E2E limits see the wait for a decode slot
+    (which only more decode replicas shorten) and little of the pool's own."""
+    if d.prefill_s.size:
+        half_busy = math.ceil(2 * rate * d.workload.lengths.mean(d.prefill_s)) + 1
+        d = attrs.evolve(d, prefill_groups=max(d.prefill_groups, half_busy))
 
     def at(n: int) -> tuple[bool, LoadResult]:
-        r = attrs.evolve(decode, replicas=n).at([rate])
+        r = attrs.evolve(d, replicas=n).at([rate])
         return bool(meets(r, limits)[0]), r
     return _fewest(at, start)
 
@@ -146,11 +150,9 @@ def _sized(model: ModelSpec, d: Deployment, start: int, target: LoadTarget, *, f
     """The fewest replicas (and prefill groups) of one priced shape whose percentiles meet the limits."""
     g, kind = d.placement.decode, "disaggregated" if d.placement.prefill is not None else "aggregated"
     limits = dict(target.limits)
-    decode_limits = {k: v for k, v in limits.items() if not k.startswith(("ttft", "e2e"))} if kind == "disaggregated" \
-        else limits
-    found = _first_meeting(d, target.rate_per_s, decode_limits or {"itl_p99_s": math.inf}, start)
+    found = _first_meeting(d, target.rate_per_s, limits, start)
     if found is None:
-        return Option(device=g.device.id, placement=kind, reason=_why_not(d, decode_limits))
+        return Option(device=g.device.id, placement=kind, reason=_why_not(d, limits))
     replicas, r = found
     pools = 0
     if kind == "disaggregated":

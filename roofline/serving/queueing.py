@@ -351,7 +351,7 @@ def weighted_quantiles(values: Array, weights: Array, qs: ArrayLike) -> Array:
     return np.take_along_axis(v, idx, axis=-1)
 
 
-def spread_quantiles(values: Array, half_widths: Array, weights: Array, qs: ArrayLike, steps: int = 48) -> Array:
+def spread_quantiles(values: Array, half_widths: Array, weights: Array, qs: ArrayLike, steps: int = 40) -> Array:
     """Quantiles along the last axis (per row) of weighted atoms each spread evenly over value +- half width (0: a
     point), on a new last axis, by bisection of the mixture's distribution function. A grid that discretises a
     continuous quantity (the step chain's backlog, its cells ``width`` tokens apart) gives its cells' mass this
