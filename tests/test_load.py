@@ -424,7 +424,9 @@ def test_size_rate_command(run_cli):
     assert feasible and data["rate_per_s"] == 30
     assert data["tokens_per_s"] == pytest.approx(30 * data["lengths"]["mean_output_tokens"])   # a number, not text
     for o in feasible:
-        assert {"ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "utilisation"} <= set(o)
+        assert {"ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "tpot_p50_s", "e2e_p90_s",
+                "utilisation", "decode_utilisation", "batch_mean", "slot_wait_share"} <= set(o)
+        assert o["batch_mean"] <= o["batch_per_replica"] and o["utilisation"] >= o["decode_utilisation"]
         assert o["ttft_p99_s"] <= 0.5 and o["itl_p99_s"] <= 0.04
     code, out, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "30")
     assert code == 2 and "latency limit" in err and "Traceback" not in err

@@ -80,13 +80,25 @@ class LoadOption(Option):
     """An :class:`Option` sized for a rate: also the rate, the percentiles there and each pool's utilisation."""
 
     rate_per_s: float = math.nan
+    #: the busier pool's share: the decode replicas' (rate over what they sustain) or the prefill pool's
     utilisation: float = math.nan
+    decode_utilisation: float = math.nan
     prefill_utilisation: float = math.nan
+    #: running requests per decode replica on average (``batch_per_replica`` is the scheduler's cap)
+    batch_mean: float = math.nan
+    #: the share of requests that find every decode slot taken
+    slot_wait_share: float = math.nan
     ttft_p50_s: float = math.nan
+    ttft_p90_s: float = math.nan
     ttft_p99_s: float = math.nan
     itl_p50_s: float = math.nan
+    itl_p90_s: float = math.nan
     itl_p99_s: float = math.nan
+    tpot_p50_s: float = math.nan
+    tpot_p90_s: float = math.nan
     tpot_p99_s: float = math.nan
+    e2e_p50_s: float = math.nan
+    e2e_p90_s: float = math.nan
     e2e_p99_s: float = math.nan
 
 
@@ -220,15 +232,16 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
 
     def v(name: str) -> float:
         return float(np.asarray(getattr(r, name))[0])
-    return LoadOption(device=g.device.id, placement="disaggregated" if pools else "aggregated", replicas=replicas,
-                      devices=devices, prefill_groups=pools, batch_per_replica=slots, group=g.shape,
-                      tokens_per_s_per_user=1.0 / v("tpot_mean_s"), ttft_s=v("ttft_mean_s"),
-                      tokens_per_s_per_kw=per_kw, usd_per_million_output_tokens=usd, placement_record=placement,
-                      formats=dict(formats), target_formats=one.target_formats.as_dict() if one.target_formats else {},
-                      rate_per_s=target.rate_per_s, utilisation=v("utilisation"),
-                      prefill_utilisation=v("prefill_utilisation"), ttft_p50_s=v("ttft_p50_s"),
-                      ttft_p99_s=v("ttft_p99_s"), itl_p50_s=v("itl_p50_s"), itl_p99_s=v("itl_p99_s"),
-                      tpot_p99_s=v("tpot_p99_s"), e2e_p99_s=v("e2e_p99_s"))
+    option = LoadOption(device=g.device.id, placement="disaggregated" if pools else "aggregated", replicas=replicas,
+                        devices=devices, prefill_groups=pools, batch_per_replica=slots, group=g.shape,
+                        tokens_per_s_per_user=1.0 / v("tpot_mean_s"), ttft_s=v("ttft_mean_s"),
+                        tokens_per_s_per_kw=per_kw, usd_per_million_output_tokens=usd, placement_record=placement,
+                        formats=dict(formats), target_formats=one.target_formats.as_dict() if one.target_formats else {},
+                        rate_per_s=target.rate_per_s, batch_mean=v("batch_mean"))
+    figures: dict[str, Any] = {k: v(k) for k in ("utilisation", "decode_utilisation", "prefill_utilisation",
+                                                 "slot_wait_share", *(f"{m}_p{q}_s" for m in ("ttft", "itl", "tpot", "e2e")
+                                                                      for q in (50, 90, 99)))}
+    return attrs.evolve(option, **figures)
 
 
 def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: LoadTarget, *,

@@ -10,8 +10,8 @@ from .render_common import View, house_table, ms_cell, usd_cell
 from .render_size import size_option_dict
 
 #: The figures a rate-sized option adds to a sized option's (JSON and CSV).
-LOAD_FIELDS = ("rate_per_s", "utilisation", "prefill_utilisation", "ttft_p50_s", "ttft_p99_s", "itl_p50_s",
-               "itl_p99_s", "tpot_p99_s", "e2e_p99_s")
+LOAD_FIELDS = ("rate_per_s", "utilisation", "decode_utilisation", "prefill_utilisation", "batch_mean",
+               "slot_wait_share", *(f"{m}_p{q}_s" for m in ("ttft", "itl", "tpot", "e2e") for q in (50, 90, 99)))
 
 
 def load_option_dict(o: Any) -> dict[str, Any]:
@@ -35,7 +35,8 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
             + ("burstier" if target.workload.arrival_cv2 > 1 else "steadier") + " than Poisson)"
             if target.workload.arrival_cv2 != 1 else "Poisson arrivals")
         + (f", {target.workload.prefix_hit:.0%} of each prompt cached" if target.workload.prefix_hit else "")
-        + "; util = rate / what the replicas sustain; ITL = gaps between tokens, TPOT = a request's mean gap. "
+        + "; util = the busier pool's share of what it sustains (decode replicas, or the prefill pool when "
+        "disaggregated); ITL = gaps between tokens, TPOT = a request's mean gap. "
         "devices = replicas x group (+ prefill groups of the same shape when disaggregated)." + note))
     for c in ("group", "placement", "reps", "+prefill", "devices", "util", "TTFT\np50 ms", "TTFT\np99 ms",
               "ITL\np99 ms", "TPOT\np99 ms", "$/Mtok\nout"):
