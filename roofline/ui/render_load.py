@@ -102,6 +102,6 @@ def with_frontier_load_table(view: View, configs: list[dict[str, Any]], rate_per
                           f"{load['utilisation']:.0%}", ms_cell(load["ttft_p50_s"]), ms_cell(load["ttft_p99_s"]),
                           ms_cell(load["itl_p99_s"]), ms_cell(load["tpot_p99_s"]))
             rows.append({"configuration": c["name"], **{k: v for k, v in p.items() if k != "load"},
-                         **{f"load_{k}": v for k, v in load.items()}})
+                         "load_rate_per_s": rate_per_s, **{f"load_{k}": v for k, v in load.items()}})
     return View(tables=[*view.table_list(), t], data=view.data, rows=rows, script=view.script)
 
