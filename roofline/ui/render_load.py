@@ -62,46 +62,43 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
     return View(tables=out, data=data, rows=rows)
 
 
-def with_load_table(view: View, items: list[dict[str, Any]], rate_per_s: float) -> View:
-    """A placements view with a second table: each placement's percentiles at ``rate_per_s`` (one replica)."""
-    t = house_table(title=f"one replica of each placement at {rate_per_s:g} requests/s, at most --batch running",
-                    caption="Queues in closed form (docs/load.md); a disaggregated placement with the fewest prefill "
-                            "groups that keep its pool below saturation, plus one.")
-    for c in ("placement", "+prefill", "util", "TTFT\np50 ms", "TTFT\np99 ms", "ITL\np99 ms", "TPOT\np99 ms"):
-        t.add_column(c, justify="left" if c == "placement" else "right", no_wrap=c == "placement")
-    for i in items:
-        load = i.get("load") or {}
+def _load_tables(title: str, caption: str, labels: tuple[str, ...],
+                 entries: list[tuple[tuple[str, ...], dict[str, Any]]]) -> list[Any]:
+    """A table of percentiles at a rate, one row per entry (its label cells, then its load's figures), and one line
+    under it per entry that has none, with why (a reason in a figure's column would widen it past its numbers)."""
+    t = house_table(title=title, caption=caption)
+    for col in (*labels, "+prefill", "util", "TTFT\np50 ms", "TTFT\np99 ms", "ITL\np99 ms", "TPOT\np99 ms"):
+        t.add_column(col, justify="left" if col == labels[0] else "right", no_wrap=col == labels[0])
+    notes = []
+    for cells, load in entries:
         if "reason" in load:
-            t.add_row(i["name"], "", "", load["reason"], "", "", "")
+            notes.append(f"{' at batch '.join(cells)}: {load['reason']}")
         elif load:
-            t.add_row(i["name"], str(load["prefill_groups"] or "—"), f"{load['utilisation']:.0%}",
+            t.add_row(*cells, str(load["prefill_groups"] or "—"), f"{load['utilisation']:.0%}",
                       ms_cell(load["ttft_p50_s"]), ms_cell(load["ttft_p99_s"]), ms_cell(load["itl_p99_s"]),
                       ms_cell(load["tpot_p99_s"]))
+    return ([t] if t.row_count else [f"{title}: no row carries the rate."]) + notes
+
+
+def with_load_table(view: View, items: list[dict[str, Any]], rate_per_s: float) -> View:
+    """A placements view with a second table: each placement's percentiles at ``rate_per_s`` (one replica)."""
+    tables = _load_tables(
+        f"one replica of each placement at {rate_per_s:g} requests/s, at most --batch running",
+        "Queues in closed form (docs/load.md); a disaggregated placement with the fewest prefill groups that keep its "
+        "pool below saturation, plus one.", ("placement",), [((i["name"],), i.get("load") or {}) for i in items])
     rows = [{**r, **{f"load_{k}": v for k, v in (i.get("load") or {}).items()}} for r, i in zip(view.rows, items)]
-    return View(tables=[*view.table_list(), t], data=view.data, rows=rows, script=view.script)
+    return View(tables=[*view.table_list(), *tables], data=view.data, rows=rows, script=view.script)
 
 
 def with_frontier_load_table(view: View, configs: list[dict[str, Any]], rate_per_s: float) -> View:
     """A pareto view with a table of each frontier point's percentiles at ``rate_per_s`` (one replica whose
     scheduler runs at most the point's batch), and the same figures as ``load_*`` columns of its CSV rows."""
-    t = house_table(title=f"one replica at {rate_per_s:g} requests/s, at most each frontier point's batch running",
-                    caption="Queues in closed form (docs/load.md); a smaller cap than the load needs is over capacity; a "
-                            "disaggregated configuration with the fewest prefill groups that keep its pool below "
-                            "saturation, plus one.")
-    for col in ("configuration", "batch", "+prefill", "util", "TTFT\np50 ms", "TTFT\np99 ms", "ITL\np99 ms",
-                "TPOT\np99 ms"):
-        t.add_column(col, justify="left" if col == "configuration" else "right", no_wrap=col == "configuration")
-    rows = []
-    for c in configs:
-        for p in c["frontier"]:
-            load = p.get("load") or {}
-            if "reason" in load:
-                t.add_row(c["name"], f"{int(p['batch']):,}", "", "", load["reason"], "", "", "")
-            elif load:
-                t.add_row(c["name"], f"{int(p['batch']):,}", str(load["prefill_groups"] or "—"),
-                          f"{load['utilisation']:.0%}", ms_cell(load["ttft_p50_s"]), ms_cell(load["ttft_p99_s"]),
-                          ms_cell(load["itl_p99_s"]), ms_cell(load["tpot_p99_s"]))
-            rows.append({"configuration": c["name"], **{k: v for k, v in p.items() if k != "load"},
-                         "load_rate_per_s": rate_per_s, **{f"load_{k}": v for k, v in load.items()}})
-    return View(tables=[*view.table_list(), t], data=view.data, rows=rows, script=view.script)
-
+    points = [(c["name"], p) for c in configs for p in c["frontier"]]
+    tables = _load_tables(
+        f"one replica at {rate_per_s:g} requests/s, at most each frontier point's batch running",
+        "Queues in closed form (docs/load.md); a smaller cap than the load needs is over capacity; a disaggregated "
+        "configuration with the fewest prefill groups that keep its pool below saturation, plus one.",
+        ("configuration", "batch"), [((name, f"{int(p['batch']):,}"), p.get("load") or {}) for name, p in points])
+    rows = [{"configuration": name, **{k: v for k, v in p.items() if k != "load"}, "load_rate_per_s": rate_per_s,
+             **{f"load_{k}": v for k, v in (p.get("load") or {}).items()}} for name, p in points]
+    return View(tables=[*view.table_list(), *tables], data=view.data, rows=rows, script=view.script)
