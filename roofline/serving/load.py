@@ -64,6 +64,7 @@ from .queueing import (
     StepChain,
     WaitTail,
     arrival_wait_share,
+    atoms,
     check_cv2,
     check_rates,
     gim_ratio,
@@ -73,12 +74,12 @@ from .queueing import (
     spread_quantiles,
     step_chain,
     wait_tail,
+    wait_then_wait,
     weighted_quantiles,
 )
 from .serve import DEFAULT_TOKEN_BUDGET, Placement, kv_transfer_s
 
 Array = NDArray[np.float64]
-Index = NDArray[np.integer[Any]]
 #: Points of the midpoint rule over the residual step an arrival lands in.
 RESIDUAL_POINTS = 4
 
@@ -344,17 +345,6 @@ AHEAD_EDGES = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99, 1.0)
 BATCH_EDGES = (0.0, 0.5, 0.9, 1.0)
 
 
-def _atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Index, Array]:
-    """Atoms of pmfs over an ordered axis (per row), one per slice of probability between ``edges``: the index
-    at the slice's middle level, weighted by the slice's width."""
-    cum = np.cumsum(pmf, axis=-1)
-    cum = cum / np.maximum(cum[..., -1:], 1e-300)
-    e = np.asarray(edges)
-    levels = (e[:-1] + e[1:]) / 2
-    idx = np.minimum(np.sum(cum[..., None, :] < levels[:, None], axis=-1), pmf.shape[-1] - 1)
-    return idx, np.broadcast_to(np.diff(e), idx.shape)
-
-
 def _batch_spread(engine: Engine, st: _State) -> tuple[Array, Array, Array, Array]:
     """The running batch's spread as atoms of its law: (d(N_k) - d(mean batch), weight) as an arrival sees it (the
     time average, PASTA) and as a token sees it (N tokens a step of d(N): the law weighted by N / d(N), its own
@@ -366,7 +356,7 @@ def _batch_spread(engine: Engine, st: _State) -> tuple[Array, Array, Array, Arra
     by_token = np.where(by_token.sum(axis=-1, keepdims=True) > 0, by_token, st.n_pmf)
     out: list[Array] = []
     for law in (st.n_pmf, by_token):
-        idx, w = _atoms(law, BATCH_EDGES)
+        idx, w = atoms(law, BATCH_EDGES)
         n = np.take_along_axis(running, idx, axis=-1)
         out += [engine.d(n) - st.d[:, None], w]
     return out[0], out[1], out[2], out[3]
@@ -380,7 +370,7 @@ def _came_before(chain: StepChain, window_s: Array, rate_per_s: Array, en: float
     (their mean without ``edges``): (tokens, weights), on a new last axis."""
     if edges is None:
         return (renewal_mean(window_s, rate_per_s, chain.arrival_cv2) * en)[..., None], np.ones(window_s.shape + (1,))
-    idx, w = _atoms(chain.arrivals_before(window_s, rate_per_s), edges)
+    idx, w = atoms(chain.arrivals_before(window_s, rate_per_s), edges)
     return idx * chain.width.reshape(chain.width.shape + (1,) * (idx.ndim - 1)), w
 
 
@@ -396,7 +386,7 @@ def _ttft_points(st: _State, chain: StepChain, prompts: tuple[Array, Array, Arra
     in a long step more often. With ``spread`` every step it waits through is d(N) - d(mean) longer for the
     batch N it sees. No arrival's TTFT is below its prompt's floor (``prompts`` = tokens, cost, floor, weight)."""
     n, a, floor, w = prompts
-    idx, qw = _atoms(chain.pi * chain.step_s, STATE_EDGES)
+    idx, qw = atoms(chain.pi * chain.step_s, STATE_EDGES)
     u = (np.arange(RESIDUAL_POINTS) + 0.5) / RESIDUAL_POINTS
     T = np.take_along_axis(chain.step_s, idx, axis=-1)
     came, cw = _came_before(chain, u[None, None, :] * T[..., None], st.lam[:, None, None], en, ahead)
@@ -470,7 +460,7 @@ class _Life:
         y = np.concatenate([np.zeros(p0.shape + (1,)),
                             gammaincinv(shape[..., None], (e[:-1] + e[1:]) / 2) * scale[..., None]], axis=-1)
         yw = np.concatenate([p0[..., None], (1 - p0)[..., None] * np.diff(e)], axis=-1)
-        idx, vw = _atoms(chain.after_completion(), BACKLOG_EDGES)                     # (rate, k)
+        idx, vw = atoms(chain.after_completion(), BACKLOG_EDGES)                     # (rate, k)
         v0 = idx * chain.width[..., None] * cost
         cap = (m * (chain.full_s - st.d)[..., None])[..., None, None]               # (rate, atom, 1, 1)
         values = np.minimum(v0[:, None, :, None] + y[:, :, None, :], cap)
@@ -704,11 +694,11 @@ class Deployment:
     def _disaggregated(self, decode: LoadResult, lam: Array) -> LoadResult:
         """The decode replicas' result with TTFT and E2E from the pool of prefill groups (GI/G/c on whole
         prefills) and the wait for a decode slot once the prompt is in (a request is not served until a decode
-        replica takes it: a full decode pool holds its KV, :func:`_both_waits`)."""
+        replica takes it: a full decode pool holds its KV, :func:`queueing.wait_then_wait`)."""
         L, own = self.workload.lengths, self.prompt_s
         pool = wait_tail(lam, self.prefill_s, L.weights, servers=self.prefill_groups,
                          arrival_cv2=self.workload.arrival_cv2)
-        wait = _both_waits(pool, decode)
+        wait = wait_then_wait(pool, decode.slot_wait_share, decode.slot_wait_mean_s)
         stable = decode.stable & (pool.rho < 1)
         tpot = np.nan_to_num(decode.tpot_mean_s)
         decode_s = (L.output_tokens - 1)[None, :] * tpot[..., None]
@@ -722,19 +712,6 @@ class Deployment:
                             e2e_mean_s=(ttft_mean + L.mean(L.output_tokens - 1) * tpot) * nan,
                             prefill_utilisation=pool.rho * nan,
                             utilisation=np.maximum(decode.decode_utilisation, pool.rho) * nan)
-
-
-def _both_waits(pool: WaitTail, decode: LoadResult) -> WaitTail:
-    """A prefill pool's wait then a decode slot's, independent, as one wait of the same chance to wait at all,
-    1 - (1 - p1)(1 - p2), and the same mean, p1 / theta1 + p2 / theta2, with an exponential tail (exact where
-    either wait is absent; the sum's tail is the slower of the two exponentials, which dominates a p99 whenever
-    one pool is near saturation)."""
-    p2 = np.nan_to_num(np.ravel(decode.slot_wait_share), nan=0.0)
-    m2 = np.nan_to_num(np.ravel(decode.slot_wait_mean_s), nan=0.0, posinf=0.0)
-    p = 1.0 - (1.0 - pool.p) * (1.0 - p2)
-    mean = pool.mean_s + m2
-    theta = np.where(mean > 0, p / np.maximum(mean, 1e-300), np.inf)
-    return WaitTail(p=p, theta_per_s=np.where(np.isfinite(pool.mean_s), theta, 0.0), mean_s=mean, rho=pool.rho)
 
 
 def deployment(model: ModelSpec, placement: Placement, workload: Workload, *, replicas: int = 1,

@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..errors import WorkloadError
 
 Array = NDArray[np.float64]
+Index = NDArray[np.integer[Any]]
 #: Bisection steps of the root solver (2^-44 of the bracket).
 BISECTIONS = 44
 
@@ -349,6 +350,30 @@ def weighted_quantiles(values: Array, weights: Array, qs: ArrayLike) -> Array:
     levels = np.asarray(qs, dtype=float)
     idx = np.minimum(np.sum(cum[..., None, :] < levels[:, None] - 1e-12, axis=-1), v.shape[-1] - 1)
     return np.take_along_axis(v, idx, axis=-1)
+
+
+def atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Index, Array]:
+    """Atoms of pmfs over an ordered axis (per row), one per slice of probability between ``edges``: the index
+    at the slice's middle level, weighted by the slice's width."""
+    cum = np.cumsum(pmf, axis=-1)
+    cum = cum / np.maximum(cum[..., -1:], 1e-300)
+    e = np.asarray(edges)
+    levels = (e[:-1] + e[1:]) / 2
+    idx = np.minimum(np.sum(cum[..., None, :] < levels[:, None], axis=-1), pmf.shape[-1] - 1)
+    return idx, np.broadcast_to(np.diff(e), idx.shape)
+
+
+def wait_then_wait(first: WaitTail, share: ArrayLike, mean_s: ArrayLike) -> WaitTail:
+    """One wait then another, independent (the second given by the share that waits and its mean: a prefill pool's,
+    then a decode slot's), as one wait of the same chance to wait at all, 1 - (1 - p1)(1 - p2), and the same
+    mean, p1 / theta1 + p2 / theta2, with an exponential tail (exact where either wait is absent; the sum's tail
+    is the slower of the two exponentials, which dominates a p99 whenever one pool is near saturation)."""
+    p2 = np.nan_to_num(np.ravel(np.asarray(share, dtype=float)), nan=0.0)
+    m2 = np.nan_to_num(np.ravel(np.asarray(mean_s, dtype=float)), nan=0.0, posinf=0.0)
+    p = 1.0 - (1.0 - first.p) * (1.0 - p2)
+    mean = first.mean_s + m2
+    theta = np.where(mean > 0, p / np.maximum(mean, 1e-300), np.inf)
+    return WaitTail(p=p, theta_per_s=np.where(np.isfinite(first.mean_s), theta, 0.0), mean_s=mean, rho=first.rho)
 
 
 def spread_quantiles(values: Array, half_widths: Array, weights: Array, qs: ArrayLike, steps: int = 40) -> Array:
