@@ -1,6 +1,8 @@
 """Transfer: a real stack by default, intervals from errors on unseen publications, fitted non-GPU families, the
 memory cliff and stack versions (issue "Transfer")."""
 
+import csv
+import io
 import json
 import math
 import tomllib
@@ -212,6 +214,11 @@ def test_a_speculative_rounds_range_is_the_widest_of_its_two_devices_and_its_bas
         own["b200"]["decode"]["high_factor"])
     assert data["baseline_by_batch"][0]["tokens_per_s_per_user_low"] == pytest.approx(
         data["baseline_tokens_per_s_per_user_low"])
+    code, out, err = run_cli("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--draft-on", "corsair",
+                             "--verify-on", "b200:8", "--alpha", "0.8", "--gamma", "1..3", "--csv")
+    first = next(csv.DictReader(io.StringIO(out)))   # the CSV's rows: the same ranges (they took the verifier's)
+    for k in ("tokens_per_s_per_user_low", "tokens_per_s_per_user_high", "baseline_tokens_per_s_per_user_low"):
+        assert float(first[k]) == pytest.approx(row.get(k, data.get(k))), k
 
 
 def test_a_prefill_nested_under_its_stage_name_takes_the_ttft_range(run_cli):

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..records import plain
-from ..serving.trust import with_bounds
+from ..serving.trust import stage_intervals, with_bounds
 from ..specs.params import WEIGHT_ONLY_KERNELS
 from .columns import Columns, csv_cell, json_chunks
 from .options import Engine
@@ -116,8 +116,11 @@ def emit(console: Console, view: View, args: argparse.Namespace, engine: Engine 
         if note:
             rows = rows.with_column("stack", note["parameters"]) if isinstance(rows, Columns) else [
                 {**r, "stack": note["parameters"]} for r in rows]
-        if trust:
-            rows = with_bounds(jsonable(rows), trust["intervals"], by_device=trust["by_device"])
+        if trust:   # the rows of a result whose stages ran on several kinds take the ranges its JSON gives them
+            stages = view.data.get("stage_devices") if isinstance(view.data, dict) else None
+            intervals = (stage_intervals(stages, trust["intervals"], trust["by_device"]) if isinstance(stages, dict)
+                         else trust["intervals"])
+            rows = with_bounds(jsonable(rows), intervals, by_device=trust["by_device"])
         _write(console, csv_chunks(rows))
     elif view.script:   # a shell script: commands verbatim, never wrapped; tables and prose as # comments
         lines = [*view.table_list(), *([stack_line(note)] if note else []), *([interval_line(trust)] if trust else [])]
