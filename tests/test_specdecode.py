@@ -291,3 +291,23 @@ def test_spec_command_sweeps_several_alphas(run_cli):
     code, _, err = run_cli("placements", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--devices", "b200",
                            "--alpha", "0.7,0.9")
     assert code == 2 and "--alpha takes one number here, got '0.7,0.9' (`roofline spec` sweeps a list)" in err
+
+
+def test_spec_records_its_context_and_sampling_and_counts_are_whole(run_cli):
+    """Two scans at 8k and 32k, greedy or lossless, must be told apart from their JSON and CSV alone; gamma and
+    batch are whole numbers there (they were floats, 1.0)."""
+    import csv
+    import io
+    import json
+    args = ("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b", "--verify-on", "h100-sxm:4",
+            "--alpha", "0.8", "--gamma", "1..3", "--batch", "1,8", "--context", "32k", "--sampling", "lossless")
+    code, out, err = run_cli(*args, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["context"] == 32000 and data["sampling"] == "lossless"
+    assert all(isinstance(r["gamma"], int) and isinstance(r["batch"], int) and r["context"] == 32000
+               for r in data["rows"])
+    code, out, err = run_cli(*args, "--csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and rows and all(r["gamma"].isdigit() and r["sampling"] == "lossless" and r["context"] == "32000"
+                                      for r in rows)

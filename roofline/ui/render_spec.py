@@ -52,6 +52,8 @@ def spec_columns(r: SpecResult) -> tuple[Columns, bool]:
     cols = {f: np.ravel(np.broadcast_to(np.asarray(getattr(r, f)), shape))
             for f in (*SPEC_FIELDS, "batch", "alpha", "baseline_decode_s", "baseline_energy_per_token_j",
                       "extra_flop_fraction", "draft_step_s")}
+    for k in ("gamma", "batch"):   # counts: whole numbers in JSON and CSV (the arrays broadcast as floats)
+        cols[k] = np.rint(np.asarray(cols[k], dtype=float)).astype(int)
     speed = np.where(cols["fits"], cols["tokens_per_s_per_user"], -np.inf)
     sweep = alpha_sweeps(cols)
     alpha = np.nan_to_num(np.asarray(cols["alpha"], dtype=float), nan=-1.0) if sweep else np.zeros(speed.size)

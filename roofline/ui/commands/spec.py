@@ -6,6 +6,7 @@ import argparse
 import math
 from typing import Any
 
+import attrs
 import numpy as np
 from rich.console import Console
 
@@ -86,6 +87,10 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
         f" The draft's KV budget ({args.draft_kv_budget:,} tokens) is at or above the context ({args.context:,}): "
         "it attends to all of it, as without a budget." if idle_budget else "")
     view = spec_view(r, optimal_gamma(r), wi.describe(), note)
+    # what the scan assumed beyond its columns, in the JSON and on every CSV row: runs at 8k and 32k differ here
+    view.data.update(context=args.context, sampling=args.sampling)
+    view = attrs.evolve(view, rows=view.rows.with_column("context", args.context).with_column("sampling", args.sampling))
+    view.data["rows"] = view.rows
     # a round's figures come from both groups: their ranges are the wider of the two devices' (serving.trust)
     view.data["stage_devices"] = {"decode": verify_on.device.id, "draft": (draft_on or verify_on).device.id}
     _price_rows(view.data["rows"], [verify_on, *([draft_on] if draft_on and draft_on != verify_on else [])],
