@@ -518,3 +518,19 @@ def test_size_refuses_the_other_modes_options(run_cli, extra, flag):
 def test_placements_refuses_a_rate_workload_without_a_rate(run_cli):
     code, _, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--prefix-hit", "0.5")
     assert code == 2 and "--prefix-hit applies to a request rate" in err
+
+
+def test_one_token_outputs_have_no_gap_to_bound(run_cli, tmp_path):
+    """Lengths whose every output is one token: ITL and TPOT are undefined (NaN, null in JSON), not a step's
+    length, and a sizing that limits them is refused with one line naming the limit."""
+    lengths = Lengths.from_file(_write(tmp_path / "one.csv", "input_tokens,output_tokens,weight\n500,1,1\n900,1,1\n"))
+    r = rl.serve_at_rate("llama-3.1-8b", Placement.build("a", decode="h100-sxm"), Workload(lengths=lengths), [1.0, 5.0])
+    assert np.all(np.isnan(r.itl_p99_s)) and np.all(np.isnan(r.tpot_p99_s)) and np.all(r.ttft_p99_s > 0)
+    code, _, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "5", "--p99-ttft-ms", "500",
+                           "--p99-itl-ms", "50", "--lengths", str(tmp_path / "one.csv"))
+    assert code == 1 and "no gap between tokens for itl_p99_s" in err and len(err.strip().splitlines()) == 1
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)

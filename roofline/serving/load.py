@@ -551,9 +551,10 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
     for name, pts in (("ttft", ttft), ("e2e", e2e)):
         for pct, v in _percentiles(pts, slot).items():
             out[f"{name}_p{pct}_s"] = v
+    gaps = 1.0 if np.any(o > 1) else np.nan   # one-token outputs have no gap between tokens to measure
     for name, qs in (("itl", spread_quantiles(itl.values, itl_half, itl.weights, [p / 100 for p in PERCENTILES])),
                      ("tpot", weighted_quantiles(tpot.values, tpot.weights, [p / 100 for p in PERCENTILES]))):
-        out.update({f"{name}_p{p}_s": qs[..., i] for i, p in enumerate(PERCENTILES)})
+        out.update({f"{name}_p{p}_s": qs[..., i] * gaps for i, p in enumerate(PERCENTILES)})
     nan = np.where(stable, 1.0, np.nan)
     # the running batch by Little's law on the decode phase: a request decodes (osl - 1) d plus the prompt cost
     # its steps carry (the chain's mean batch leaves out that a request's steps carry more prompts than the mean step)
@@ -564,8 +565,8 @@ def engine_load(engine: Engine, lengths: Lengths, rate_per_s: ArrayLike, *, arri
                       decode_utilisation=(lam / st.capacity).reshape(shape),
                       prefill_utilisation=(np.where(stable, 1 - chain.pi[..., 0], np.nan)).reshape(shape),
                       batch_mean=(lam * decoding * nan).reshape(shape), capacity_per_s=st.capacity,
-                      ttft_mean_s=(ttft_mean * nan).reshape(shape), itl_mean_s=(step_mean * nan).reshape(shape),
-                      tpot_mean_s=(tpot_mean * nan).reshape(shape),
+                      ttft_mean_s=(ttft_mean * nan).reshape(shape), itl_mean_s=(step_mean * nan * gaps).reshape(shape),
+                      tpot_mean_s=(tpot_mean * nan * gaps).reshape(shape),
                       e2e_mean_s=((ttft_mean + lengths.mean(lengths.output_tokens - 1) * tpot_mean) * nan).reshape(shape),
                       output_tokens_per_s=(lam * lengths.mean_output_tokens * nan).reshape(shape),
                       slot_wait_share=(slot.p * nan).reshape(shape),

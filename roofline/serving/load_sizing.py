@@ -73,6 +73,10 @@ class LoadTarget:
     def _some(self, _a: attrs.Attribute, v: Mapping[str, float]) -> None:
         if not v:
             raise WorkloadError("give at least one latency limit (ttft_p99_s, itl_p99_s, tpot_p99_s, ...)")
+        gaps = [k for k in v if k.startswith(("itl", "tpot"))]
+        if gaps and not np.any(np.asarray(self.workload.lengths.output_tokens) > 1):
+            raise WorkloadError(f"every request of lengths {self.workload.lengths.name!r} outputs one token: there is "
+                                f"no gap between tokens for {', '.join(gaps)} to bound (limit ttft or e2e)")
 
 
 @attrs.frozen(kw_only=True)
