@@ -60,15 +60,6 @@ def validate_rows(tmp_path, *rows: str):
     return validate(read_rows(write_rows(tmp_path / "rows.csv", *rows)))
 
 
-@pytest.fixture(scope="session")
-def shipped_validation():
-    """The shipped measurements validated under the shipped calibration, once per test process: validate() remembers
-    the answer for that profile object and those rows, so every later test, and every `roofline validate` run
-    in-process on the shipped file, is answered from memory instead of predicting 2,000 rows again."""
-    from roofline.evidence.validate import read_rows, shipped_data, validate
-    return validate(read_rows(shipped_data()))
-
-
 #: The type check runs beside the suite: started when the suite collects its test, in its own process (a second
 #: core does it while the tests run on the first), and the test waits for its answer.
 _MYPY: dict[str, subprocess.Popen] = {}

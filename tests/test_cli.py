@@ -868,10 +868,11 @@ def test_size_caption_says_the_what_if_and_electricity_price_it_ran_with(run_cli
     assert "What-if" not in plain and "Electricity" not in plain
 
 
-def test_the_help_examples_run_and_show_what_they_are_for(run_cli, shipped_validation):
+def test_the_help_examples_run_and_show_what_they_are_for(run_cli):
     """Every example under `roofline --help` runs as written, and the compare example's what-if shows numbers (it
     once put a 70B BF16 model on one H200, so every row of the variant it demonstrates read "no fit"). The
-    validate example is answered from the session's shipped validation (the same rows under the same profile)."""
+    validate example predicts the shipped rows on the command's own worker processes, and every later in-process
+    validation of them is answered from memory."""
     import shlex
 
     from roofline.ui.cli import EPILOG
