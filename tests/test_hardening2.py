@@ -494,3 +494,25 @@ def test_ctrl_c_inside_a_command_is_one_line_and_130(monkeypatch):
     err = io.StringIO()
     assert cli.main(["devices"], console=Console(file=io.StringIO()), err_console=Console(file=err)) == 130
     assert err.getvalue() == "roofline: interrupted\n"
+
+
+def test_placements_figures_are_never_broken_in_a_narrow_terminal():
+    """In 100 columns the placement's long name wraps, never its figures (they were split a character a line)."""
+    import io
+
+    from rich.console import Console
+
+    from roofline.ui.cli import main
+
+    def table(width):
+        buf = io.StringIO()
+        main(["placements", "--target", "gpt-oss-120b", "--devices", "b200,h100-sxm,corsair", "--draft",
+              "gpt-oss-draft-1.6b", "--alpha", "0.926"], console=Console(file=buf, width=width, color_system=None),
+             err_console=Console(file=io.StringIO()))
+        return buf.getvalue()
+    wide, narrow = table(250), table(100)
+    row = next(line for line in wide.splitlines() if line.startswith("decode b200, prefill on the decode group, draft"))
+    figures = re.findall(r"(?<![\w.,])[\d][\d,]*(?:\.\d+)?(?![\w.,])", row.split("group")[-1])
+    assert len(figures) >= 6
+    for f in figures:
+        assert re.search(rf"(?<![\w.,]){re.escape(f)}(?![\w.,])", narrow), f

@@ -60,7 +60,9 @@ def serving_table(rows: list[tuple[str, str, dict[str, Any] | None, str]], title
         formats_text(p) for _n, _d, p, _r in rows if p and p["fits"]), start=1)}
     for c in ("placement", *(("fmt",) if len(keys) > 1 else ()), "devices", "TTFT\nms", "TPOT\nms", "E2E\ns",
               "tok/s\n/user", "tok/s\n/kW", "J/\ntoken"):
-        t.add_column(c, justify="left" if c in ("placement", "fmt") else "right")
+        # the figures never wrap: in a narrow terminal the placement's name wraps instead of its numbers
+        t.add_column(c, justify="left" if c in ("placement", "fmt") else "right", no_wrap=c != "placement",
+                     ratio=1 if c == "placement" else None)
     failed: dict[str, list[str]] = {}
     for name, _desc, p, reason in rows:
         if p is None or not p["fits"]:
