@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import RooflineError
 from ..serving.trust import platform
-from ..specs.intervals import DEFAULT_LEVEL, METRIC_KINDS, IntervalTable, shipped_intervals
+from ..specs.intervals import DEFAULT_LEVEL, METRIC_KINDS, shipped_intervals
 from ..specs.params import family_chain
 from ..specs.resolve import resolve_device
 from .row_labels import RowLike
@@ -27,7 +27,7 @@ def with_row_intervals(results: list[dict[str, Any]], rows: dict[str, RowLike],
             continue
         src = row.get("source")
         if src not in tables:
-            tables[src] = IntervalTable(scores=tuple(s for s in table.scores if s.source != src))
+            tables[src] = table.without(src)
         dev = resolve_device(row.get("hardware"))
         stack = family_chain(r["stack_family"])[-1] if dev.family == "gpu" else "*"
         key = (src, platform(dev), stack, kind)

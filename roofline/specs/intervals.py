@@ -205,27 +205,48 @@ def publication_weighted_radius(scores: Sequence[float], sources: Sequence[str],
     return None if got is None else (-got[0], got[0])
 
 
-@attrs.frozen
-class IntervalTable:
-    """The held-out scores shipped beside the calibration, and the intervals they give."""
+#: Scores grouped by each fallback's fields, per scores tuple (by identity, the tuple kept alive beside them):
+#: every table that leaves one publication out of the same scores shares one grouping.
+_GROUPED: dict[int, tuple[tuple[Score, ...], dict[tuple[Any, ...], dict[tuple[Any, ...], list[Score]]]]] = {}
 
-    scores: tuple[Score, ...]
-    path: str = ""
 
-    @functools.cached_property
-    def _groups(self) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[Score]]]:
+def _grouped(scores: tuple[Score, ...]) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[Score]]]:
+    hit = _GROUPED.get(id(scores))
+    if hit is None or hit[0] is not scores:
         out: dict[tuple[Any, ...], dict[tuple[Any, ...], list[Score]]] = {}
         for fields in FALLBACK:
             table: dict[tuple[Any, ...], list[Score]] = {}
-            for s in self.scores:
+            for s in scores:
                 table.setdefault(s.key(fields), []).append(s)
             out[fields] = table
-        return out
+        if len(_GROUPED) >= 8:
+            _GROUPED.clear()
+        _GROUPED[id(scores)] = hit = (scores, out)
+    return hit[1]
+
+
+@attrs.frozen
+class IntervalTable:
+    """The held-out scores shipped beside the calibration, and the intervals they give; ``exclude``: a source whose
+    scores are left out (:meth:`without`)."""
+
+    scores: tuple[Score, ...]
+    path: str = ""
+    exclude: str | None = None
+
+    def without(self, source: str) -> IntervalTable:
+        """These scores but ``source``'s: the intervals a new publication would be given (one grouping shared)."""
+        return attrs.evolve(self, exclude=source)
+
+    def _group(self, fields: tuple[str, ...], key: tuple[Any, ...]) -> list[Score]:
+        got = _grouped(self.scores)[fields].get(key, [])
+        return got if self.exclude is None else [g for g in got if g.source != self.exclude]
 
     def is_fitted(self, platform: str, stack: str) -> bool:
         """Whether any shipped score comes from fitted rows of this platform and stack family (``*``: of any
         stack family on this platform, as the pooled set is fitted on all of them)."""
-        return any(s.fitted and s.platform == platform and stack in ("*", s.stack) for s in self.scores)
+        return any(s.fitted and s.platform == platform and stack in ("*", s.stack) and s.source != self.exclude
+                   for s in self.scores)
 
     def interval(self, platform: str, stack: str, kind: str, level: float = DEFAULT_LEVEL,
                  fitted: bool | None = None) -> Interval:
@@ -237,7 +258,7 @@ class IntervalTable:
             fitted = self.is_fitted(platform, stack)
         probe = {"platform": platform, "stack": stack, "kind": kind, "fitted": fitted}
         for fields in FALLBACK:
-            got = self._groups[fields].get(tuple(probe[f] for f in fields), [])
+            got = self._group(fields, tuple(probe[f] for f in fields))
             thin = {g.source for g in got if g.kept}
             q = (publication_weighted_bounds([g.score for g in got], [g.source for g in got], level, thin) if fitted
                  else publication_weighted_radius([g.score for g in got], [g.source for g in got], level, thin))
@@ -255,9 +276,10 @@ def coverage_by_publication(scores: Iterable[Score], level: float = DEFAULT_LEVE
     against the other unfitted publications'), and apart for the kept set's rows (``kept``) and the rest
     (``held_out``)."""
     scores = list(scores)
+    full = IntervalTable(scores=tuple(scores))
     hits: dict[str, list[bool]] = {}
     for src in sorted({s.source for s in scores}):
-        table = IntervalTable(scores=tuple(s for s in scores if s.source != src))
+        table = full.without(src)
         for s in (x for x in scores if x.source == src):
             try:   # an unfitted score (a family's estimated profile) checks the unfitted evidence
                 iv = table.interval(s.platform, s.stack, s.kind, level, fitted=s.fitted)
