@@ -520,7 +520,7 @@ def add_load_options(sp: argparse.ArgumentParser) -> None:
                          "shipped histogram (mlperf-llama2-70b, mlperf-mixtral-8x7b, mlperf-llama3.1-405b, "
                          "mlperf-deepseek-r1) or a histogram CSV (input_tokens,output_tokens,weight)")
     sp.add_argument("--burstiness", default=None, metavar="CV2",
-                    help="with --rate: squared CV of the gaps between arrivals (1 Poisson, above 1 burstier)")
+                    help="with --rate: squared CV of the gaps between arrivals (1 Poisson, above 1 burstier, below 1 steadier)")
     sp.add_argument("--prefix-hit", default=None, metavar="F",
                     help="with --rate: the share of each prompt found in a prefix cache (0-0.99)")
 
