@@ -699,16 +699,17 @@ class Deployment:
         L, own = self.workload.lengths, self.prompt_s
         pool = wait_tail(lam, self.prefill_s, L.weights, servers=self.prefill_groups,
                          arrival_cv2=self.workload.arrival_cv2)
-        wait = wait_then_wait(pool, decode.slot_wait_share, decode.slot_wait_mean_s)
+        wait, fast, fast_w = wait_then_wait(pool, decode.slot_wait_share, decode.slot_wait_mean_s)
         stable = decode.stable & (pool.rho < 1)
         tpot = np.nan_to_num(decode.tpot_mean_s)
         decode_s = (L.output_tokens - 1)[None, :] * tpot[..., None]
         nan = np.where(stable, 1.0, np.nan)
         points = (("ttft", np.broadcast_to(own, decode_s.shape)), ("e2e", own[None, :] + decode_s))
+        weights = (L.weights[None, :, None] * fast_w[:, None, :]).reshape(lam.size, -1)
         out: dict[str, Any] = {f"{name}_p{p}_s": v * nan for name, values in points
-               for p, v in _percentiles(_Points(values=values, weights=np.broadcast_to(L.weights, values.shape)),
-                                        wait).items()}
-        ttft_mean = wait.mean_s + L.mean(own)
+                               for p, v in _percentiles(_Points(values=(values[:, :, None] + fast[:, None, :]).reshape(
+                                   lam.size, -1), weights=weights), wait).items()}
+        ttft_mean = pool.mean_s + np.nan_to_num(np.ravel(decode.slot_wait_mean_s), nan=0.0) + L.mean(own)
         return attrs.evolve(decode, **out, ttft_mean_s=ttft_mean * nan, stable=stable,
                             e2e_mean_s=(ttft_mean + L.mean(L.output_tokens - 1) * tpot) * nan,
                             prefill_utilisation=pool.rho * nan,

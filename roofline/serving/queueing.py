@@ -363,17 +363,36 @@ def atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Index, Array]:
     return idx, np.broadcast_to(np.diff(e), idx.shape)
 
 
-def wait_then_wait(first: WaitTail, share: ArrayLike, mean_s: ArrayLike) -> WaitTail:
-    """One wait then another, independent (the second given by the share that waits and its mean: a prefill pool's,
-    then a decode slot's), as one wait of the same chance to wait at all, 1 - (1 - p1)(1 - p2), and the same
-    mean, p1 / theta1 + p2 / theta2, with an exponential tail (exact where either wait is absent; the sum's tail
-    is the slower of the two exponentials, which dominates a p99 whenever one pool is near saturation)."""
+#: Slices of probability the faster of two waits is read in (its atoms at their conditional means).
+FAST_WAIT_EDGES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999, 1.0)
+
+
+def wait_then_wait(first: WaitTail, share: ArrayLike, mean_s: ArrayLike) -> tuple[WaitTail, Array, Array]:
+    """One wait then another, independent (the second given by the share that waits and its mean: a prefill
+    pool's, then a decode slot's): (the wait whose tail decays slower, kept exact as a :class:`WaitTail`; the
+    other as atoms, values and weights over rates x (1 + slices): an atom at 0 for the share that does not wait,
+    then the conditional means of :data:`FAST_WAIT_EDGES`' slices of its exponential). The high percentiles of
+    the sum follow the slower tail; a single exponential of the same mean put the p99 of a frequent short wait
+    plus a rare long one at half the sum's (1.5 s against 3.3 s in a simulation, tests/test_load.py)."""
     p2 = np.nan_to_num(np.ravel(np.asarray(share, dtype=float)), nan=0.0)
     m2 = np.nan_to_num(np.ravel(np.asarray(mean_s, dtype=float)), nan=0.0, posinf=0.0)
-    p = 1.0 - (1.0 - first.p) * (1.0 - p2)
-    mean = first.mean_s + m2
-    theta = np.where(mean > 0, p / np.maximum(mean, 1e-300), np.inf)
-    return WaitTail(p=p, theta_per_s=np.where(np.isfinite(first.mean_s), theta, 0.0), mean_s=mean, rho=first.rho)
+    t2 = np.where((p2 > 0) & (m2 > 0), p2 / np.maximum(m2, 1e-300), np.inf)
+    t1 = np.where(first.p > 0, first.theta_per_s, np.inf)
+    second_slow = t2 < t1
+    slow = WaitTail(p=np.where(second_slow, p2, first.p), theta_per_s=np.where(second_slow, t2, first.theta_per_s),
+                    mean_s=np.where(second_slow, m2, first.mean_s), rho=first.rho)
+    p_f, t_f = np.where(second_slow, first.p, p2), np.where(second_slow, t1, t2)
+    e = np.asarray(FAST_WAIT_EDGES)
+
+    def g(u: Array) -> Array:   # the integral of -log(1 - u): (1 - u) log(1 - u) - (1 - u), 0 at u = 1
+        rest = np.maximum(1.0 - u, 0.0)
+        return np.where(rest > 0, rest * np.log(np.where(rest > 0, rest, 1.0)) - rest, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(np.isfinite(t_f) & (t_f > 0), 1.0 / t_f, 0.0)
+    slices = (g(e[1:]) - g(e[:-1])) / np.diff(e)
+    values = np.concatenate([np.zeros(p_f.shape + (1,)), scale[:, None] * slices[None, :]], axis=-1)
+    weights = np.concatenate([(1.0 - p_f)[:, None], p_f[:, None] * np.diff(e)[None, :]], axis=-1)
+    return slow, values, weights
 
 
 def spread_quantiles(values: Array, half_widths: Array, weights: Array, qs: ArrayLike, steps: int = 40) -> Array:
