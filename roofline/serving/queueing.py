@@ -163,7 +163,7 @@ def arrival_wait_share(time_share: ArrayLike, sigma: ArrayLike, rho: ArrayLike) 
     sigma / rho (Gross and Harris, *Fundamentals of Queueing Theory*, §5.3, the GI/M/c arrival-point and
     general-time probabilities). Poisson arrivals see time averages (sigma = rho, PASTA); bursty ones arrive in
     clusters and find the servers busy more often (Gamma gaps, c_a^2 = 4, rho = 0.9: sigma / rho = 1.066,
-    1.37 at rho = 0.6; checked by tests/test_queueing.py against a simulation)."""
+    1.37 at rho = 0.6; checked by tests/test_load.py against a simulation)."""
     s, r = np.broadcast_arrays(np.asarray(sigma, dtype=float), np.asarray(rho, dtype=float))
     ratio = np.where(r > 0, s / np.maximum(r, 1e-300), 1.0)
     return np.minimum(np.asarray(time_share, dtype=float) * ratio, 1.0)

@@ -14,6 +14,7 @@ from ...errors import RooflineError
 from ...physics.speculative import Acceptance
 from ...serving.admission import Admission
 from ...serving.frontier import compare_frontiers, pareto_frontier
+from ...serving.load import Workload
 from ...serving.placements import enumerate_placements
 from ...serving.serve import Placement, Request
 from ...serving.whatif import WhatIf
@@ -122,6 +123,7 @@ class ServingRun:
     knobs: dict[str, Any]           # the scheduler's (serving_knobs)
     prices: Prices
     formats: dict[str, Any]         # the target's formats as given (options.formats)
+    workload: Workload | None = None   # --rate's (check_rate_options), None without it
 
     @property
     def params(self) -> EngineParams:
@@ -169,26 +171,26 @@ def _placement_item(args: argparse.Namespace, c: Any, run: ServingRun) -> dict[s
         item["stage_devices"] = {s: g.device.id if g is not None else None for s, g in
                                  (("prefill", c.placement.prefill), ("decode", c.placement.decode),
                                   ("draft", c.placement.draft))}
-    if args.rate is not None and c.placement is not None:
-        item["load"] = load_at_rate(args, c.placement, run.formats, run.params)
+    if run.workload is not None and c.placement is not None:
+        item["load"] = load_at_rate(args, run.workload, c.placement, run.formats, run.params)
     return item
 
 
-def check_rate_options(args: argparse.Namespace) -> None:
-    """--rate and the workload it queues, checked before anything is evaluated (a bad --prefix-hit or --lengths
-    fails the command once, not in every row); the workload options without --rate are refused."""
+def check_rate_options(args: argparse.Namespace) -> Workload | None:
+    """--rate's workload, read and checked once before anything is evaluated (a bad --prefix-hit or --lengths
+    fails the command once, not in every row); None without --rate, whose workload options are refused."""
     if args.rate is None:
         refuse_rate_options_without_rate(args)
-        return
+        return None
     if args.mode != "continuous":
         raise UsageError(f"--rate queues arrivals on continuously batched replicas; --mode {args.mode} has no "
                          "arrivals to queue (drop --rate, or use --mode continuous)")
     number(args.rate, "--rate", positive=True)
-    load_workload(args)
+    return load_workload(args)
 
 
 def cmd_placements(args: argparse.Namespace, console: Console) -> int:
-    check_rate_options(args)
+    workload = check_rate_options(args)
     wi = what_if(args)
     devices = _placement_devices(args, wi)
     gamma = 5 if args.gamma is None else args.gamma
@@ -197,7 +199,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     eng, knobs, prices = engine(args, devices), serving_knobs(args), price_list(args, devices)
     target = load_model(args.target)
     run = ServingRun(request=request, batch=args.batch, gamma=gamma, acceptance=acc, engine=eng, knobs=knobs,
-                     prices=prices, formats=formats(args, target))
+                     prices=prices, formats=formats(args, target), workload=workload)
     cands = enumerate_placements(target, devices, request, batch=args.batch,
                                  draft_model=load_model(args.draft) if args.draft else None, mode=args.mode,
                                  target_formats=run.formats, params=run.params, knobs=run.knobs)
@@ -231,7 +233,7 @@ def cmd_placements(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def load_at_rate(args: argparse.Namespace, placement: Placement, fmt: Any, params: Any,
+def load_at_rate(args: argparse.Namespace, workload: Workload, placement: Placement, fmt: Any, params: Any,
                  max_slots: int | None = None) -> dict[str, Any]:
     """One replica of ``placement`` at --rate (a disaggregated one with the fewest prefill groups that keep its
     pool below saturation, plus one; ``max_slots``: its scheduler's cap on running requests), as a dict of its
@@ -240,7 +242,7 @@ def load_at_rate(args: argparse.Namespace, placement: Placement, fmt: Any, param
         return {"reason": "speculative decoding under load is not modelled"}
     rate = number(args.rate, "--rate", positive=True)
     try:
-        d = deployment(args.target, placement, load_workload(args), token_budget=args.token_budget, params=params,
+        d = deployment(args.target, placement, workload, token_budget=args.token_budget, params=params,
                        formats=fmt, admission=Admission(poll_steps=args.poll_steps), max_slots=max_slots)
         if placement.prefill is not None:
             d = attrs.evolve(d, prefill_groups=math.floor(rate * d.workload.lengths.mean(d.prefill_s)) + 1)
@@ -338,7 +340,7 @@ def _frontier_of(args: argparse.Namespace, p: Placement, run: ServingRun) -> tup
 def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     if not args.placement:
         raise UsageError(f"give at least one --placement {PLACEMENT_SYNTAX}")
-    check_rate_options(args)
+    workload = check_rate_options(args)
     if args.plot:
         from ..plot import check_plot_path
         check_plot_path(args.plot)
@@ -359,10 +361,10 @@ def cmd_pareto(args: argparse.Namespace, console: Console) -> int:
     configs, frontiers, results = map(list, zip(*(_frontier_of(args, p, run) for p in placements)))
     if not any(c["frontier"] for c in configs):
         raise RooflineError(_why_all_empty(configs, results, args.token_budget))
-    if args.rate is not None:   # each frontier point's batch as its replica's cap on running requests
+    if workload is not None:   # each frontier point's batch as its replica's cap on running requests
         for c, p in zip(configs, placements):
             for point in c["frontier"]:
-                point["load"] = load_at_rate(args, p, run.formats, run.params, max_slots=int(point["batch"]))
+                point["load"] = load_at_rate(args, workload, p, run.formats, run.params, max_slots=int(point["batch"]))
     if args.plot:
         from ..plot import plot_frontiers
         plot_frontiers(configs, args.plot, title=f"{args.target}, {args.isl} in / {args.osl} out", axis=args.axis)
