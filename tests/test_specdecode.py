@@ -47,6 +47,21 @@ def test_lossless_sampling_ships_probability_rows():
     assert float(lossless.transfer_s - greedy.transfer_s) == pytest.approx(4 * 201088 * 4 / 63e9, rel=1e-6)
 
 
+def test_a_head_on_devices_of_its_own_gets_the_targets_hidden_states_every_round():
+    """EAGLE and MTP heads draft from the target's hidden states: on a separate group they come back over the link
+    with the verdict, one per verified position (gamma + 1, hidden size x bf16), so a batch of 64 pays for 5 x 64
+    rows of 2,880 values at gamma 4; a draft model needs token ids only (docs/theory.md §5.5)."""
+    kw = dict(target="gpt-oss-120b", verify_on="b200:8", batch=np.array([1, 64]), context=8192, acceptance=0.8,
+              gamma=4)
+    model = speculative_round(**kw, draft="gpt-oss-draft-1.6b", draft_on="h100-sxm")
+    for kind in ("eagle", "mtp"):
+        head = speculative_round(**kw, draft_kind=kind, draft_on="h100-sxm")
+        extra = np.array([1, 64]) * 5 * 2880 * 2 / 63e9
+        np.testing.assert_allclose(head.transfer_s - model.transfer_s, extra, rtol=1e-9)
+    shared = speculative_round(**kw, draft_kind="eagle")   # on the target's own devices nothing moves
+    assert np.all(shared.transfer_s == 0)
+
+
 def test_same_devices_no_transfer_and_shared_memory():
     r = speculative_round(**KW, acceptance=0.926, gamma=np.arange(0, 6))
     assert np.all(r.transfer_s == 0) and r.link == "same devices"

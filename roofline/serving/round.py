@@ -3,7 +3,8 @@
 A round on a target group and a draft group (docs/theory.md §3.6, §5.5):
 
     T_round = T_draft(gamma steps on the draft group) + T_verify(gamma + 1 tokens on the target group)
-              + T_transfer(draft tokens [+ probability rows] one way, accepted count + bonus token back)
+              + T_transfer(draft tokens [+ probability rows] one way, accepted count + bonus token
+                           [+ the target's hidden states a head drafts from] back)
 
 With gamma = 0 and no draft it is one decode step. Energy per round: each group
 draws its busy power while it works and its idle power while it waits on the
@@ -24,7 +25,7 @@ from ..errors import InfeasibleError, UnknownSpecError, WorkloadError
 from ..physics.energy import PowerModel, group_busy_w, group_idle_w
 from ..physics.stages import Setup, draft_steps, head_model
 from ..physics.timing import StageResult, evaluate_pass, mix, require_feasible, spread
-from ..specs.formats import Formats, check_format_keys, native_default
+from ..specs.formats import Formats, check_format_keys, get_format, native_default
 from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink
 from ..specs.models import ModelSpec
@@ -45,6 +46,16 @@ PARALLEL_HEAD_KINDS = ("medusa",)
 SAMPLING = ("greedy", "lossless")
 TOKEN_ID_BYTES = 4       # int32 token ids, as vLLM and TensorRT-LLM pass them
 PROBABILITY_BYTES = 4    # fp32 probabilities for lossless (rejection-sampling) verification
+#: Draft kinds that draft from the target's hidden states, so a head on devices of its own needs them shipped from
+#: the target every round. EAGLE's head autoregresses on the target's features (its second-to-top layer's hidden
+#: state) of the tokens accepted so far (Li et al. 2024, https://arxiv.org/abs/2401.15077 §3.1; vLLM's EAGLE
+#: proposer takes ``target_hidden_states`` of every verified position, https://github.com/vllm-project/vllm/blob/
+#: main/vllm/v1/spec_decode/eagle.py); an MTP module combines the main model's hidden state at position i with the
+#: embedding of token i + 1 (DeepSeek-V3, https://arxiv.org/abs/2412.19437 §2.2); Medusa's heads all read the last
+#: hidden state (Cai et al. 2024, https://arxiv.org/abs/2401.10774 §2.1). A draft model runs on token ids alone.
+#: Value: positions shipped per sequence per round as a function of gamma (EAGLE and MTP: the accepted tokens and
+#: the bonus, at most gamma + 1, charged at that bound; Medusa: the last one).
+FEATURE_POSITIONS = {"eagle": lambda g: g + 1, "mtp": lambda g: g + 1, "medusa": lambda g: np.ones_like(g)}
 
 
 #: Families that share one tokenizer lineage (Qwen2 and Qwen3 checkpoints; Mixtral and Mistral).
@@ -165,20 +176,24 @@ def draft_formats(group: DeviceGroup, given: Mapping[str, str | None] | None = N
 
 
 def round_transfer_s(link: GroupLink, batch: Any, gamma: Any, *, vocab_size: int = 0,
-                     probability_rows: bool = False) -> Array:
+                     probability_rows: bool = False, draft_kind: str = "model", feature_bytes: float = 0.0) -> Array:
     """Time to move one speculative round between separate draft and target groups.
 
     Forward: ``gamma`` draft token ids per sequence, plus for lossless verification the draft's
     probability row for each of them (Leviathan et al. 2023, https://arxiv.org/abs/2211.17192,
     Algorithm 1 needs q(x) at the target). Back: the accepted count and the correction/bonus token per
-    sequence (two int32). Each direction pays the link latency once (docs/theory.md §5.5).
-    Zero where ``gamma`` is 0 (no speculation, nothing to send).
+    sequence (two int32), and for a draft that drafts from the target's hidden states (EAGLE, MTP, Medusa:
+    :data:`FEATURE_POSITIONS`) those states, ``feature_bytes`` each (hidden size x activation bytes). Each
+    direction pays the link latency once (docs/theory.md §5.5). Zero where ``gamma`` is 0 (no speculation,
+    nothing to send).
     """
     b, g = np.asarray(batch, dtype=float), np.asarray(gamma, dtype=float)
     forward = b * g * TOKEN_ID_BYTES
     if probability_rows:
         forward = forward + b * g * vocab_size * PROBABILITY_BYTES
     back = b * 2 * TOKEN_ID_BYTES
+    if draft_kind in FEATURE_POSITIONS:
+        back = back + b * FEATURE_POSITIONS[draft_kind](g) * feature_bytes
     return np.where(g > 0, 2 * link.latency_s + (forward + back) / link.bandwidth_bytes_per_s, 0.0)
 
 
@@ -346,8 +361,10 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
     if d is not None and not plan.shared:
         if plan.link is None:
             raise WorkloadError("a draft on separate devices needs a link to the target group")
-        transfer = np.broadcast_to(round_transfer_s(plan.link, batch, G, vocab_size=plan.target.vocab_size,
-                                                    probability_rows=plan.sampling == "lossless"), shape)
+        transfer = np.broadcast_to(round_transfer_s(
+            plan.link, batch, G, vocab_size=plan.target.vocab_size, probability_rows=plan.sampling == "lossless",
+            draft_kind=plan.drafter.kind if plan.drafter is not None else "model",
+            feature_bytes=plan.target.hidden_size * get_format(fmt.activations).bytes_per_element), shape)
     dg = tg if plan.shared or plan.draft_group is None else plan.draft_group
     return Round(verify=v, verify_end=v_end, draft=d, transfer_s=transfer, fits=spread(fits, shape),
                  chunk_s=spread(chunk_s, shape), shared=plan.shared,
