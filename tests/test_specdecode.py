@@ -47,6 +47,22 @@ def test_lossless_sampling_ships_probability_rows():
     assert float(lossless.transfer_s - greedy.transfer_s) == pytest.approx(4 * 201088 * 4 / 63e9, rel=1e-6)
 
 
+def test_a_head_on_a_pipelined_target_drafts_on_one_stage():
+    """EAGLE's code spreads a 70B target over two GPUs (device_map auto: two pipeline stages) and keeps its one-layer
+    head beside the LM head: the head's passes take one stage's device, as they would on an unpipelined group of the
+    same tensor parallelism (a one-layer head split into two stages was refused)."""
+    import attrs
+
+    from roofline.specs.links import LINKS
+    g = rl.DeviceGroup(device=rl.load_device("a100-sxm-80gb"), tp=1, pp=2)
+    kw = dict(target="llama-3.3-70b", batch=1, context=500, acceptance=Acceptance.measured({6: 4.0}),
+              gamma=6, draft_kind="eagle")
+    piped = speculative_round(**kw, verify_on=g)
+    alone = speculative_round(**kw, verify_on=g, draft_on=attrs.evolve(g, pp=1), link=LINKS["nvlink"])
+    assert float(piped.draft_s) == pytest.approx(float(alone.draft_s), rel=1e-12)
+    assert float(piped.transfer_s) == 0 and float(piped.speedup) > 1
+
+
 def test_a_head_on_devices_of_its_own_gets_the_targets_hidden_states_every_round():
     """EAGLE and MTP heads draft from the target's hidden states: on a separate group they come back over the link
     with the verdict, one per verified position (gamma + 1, hidden size x bf16), so a batch of 64 pays for 5 x 64

@@ -279,7 +279,14 @@ class RoundPlan:
         lambda _i, _a, v: check_whole("tree_tokens", v, minimum=1)))
 
     def draft_setup(self, drafter: Drafter, params: EngineParams) -> Setup:
+        """The draft's model, devices and formats. A draft on the target's own pipelined devices runs on one stage
+        of them (the last, which holds the final hidden states and the LM head an EAGLE or MTP head drafts from:
+        EAGLE's code keeps its head beside the LM head, ``device_map="auto"`` spreading only the target's layers,
+        https://github.com/SafeAILab/EAGLE/blob/main/eagle/model/ea_model.py); a one-layer head cannot be split
+        into stages at all."""
         group = self.target_group if self.shared or self.draft_group is None else self.draft_group
+        if group is self.target_group and group.pp > 1:
+            group = attrs.evolve(group, pp=1)
         model = drafter.for_target(self.target)
         chosen: Mapping[str, Any] = draft_formats(group, self.draft_formats)
         return Setup(model=model, group=group, formats=Formats.for_model(model, **chosen), params=params)
