@@ -145,6 +145,11 @@ def _dump(d: dict) -> str:
     (lambda d: d["compute"]["peak"]["bf16"].pop("basis"), "compute.bf16.basis"),            # dense/sparse unstated
     (lambda d: d["compute"]["peak"]["bf16"].pop("source"), "compute.bf16"),                 # no source
     (lambda d: d["power"]["tdp"].update(source="a blog"), "power.tdp"),                     # not a URL
+    (lambda d: d["compute"]["measured"]["bf16"].update(value="1000 TFLOP/s"), "compute.measured.bf16"),  # > peak
+    (lambda d: d["compute"]["measured"]["bf16"].update(basis="dense"), "compute.measured.bf16.basis"),  # a peak?
+    (lambda d: d["compute"]["measured"]["bf16"].pop("source"), "compute.measured.bf16"),    # unsourced
+    (lambda d: d["compute"]["measured"].update(fp4={"value": "1 PFLOP/s", "source": "mamf", "basis": "measured"}),
+     "compute.measured.fp4"),                                                               # no published peak
     (lambda d: d.update(status="rumoured"), "status"),
     (lambda d: d.update(id="H100"), "id"),
     (lambda d: d.pop("links"), "links"),
@@ -278,3 +283,24 @@ def test_a_bad_measured_citation_names_the_field(tmp_path, change, why):
     assert "power.idle" in str(e.value) and why in str(e.value)
     d["power"]["idle"] = MEASURED_IDLE
     assert rl.load_device(_write(tmp_path, _dump(d))).idle_w == 126.0
+
+
+def test_measured_matmul_rates_are_sourced_below_their_peaks_and_reach_diagnose():
+    """A spec's [compute.measured] holds the best dense matmul rate a cited microbenchmark reached (AMD's sustained
+    MAF figures, Bekman's MAMF table): each below its class's dense peak and sourced; `show` prints its share of the
+    peak (the 750 W MI300X at 54% of its bf16 peak where the 1000 W MI325X with the same peak reaches 64%), and
+    `diagnose` reports achieved FLOP/s against it beside the peak (the datasheet MFU x peak / measured)."""
+    measured = {d.id: d for d in map(rl.load_device, rl.list_devices()) if d.measured_flop_per_s}
+    assert {"h100-sxm", "b200", "mi300x", "mi325x", "gaudi2"} <= set(measured)
+    for d in measured.values():
+        for cls, v in d.measured_flop_per_s.items():
+            assert 0 < v <= d.peak_flop_per_s[cls] and d.sources[f"compute.measured.{cls}"].startswith("https://")
+    share = {k: measured[k].measured_flop_per_s["bf16"] / measured[k].peak_flop_per_s["bf16"] for k in ("mi300x", "mi325x")}
+    assert share["mi300x"] == pytest.approx(708 / 1307.4) and share["mi325x"] == pytest.approx(843 / 1307.4)
+    from roofline.evidence.diagnose import Measurement, diagnose
+    m = Measurement.from_rates(batch=64, input_tokens=1000, output_tokens=500, tokens_per_s_total=4000.0)
+    d = diagnose("llama-3.1-8b", "h100-sxm", m)
+    assert d.measured_flop_per_s == pytest.approx(794.5e12)
+    assert d.mfu_of_measured == pytest.approx(d.mfu * 989.4e12 / 794.5e12)
+    assert diagnose("llama-3.1-8b", "l40s", Measurement.from_rates(batch=1, input_tokens=100, output_tokens=100,
+                                                                   tokens_per_s_total=30.0)).mfu_of_measured is None

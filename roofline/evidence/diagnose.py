@@ -136,7 +136,9 @@ def read_vllm_benchmark(path: str | os.PathLike[str]) -> Measurement:
 class Diagnosis:
     """Achieved rates against datasheet peaks for one measured operating point (per device of the group).
 
-    ``mbu`` and ``mfu`` are achieved over peak; ``modelled_compute_share`` is the model's own compute
+    ``mbu`` and ``mfu`` are achieved over peak; ``mfu_of_measured`` is achieved FLOP/s over the best dense matmul
+    rate a published measurement reached on the device in that class (``compute.measured.<class>`` of its spec:
+    a GEMM microbenchmark), None where its spec gives none; ``modelled_compute_share`` is the model's own compute
     time (with its efficiencies) over the measured time: a different quantity, named apart.
     """
 
@@ -152,6 +154,8 @@ class Diagnosis:
     compute_class: str
     mbu: float
     mfu: float
+    measured_flop_per_s: float | None = None
+    mfu_of_measured: float | None = None
     modelled_compute_share: float
     predicted_tpot_s: float
     binding: str
@@ -261,6 +265,7 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
                             "impossible for this device; check the batch, the formats (--weights, --kv) and the "
                             "device count")
     narrower = _narrower_formats(g.device, f.weight.bits_per_element)
+    best = g.device.measured_flop_per_s.get(cls)
     binding, advice = _verdict(mbu, mfu, ms.utilisation, split=g.count > 1, narrower="/".join(narrower),
                                compute_share=float(r.compute_s) / ms.tpot_s)
     off = float(r.time_s) / ms.tpot_s - 1
@@ -274,6 +279,7 @@ def diagnose(model: ModelLike, group: GroupLike, measurement: Measurement, *,
     return Diagnosis(model=m.id, group=g.describe(), measurement=ms, bytes_per_step=bytes_step, flop_per_step=flop_step,
                      achieved_bytes_per_s=bytes_step / ms.tpot_s, achieved_flop_per_s=flop_step / ms.tpot_s,
                      peak_bytes_per_s=peak_bw, peak_flop_per_s=peak_flop, compute_class=cls, mbu=mbu, mfu=mfu,
+                     measured_flop_per_s=best, mfu_of_measured=None if best is None else flop_step / ms.tpot_s / best,
                      modelled_compute_share=float(r.compute_s) / ms.tpot_s, predicted_tpot_s=float(r.time_s),
                      binding=binding, advice=advice)
 

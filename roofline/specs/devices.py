@@ -120,6 +120,11 @@ class Device:
     memory: tuple[MemoryTier, ...] = attrs.field(converter=_tiers)
     peak_flop_per_s: Mapping[str, float | None] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
     native: tuple[str, ...] = attrs.field(converter=_names)
+    #: the best dense matmul rate published measurements reach on the device, by compute class (``[compute.measured]``
+    #: of its spec file: a sourced microbenchmark, not a datasheet figure); what :func:`roofline.evidence.diagnose`
+    #: reports achieved FLOP/s against beside the peak. The physics runs on the peaks and the fitted efficiencies.
+    measured_flop_per_s: Mapping[str, float] = attrs.field(factory=dict,
+                                                           converter=lambda m: MappingProxyType(dict(m)))
     tdp_w: float | None = attrs.field(validator=_positive_or_none)
     idle_w: float | None = attrs.field(validator=_positive_or_none)
     scale_up: Link
@@ -278,9 +283,17 @@ def _compute_read(cls: str) -> Callable[[Device], float | None]:
     return lambda d: d.peak_flop_per_s.get(cls)
 
 
+def _measured_field(cls: str) -> Field:
+    """``compute.measured.<cls>``: the best published measured matmul rate (a what-if changes only what diagnose
+    compares against)."""
+    return Field(f"compute.measured.{cls}", "flop_per_s", lambda d: d.measured_flop_per_s.get(cls),
+                 lambda d, v: attrs.evolve(d, measured_flop_per_s={**d.measured_flop_per_s, cls: v}))
+
+
 _FIXED_FIELDS = (
     [Field(f"compute.{c}", "flop_per_s", _compute_read(c), _compute_write(c))
      for c in COMPUTE_CLASSES]
+    + [_measured_field(c) for c in COMPUTE_CLASSES]
     + [_attr_field("power.tdp", "w", "tdp_w"), _attr_field("power.idle", "w", "idle_w")]
     + _link_fields("scale_up") + _link_fields("host") + _link_fields("scale_out")
     + [_execution_field(name, kind) for name, (_attr, kind) in PROFILE_FIELDS.items()])
@@ -555,7 +568,7 @@ class _Reader:
             self.fail(field, link["peers"].get("value"), str(e).partition(": ")[2] or str(e))
 
     def quantity(self, parent: dict[str, Any], key: str, field: str, kind: str, *,
-                 required: bool = True, fraction: bool = False) -> float | None:
+                 required: bool = True, fraction: bool = False, bases: tuple[str, ...] = BASES) -> float | None:
         entry = parent.get(key)
         if entry is None:
             if required:
@@ -567,8 +580,8 @@ class _Reader:
         if isinstance(value, str) and value.strip().lower() == "unknown":
             return None
         url = self.source_url(entry, field)
-        if kind == "flop_per_s" and entry.get("basis") not in BASES:
-            self.fail(field + ".basis", entry.get("basis"), f"must be one of {', '.join(BASES)}")
+        if kind == "flop_per_s" and entry.get("basis") not in bases:
+            self.fail(field + ".basis", entry.get("basis"), f"must be one of {', '.join(bases)}")
         try:
             number = parse_quantity(value, kind, what="value")
         except UnitError as e:
@@ -647,7 +660,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
 
     tiers = _memory_tiers(r, data)
 
-    compute = r.table(data, "compute", "compute", keys=frozenset({"native", "peak"}))
+    compute = r.table(data, "compute", "compute", keys=frozenset({"native", "peak", "measured"}))
     native = compute.get("native")
     if not isinstance(native, list) or not all(isinstance(c, str) and c in COMPUTE_CLASSES for c in native):
         r.fail("compute.native", native, f"must be a list drawn from {', '.join(COMPUTE_CLASSES)}")
@@ -660,6 +673,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
     for cls in native:
         if cls not in peaks:
             r.fail(f"compute.peak.{cls}", None, "a native class needs a peak entry (value may be \"unknown\")")
+    measured = _measured(r, compute, peaks)
 
     power = r.table(data, "power", "power", keys=frozenset({"tdp", "idle"}))
     links = r.table(data, "links", "links", keys=frozenset({"scale_up", "host", "scale_out"}))
@@ -677,7 +691,7 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
         return Device(
             id=dev_id, name=r.string(data, "name", "name"), vendor=r.string(data, "vendor", "vendor"),
             status=status, aliases=tuple(a.lower() for a in aliases), memory=tiers, peak_flop_per_s=peaks,
-            native=native,
+            native=native, measured_flop_per_s=measured,
             tdp_w=r.quantity(power, "tdp", "power.tdp", "w"),
             idle_w=r.quantity(power, "idle", "power.idle", "w"),
             scale_up=link_objs["scale_up"], host=link_objs["host"], scale_out=link_objs["scale_out"], family=family,
@@ -688,6 +702,26 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
         raise
     except (RooflineError, ValueError, TypeError) as e:
         raise SpecError(f"{origin}: {e}") from None
+
+
+def _measured(r: _Reader, compute: dict[str, Any], peaks: dict[str, float | None]) -> dict[str, float]:
+    """The optional ``[compute.measured]`` table: per native compute class with a published peak, the best dense
+    matmul rate a cited measurement reached (``basis = "measured"``), which cannot exceed the dense peak (a figure
+    above it is a sparse or a mislabelled one)."""
+    table = r.table(compute, "measured", "compute.measured", required=False)
+    out: dict[str, float] = {}
+    for cls in table:
+        field = f"compute.measured.{cls}"
+        peak = peaks.get(cls)
+        if cls not in peaks or peak is None:
+            r.fail(field, cls, "a measured rate needs the class's published dense peak in [compute.peak]")
+        value = r.quantity(table, cls, field, "flop_per_s", bases=("measured",))
+        if value is not None and value > peak:
+            r.fail(field, table[cls].get("value"), f"exceeds the dense peak compute.{cls} ({peak:.4g} FLOP/s): "
+                   "a measured rate is at most the peak")
+        if value is not None:
+            out[cls] = value
+    return out
 
 
 #: An ISA as compilers name the processor: LLVM's AMDGPU processors (``gfx942``), CUDA's (``sm_90``).

@@ -35,6 +35,7 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
             "flop_per_step_per_device": d.flop_per_step, "achieved_bytes_per_s": d.achieved_bytes_per_s,
             "achieved_flop_per_s": d.achieved_flop_per_s, "peak_bytes_per_s": d.peak_bytes_per_s,
             "peak_flop_per_s": d.peak_flop_per_s, "compute_class": d.compute_class, "mbu": d.mbu, "mfu": d.mfu,
+            "measured_flop_per_s": d.measured_flop_per_s, "mfu_of_measured": d.mfu_of_measured,
             "modelled_compute_share": d.modelled_compute_share, "binding": d.binding, "advice": d.advice,
             "source": m.source}
 
@@ -57,6 +58,10 @@ def diagnosis_table(d: dict[str, Any]) -> Table:
             (f"peak {d['compute_class']} FLOP/s ({peak}, dense)", format_quantity(d["peak_flop_per_s"], "flop_per_s")),
             ("MBU (achieved / peak bandwidth)", _share(d["mbu"])),
             ("MFU (achieved / peak FLOP/s)", _share(d["mfu"])),
+            *([(f"best measured {d['compute_class']} matmul (spec's compute.measured)",
+                format_quantity(d["measured_flop_per_s"], "flop_per_s")),
+               ("achieved / best measured FLOP/s", _share(d["mfu_of_measured"]))]
+              if d.get("measured_flop_per_s") else []),
             ("modelled compute time / measured time", _share(d["modelled_compute_share"])),
             ("binding resource", d["binding"])]
     for k, v in rows:

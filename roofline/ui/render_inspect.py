@@ -38,6 +38,7 @@ def device_dict(dev: Device) -> dict[str, Any]:
         "memory": [{"name": t.name, "capacity_bytes": t.capacity_bytes, "bandwidth_bytes_per_s": t.bandwidth_bytes_per_s}
                    for t in dev.memory],
         "peak_flop_per_s": dict(dev.peak_flop_per_s), "native": list(dev.native),
+        "measured_flop_per_s": dict(dev.measured_flop_per_s),
         "tdp_w": dev.tdp_w, "idle_w": dev.idle_w,
         "scale_up": {"bandwidth_bytes_per_s": dev.scale_up.bandwidth_bytes_per_s, "latency_s": dev.scale_up.latency_s,
                      "peers": dev.scale_up.peers},
@@ -156,7 +157,13 @@ def device_table(dev: Device) -> tuple[Table, Text]:
     notes: dict[str, int] = {}
     for f in fields(dev):
         value = f.read(dev)
-        if f.path.startswith("compute."):
+        if f.path.startswith("compute.measured."):
+            cls = f.path.rsplit(".", 1)[1]
+            if value is None:
+                continue
+            peak = dev.peak_flop_per_s.get(cls)
+            shown = _q(value, "flop_per_s") + (f" ({value / peak:.0%} of peak)" if peak else "")
+        elif f.path.startswith("compute."):
             cls = f.path.split(".", 1)[1]
             if cls not in dev.peak_flop_per_s:
                 continue
