@@ -304,3 +304,28 @@ def test_measured_matmul_rates_are_sourced_below_their_peaks_and_reach_diagnose(
     assert d.mfu_of_measured == pytest.approx(d.mfu * 989.4e12 / 794.5e12)
     assert diagnose("llama-3.1-8b", "l40s", Measurement.from_rates(batch=1, input_tokens=100, output_tokens=100,
                                                                    tokens_per_s_total=30.0)).mfu_of_measured is None
+
+
+def test_gpu_matmuls_run_at_their_measured_share_of_the_peak():
+    """A GPU's matmuls run at the share of its dense peak its measured rate reaches (times the stack's fitted
+    efficiency): at the same 1,307 TFLOP/s peak and the same parameters, a compute-bound MI325X prefill is 843 / 708
+    times as fast as an MI300X's (AMD's sustained max-achievable FLOPs, 1447 against 1207 MHz). A class without its
+    own figure takes its kin's (B200's FP4 its FP8 share), a GPU without any the shipped GPUs' median (kept equal to
+    it here), and other families their peaks; a what-if of a peak keeps the share."""
+    import statistics
+
+    from roofline.physics.timing import MEDIAN_MEASURED_SHARE, measured_share
+    dev = {n: rl.load_device(n) for n in ("mi300x", "mi325x", "b200", "l40s", "gaudi3", "h100-sxm")}
+    t = {n: rl.prefill("llama-3.1-8b", n, prompt=16384).compute_s for n in ("mi300x", "mi325x")}
+    assert float(t["mi300x"] / t["mi325x"]) == pytest.approx(843 / 708, rel=1e-9)
+    assert measured_share(dev["b200"], "fp4") == pytest.approx(3432.5 / 4500)
+    assert measured_share(dev["l40s"], "bf16") == MEDIAN_MEASURED_SHARE["16-bit"]
+    assert measured_share(dev["gaudi3"], "bf16") == 1.0
+    gpus = [d for d in map(rl.load_device, rl.list_devices()) if d.family == "gpu"]
+    for width, cls in (("16-bit", "bf16"), ("8-bit", "fp8")):
+        shares = [d.measured_flop_per_s[cls] / d.peak_flop_per_s[cls] for d in gpus if cls in d.measured_flop_per_s]
+        assert MEDIAN_MEASURED_SHARE[width] == pytest.approx(statistics.median(shares), abs=5e-4)
+    faster = rl.override(dev["h100-sxm"], "compute.bf16", "1978.8 TFLOP/s")
+    assert faster.measured_flop_per_s["bf16"] == pytest.approx(2 * 794.5e12)
+    with pytest.raises(RooflineError, match="compute.measured.bf16"):
+        rl.override(dev["h100-sxm"], "compute.measured.bf16", "1000 TFLOP/s")

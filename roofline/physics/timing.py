@@ -264,9 +264,42 @@ class MatmulTerms:
         return _class_seconds(self.group, self.params, self.core_class, [core_flop], self.core_inv_efficiency)
 
 
+#: Where a GPU's spec has no measured matmul rate for a class (nor for its kin, :data:`_KIN`): the share of the dense
+#: peak that the shipped GPUs' measured rates reach, their median (16-bit: A100 0.87, H100/H200 0.80, B300 0.79,
+#: B200 0.78, GB200 0.73, MI325X 0.64, MI355X 0.62, MI300X 0.54; 8-bit: H200 0.73, B200 0.76, B300 0.75, GB200
+#: 0.72, H100 0.71, MI355X 0.62, MI325X 0.58, MI300X 0.49; the spec files cite each), kept equal to it by
+#: tests/test_hardware_specs.py.
+MEDIAN_MEASURED_SHARE = {"16-bit": 0.776, "8-bit": 0.716}
+#: The class whose measured share a class without its own takes on the same device (a 16-bit twin, 4- and 6-bit
+#: and int8 units beside the FP8 ones: no FP4 matmul rate is published for B200 or MI355X).
+_KIN = {"fp16": "bf16", "bf16": "fp16", "tf32": "bf16", "fp4": "fp8", "fp6": "fp8", "int8": "fp8", "int4": "fp8"}
+
+
+def measured_share(device: Device, cls: str) -> float:
+    """The share of its dense peak a GPU's matmuls reach in compute class ``cls`` before the serving stack's own
+    efficiency: the best published measured matmul rate over the peak (``compute.measured.<cls>``, or its kin's;
+    :data:`MEDIAN_MEASURED_SHARE` where the spec gives neither). Vendors' peaks are not equally reachable: at the same
+    1,307 TFLOP/s BF16 peak, a 750 W MI300X sustains 708 TFLOP/s at a 1,207 MHz median clock and a 1,000 W MI325X
+    843 at 1,447 MHz (AMD's max-achievable FLOPs,
+    https://rocm.blogs.amd.com/software-tools-optimization/measuring-max-achievable-flops-part2/README.html), an
+    A100 87% of its peak and an H100 80% (Bekman's MAMF table, https://github.com/stas00/ml-engineering/blob/
+    744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/accelerator/README.md), so the stacks' fitted
+    ``compute_fraction`` is the share of the measured rate they reach. Other families (TPU, Trainium, Gaudi, the
+    SRAM chips) keep their family fits against the peak: 1."""
+    if device.family != "gpu":
+        return 1.0
+    measured, peak = device.measured_flop_per_s, device.peak_flop_per_s
+    for c in (cls, _KIN.get(cls, cls)):
+        top = peak.get(c)
+        if c in measured and top:
+            return measured[c] / top
+    return MEDIAN_MEASURED_SHARE["8-bit" if cls in LOW_PRECISION else "16-bit"]
+
+
 def _class_seconds(group: DeviceGroup, params: EngineParams, cls: str, flops: list[Any], inv: Any) -> Any:
     """Seconds of ``flops`` at compute class ``cls`` on one device of ``group``, ``inv`` the inverse efficiency."""
-    return add(*flops) * (inv / (group.tp * _rate(group.device, cls) * _class_scale(cls, params)))
+    rate = _rate(group.device, cls) * measured_share(group.device, cls)
+    return add(*flops) * (inv / (group.tp * rate * _class_scale(cls, params)))
 
 
 def matmul_terms(work: Work, group: DeviceGroup, formats: Formats, params: EngineParams) -> MatmulTerms:

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 import attrs
 
-from ..errors import NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, did_you_mean
+from ..errors import NotFoundError, RooflineError, SpecError, UnitError, UnknownSpecError, WorkloadError, did_you_mean
 from ..units import parse_quantity
 from ..workload import in_range, one_of
 from .engine_params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
@@ -121,8 +121,9 @@ class Device:
     peak_flop_per_s: Mapping[str, float | None] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
     native: tuple[str, ...] = attrs.field(converter=_names)
     #: the best dense matmul rate published measurements reach on the device, by compute class (``[compute.measured]``
-    #: of its spec file: a sourced microbenchmark, not a datasheet figure); what :func:`roofline.evidence.diagnose`
-    #: reports achieved FLOP/s against beside the peak. The physics runs on the peaks and the fitted efficiencies.
+    #: of its spec file: a sourced microbenchmark, not a datasheet figure): a GPU's matmuls run at that share of the
+    #: peak times its stack's fitted efficiency (:func:`roofline.physics.timing.measured_share`), and
+    #: :func:`roofline.evidence.diagnose` reports achieved FLOP/s against it beside the peak
     measured_flop_per_s: Mapping[str, float] = attrs.field(factory=dict,
                                                            converter=lambda m: MappingProxyType(dict(m)))
     tdp_w: float | None = attrs.field(validator=_positive_or_none)
@@ -247,7 +248,12 @@ def _tier_write(i: int, key: str) -> Callable[[Device, float], Device]:
 def _compute_write(cls: str) -> Callable[[Device, float], Device]:
     def write(d: Device, v: float) -> Device:   # setting a rate also makes the class native
         native = d.native if cls in d.native else (*d.native, cls)
-        return attrs.evolve(d, peak_flop_per_s={**d.peak_flop_per_s, cls: v}, native=native)
+        measured = dict(d.measured_flop_per_s)
+        old = d.peak_flop_per_s.get(cls)
+        if cls in measured and old:   # a faster peak, the same share of it reached: the measured rate scales along
+            measured[cls] = measured[cls] * v / old
+        return attrs.evolve(d, peak_flop_per_s={**d.peak_flop_per_s, cls: v}, native=native,
+                            measured_flop_per_s=measured)
     return write
 
 
@@ -284,10 +290,15 @@ def _compute_read(cls: str) -> Callable[[Device], float | None]:
 
 
 def _measured_field(cls: str) -> Field:
-    """``compute.measured.<cls>``: the best published measured matmul rate (a what-if changes only what diagnose
-    compares against)."""
-    return Field(f"compute.measured.{cls}", "flop_per_s", lambda d: d.measured_flop_per_s.get(cls),
-                 lambda d, v: attrs.evolve(d, measured_flop_per_s={**d.measured_flop_per_s, cls: v}))
+    """``compute.measured.<cls>``: the best published measured matmul rate, at most the class's peak (a what-if of
+    it changes the share of the peak a GPU's matmuls reach)."""
+    def write(d: Device, v: float) -> Device:
+        peak = d.peak_flop_per_s.get(cls)
+        if not peak or v > peak:
+            raise WorkloadError(f"{d.id}: compute.measured.{cls} = {v:.4g} FLOP/s needs a published peak it does not "
+                                f"exceed (compute.{cls} = {peak if peak else 'unknown'})")
+        return attrs.evolve(d, measured_flop_per_s={**d.measured_flop_per_s, cls: v})
+    return Field(f"compute.measured.{cls}", "flop_per_s", lambda d: d.measured_flop_per_s.get(cls), write)
 
 
 _FIXED_FIELDS = (
