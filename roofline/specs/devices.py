@@ -296,7 +296,7 @@ def _measured_field(cls: str) -> Field:
         peak = d.peak_flop_per_s.get(cls)
         if not peak or v > peak:
             raise WorkloadError(f"{d.id}: compute.measured.{cls} = {v:.4g} FLOP/s needs a published peak it does not "
-                                f"exceed (compute.{cls} = {peak if peak else 'unknown'})")
+                                f"exceed (compute.{cls} = {f'{peak:.4g} FLOP/s' if peak else 'unknown'})")
         return attrs.evolve(d, measured_flop_per_s={**d.measured_flop_per_s, cls: v})
     return Field(f"compute.measured.{cls}", "flop_per_s", lambda d: d.measured_flop_per_s.get(cls), write)
 
