@@ -25,7 +25,6 @@ import numpy as np
 
 from ..errors import RooflineError, SpecError, UnknownSpecError
 from ..memo import MISSING, IdentityMemo
-from ..physics.speculative import Acceptance
 from ..physics.stages import max_batch, prefill
 from ..serving.admission import TRTLLM_BALANCE_TIMEOUT_STEPS, TRTLLM_BALANCE_WAIT_STEPS, Admission
 from ..serving.load import Workload, max_rate
@@ -49,6 +48,9 @@ from ..specs.params import (
 from ..specs.resolve import resolve_device, resolve_model
 from .row_intervals import with_row_intervals
 from .row_labels import ENERGY_METRICS, row_kind, stack_version
+from .rows import Row
+from .rows import row_int as _int
+from .spec_rows import row_placement
 from .workers import check_jobs, workers
 
 COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "tp", "pp", "ep", "dp", "model",
@@ -56,7 +58,7 @@ COLUMNS = ("id", "source", "stack", "stack_version", "hardware", "n_devices", "t
            "max_batch", "kv_memory_fraction", "isl", "osl", "spec_method", "draft_len", "acceptance_length", "metric",
            "value", "grade", "notes", "lengths", "p99_ttft_ms", "p99_tpot_ms", "chunked_prefill", "draft_model",
            "tree_tokens", "acceptance_rate", "compiled_batch", "compiled_context", "compiled_prompt", "dp_balance",
-           "draft_kv_budget", "allreduce_fusion", "prefill_tp", "prefill_groups")
+           "draft_kv_budget", "allreduce_fusion", "prefill_tp", "prefill_groups", "draft_vocab")
 #: Optional columns that pass a run's own serving setting to evaluate_serving (empty: its defaults).
 SERVING_COLUMNS = {"poll_steps": "poll_steps", "token_budget": "chunk"}
 #: Optional columns giving the shapes a static-shape engine (AWS Neuron) compiled, which its passes run in place of
@@ -66,11 +68,6 @@ COMPILED_COLUMNS = {"compiled_batch": "decode_batch", "compiled_context": "decod
 METRICS = ("decode_tokens_per_s_per_user", "itl_ms", "ttft_ms", "output_tokens_per_s_per_device",
            "output_tokens_per_s_total", "total_tokens_per_s_per_device", "energy_per_token_j", "power_w", "speedup",
            "decode_speedup")
-#: ``spec_method`` values and the draft kind each runs (:data:`roofline.serving.round.DRAFT_KINDS`): EAGLE-3's head
-#: is one decoder layer on the target's fused features with the target's LM head, as EAGLE's (Li et al. 2025,
-#: https://arxiv.org/abs/2503.01840 §3.1), so both run as an EAGLE head.
-SPEC_METHODS = {"none": None, "draft": "model", "eagle": "eagle", "eagle3": "eagle", "medusa": "medusa", "mtp": "mtp",
-                "ngram": "ngram"}
 #: The metric a ``speedup`` row's two predictions (with and without speculation) are taken in: the whole run's
 #: output tokens per second, or for ``decode_speedup`` (papers that time only the decoding loop, e.g. MagicDec's
 #: long-prompt runs, where the prefill is left out) the decode rate per sequence, 1 / TPOT.
@@ -105,17 +102,6 @@ def shipped_data() -> Path:
 
 
 
-@attrs.frozen(kw_only=True)
-class Row:
-    """One measurement row (parsed, not yet validated against specs)."""
-
-    id: str
-    fields: dict[str, str]
-
-    def get(self, key: str) -> str:
-        return (self.fields.get(key) or "").strip()
-
-
 def read_rows(path: str | os.PathLike[str]) -> list[Row]:
     """Read a measurements CSV, checking the header; raises :class:`SpecError` naming the file."""
     p = Path(path)
@@ -144,27 +130,6 @@ def read_rows(path: str | os.PathLike[str]) -> list[Row]:
             raise SpecError(f"{p}: line {i}: id {r.id!r} repeats line {seen[r.id]}'s (ids must be unique)")
         seen[r.id] = i
     return rows
-
-
-def _int(row: Row, key: str, default: int | None = None) -> int:
-    text = row.get(key)
-    if not text and default is not None:
-        return default
-    if not text.strip():
-        raise RooflineError(f"column {key} is empty: the publication gives no {key} for this row")
-    try:
-        v = float(text)
-    except ValueError:
-        raise RooflineError(f"column {key} = {text!r} is not a number") from None
-    if not math.isfinite(v) or v != int(v):
-        raise RooflineError(f"column {key} = {text!r} is not a whole finite number")
-    if key in DEVICE_COUNTS and v < 1:
-        raise RooflineError(f"column {key} = {text!r}: a count of devices or ranks is at least 1")
-    return int(v)
-
-
-#: The columns that count devices or ranks: 0 or less is no layout.
-DEVICE_COUNTS = frozenset({"n_devices", "tp", "pp", "ep", "dp"})
 
 
 def _formats(row: Row, device: Device) -> dict[str, str | None]:
@@ -244,68 +209,8 @@ def _pool_group(row: Row, model: ModelSpec, decode: DeviceGroup, fmt: dict[str, 
     return group
 
 
-def _draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
-    """(draft kind, draft model, head layers or heads) from ``draft_model``: a preset id or config path for a
-    separate draft, or a head ``eagle:1``, ``mtp:1``, ``medusa:4`` (its layers; Medusa's count is its heads, all
-    run in one step); empty for a head of one layer (and for n-gram lookup, which drafts with no model)."""
-    kind, text = SPEC_METHODS[method], row.get("draft_model")
-    if kind is None:   # the caller asks only rows that speculate
-        raise RooflineError(f"spec_method {method} drafts nothing")
-    if kind == "ngram":
-        if text:
-            raise RooflineError(f"spec_method ngram drafts with no model: draft_model = {text!r} is not used")
-        return kind, None, 1
-    head = re.fullmatch(r"(eagle3?|mtp|medusa):(\d+)", text)
-    if head:
-        if SPEC_METHODS[head.group(1)] != kind:
-            raise RooflineError(f"draft_model {text!r} is not a {method} draft")
-        return kind, None, int(head.group(2))
-    if kind == "model":
-        if not text:
-            raise RooflineError("a draft-model row needs the draft model in draft_model (a preset id or config path): "
-                                "the publication does not name it")
-        return kind, resolve_model(row.get("model") if text == "self" else text), 1
-    if text:
-        raise RooflineError(f"draft_model = {text!r} for spec_method {method}: give its head as {method}:N")
-    return kind, None, 1
-
-
-def _acceptance(row: Row, gamma: int) -> Acceptance:
-    """The row's measured acceptance: ``acceptance_length`` (mean tokens per round, the bonus token included), else
-    ``acceptance_rate`` (the per-token alpha, read as i.i.d.: Leviathan et al. 2023, https://arxiv.org/abs/2211.17192
-    eq. 1); a tree's rounds need the length (a per-token alpha does not say how a tree's branches accept)."""
-    tau, alpha = row.get("acceptance_length"), row.get("acceptance_rate")
-    if tau:
-        return Acceptance.measured({gamma: float(tau)})
-    if alpha and not row.get("tree_tokens"):
-        return Acceptance.geometric(float(alpha))
-    raise RooflineError("speculative row without a published acceptance (acceptance_length, or acceptance_rate for "
-                        "a chain draft): the speed it predicts hangs on it")
-
-
-def _placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Acceptance | None]:
-    method = row.get("spec_method") or "none"
-    if method not in SPEC_METHODS:
-        raise RooflineError(f"spec_method {method!r} is not one of {', '.join(SPEC_METHODS)}")
-    if method == "none":
-        return Placement(name=row.id, decode=group), 0, None
-    kind, draft, layers = _draft_column(row, method)
-    default = layers if kind == "medusa" else None   # Medusa drafts one token per head
-    gamma = _int(row, "draft_len", default) if default is not None else _int(row, "draft_len")
-    if gamma < 1:
-        raise RooflineError(f"draft_len = {gamma}: a speculative row drafts at least one token")
-    tree = _int(row, "tree_tokens") if row.get("tree_tokens") else None
-    if tree is not None and tree < gamma + 1:
-        raise RooflineError(f"tree_tokens {tree} is fewer than a chain of draft_len {gamma} and its bonus token")
-    budget = _int(row, "draft_kv_budget") if row.get("draft_kv_budget") else None
-    if budget is not None and budget < 1:
-        raise RooflineError(f"draft_kv_budget = {budget}: the draft's KV budget is at least one token")
-    placement = Placement(name=row.id, decode=group, draft_kind=kind, draft_model=draft,
-                          head_layers=1 if kind == "medusa" else layers, tree_tokens=tree, draft_kv_budget=budget)
-    return placement, gamma, _acceptance(row, gamma)
-
-
-#: Largest batches found for ``batch = max`` rows, by (row, usable memory, group): fitting depends on memory only.
+#: Batches of ``batch = max`` rows (the largest that fits, at most the scheduler's cap), by (row, usable memory,
+#: group): fitting depends on memory only.
 _MAX_BATCH: dict[Any, int] = {}
 #: Entries each of the run-level tables here keeps (the shipped file's ~2,000 rows under a calibration's few memory
 #: settings fit many times over); the oldest go first.
@@ -365,10 +270,15 @@ def _batch(row: Row, model: ModelSpec, group: DeviceGroup, replicas: int, fmt: d
         key = (tuple(sorted(row.fields.items())), params.usable_memory_fraction,
                tuple(getattr(params, f) for f in STACK_SET), group.tp, group.pp, group.ep, group.dp,
                tuple(t.capacity_bytes for t in group.device.memory))
-        largest = _MAX_BATCH.get(key)
-        if largest is None:    # memory only: the same for every efficiency a calibration tries
-            largest = _bounded(_MAX_BATCH, key, _largest_fitting(row, model, group, fmt, params, serve))
-        return min(largest, cap) if cap is not None else largest
+        batch = _MAX_BATCH.get(key)
+        if batch is None:    # memory only: the same for every efficiency a calibration tries
+            # memory grows with the batch, so a cap that fits is the answer without the search for the largest
+            if cap is not None and bool(np.all(serve(np.array([float(cap)])).fits)):
+                batch = _bounded(_MAX_BATCH, key, cap)
+            else:
+                largest = _largest_fitting(row, model, group, fmt, params, serve)
+                batch = _bounded(_MAX_BATCH, key, min(largest, cap) if cap is not None else largest)
+        return batch
     total = _int(row, "batch")
     if total % replicas:
         raise RooflineError(f"batch {total} does not spread evenly over {replicas} replicas")
@@ -564,7 +474,7 @@ def _predict_on(row: Row, model: ModelSpec, fmt: dict[str, Any], params: EngineP
                 replicas: int) -> tuple[float, float]:
     """(total output tokens/s, the row's metric) on ``replicas`` copies of ``group``."""
     metric, isl, osl = row.get("metric"), _int(row, "isl"), _int(row, "osl")
-    placement, gamma, acceptance = _placement(row, group)
+    placement, gamma, acceptance = row_placement(row, group)
 
     settings: dict[str, Any] = {arg: _int(row, col) for col, arg in SERVING_COLUMNS.items() if row.get(col)}
     shapes = CompiledShapes(**{arg: _int(row, col) for col, arg in COMPILED_COLUMNS.items() if row.get(col)})

@@ -43,6 +43,8 @@ MODEL_FREE_KINDS = ("ngram",)
 #: K heads each predict the token K positions ahead: Cai et al. 2024, https://arxiv.org/abs/2401.10774 §2.1):
 #: one draft step whatever the draft length, not one per drafted token.
 PARALLEL_HEAD_KINDS = ("medusa",)
+#: Draft kinds that draft with layers of the target's own (a head), not a separate model.
+HEAD_KINDS = ("mtp", "eagle", "medusa")
 SAMPLING = ("greedy", "lossless")
 TOKEN_ID_BYTES = 4       # int32 token ids, as vLLM and TensorRT-LLM pass them
 PROBABILITY_BYTES = 4    # fp32 probabilities for lossless (rejection-sampling) verification
@@ -89,6 +91,17 @@ class Drafter:
     #: MagicDec, https://arxiv.org/abs/2408.11049), None: the whole context
     kv_budget: int | None = attrs.field(default=None, converter=lambda v: None if v is None else check_whole(
         "draft_kv_budget", v, minimum=1))
+    #: tokens a head's LM head scores (EAGLE-3's reduced draft vocabulary, :func:`~roofline.physics.stages.head_model`);
+    #: None: the target's whole vocabulary
+    vocab: int | None = attrs.field(default=None, converter=lambda v: None if v is None else check_whole(
+        "draft_vocab", v, minimum=1))
+
+    @vocab.validator
+    def _vocab(self, _a: attrs.Attribute, v: int | None) -> None:
+        if v is not None and self.kind not in HEAD_KINDS:
+            raise WorkloadError(f"draft_vocab = {v}: only a head of the target (draft kind "
+                                f"{' or '.join(HEAD_KINDS)}) drafts over a vocabulary of its own; "
+                                f"draft kind {self.kind!r} does not")
 
     @kv_budget.validator
     def _budget(self, _a: attrs.Attribute, v: int | None) -> None:
@@ -141,7 +154,10 @@ class Drafter:
         if self.kind in MODEL_FREE_KINDS:
             raise WorkloadError(f"draft kind {self.kind!r} drafts with no model")
         if self.kind != "model":
-            return head_model(target, self.head_layers)
+            if self.vocab is not None and self.vocab > target.vocab_size:
+                raise WorkloadError(f"draft_vocab = {self.vocab:,} is larger than {target.id}'s vocabulary "
+                                    f"({target.vocab_size:,}): a head drafts over a subset of it")
+            return head_model(target, self.head_layers, self.vocab)
         if self.model is None:  # excluded by the validator; kept for type checkers
             raise WorkloadError("draft kind 'model' needs a draft model")
         if not shares_tokenizer(self.model, target):
@@ -161,7 +177,8 @@ class Drafter:
             return f"{self.kind} lookup (no draft model)"
         s = "s" if self.head_layers > 1 else ""
         absent = ", not in the checkpoint" if self.kind == "mtp" and target.num_mtp_layers == 0 else ""
-        return f"{target.id} {self.kind} head ({self.head_layers} layer{s}{absent}{budget})"
+        vocab = f", {self.vocab:,}-token draft vocabulary" if self.vocab is not None else ""
+        return f"{target.id} {self.kind} head ({self.head_layers} layer{s}{absent}{vocab}{budget})"
 
 
 def draft_formats(group: DeviceGroup, given: Mapping[str, str | None] | None = None) -> dict[str, str]:

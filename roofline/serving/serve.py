@@ -153,7 +153,7 @@ def drafter_of(placement: Placement) -> Drafter | None:
     if placement.draft_kind is None:
         return None
     return Drafter(kind=placement.draft_kind, model=placement.draft_model, head_layers=placement.head_layers,
-                   kv_budget=placement.draft_kv_budget)
+                   kv_budget=placement.draft_kv_budget, vocab=placement.draft_vocab)
 
 
 #: Tokens one continuous-batching step may process when nothing else is said: TensorRT-LLM's

@@ -48,6 +48,8 @@ class SpecResult(ArrayRecord):
     draft_kind: str
     #: tokens of KV cache the draft attends to (a StreamingLLM cache); None: the whole context
     draft_kv_budget: int | None
+    #: tokens the head's LM head scores (EAGLE-3's reduced draft vocabulary); None: the target's whole vocabulary
+    draft_vocab: int | None
     target_group: str
     draft_group: str
     link: str
@@ -119,7 +121,8 @@ SPEC_BYTES_PER_POINT = 1200.0
 def speculative_round(target: ModelSpec, *, verify_on: DeviceGroup, acceptance: Acceptance | float, gamma: ArrayLike,
                       batch: ArrayLike = 1, context: ArrayLike = 8192, draft: ModelSpec | None = None,
                       draft_on: DeviceGroup | None = None, draft_kind: str = "model", head_layers: int = 1,
-                      draft_kv_budget: int | None = None, link: GroupLink = LINKS["pcie5"], sampling: str = "greedy",
+                      draft_kv_budget: int | None = None, draft_vocab: int | None = None,
+                      link: GroupLink = LINKS["pcie5"], sampling: str = "greedy",
                       target_formats: Mapping[str, Any] | None = None, draft_formats: Mapping[str, Any] | None = None,
                       params: EngineParams | None = None, power: PowerModel = DEFAULT_POWER) -> SpecResult:
     """Time, throughput and energy of speculative decoding with the given placement.
@@ -131,15 +134,16 @@ def speculative_round(target: ModelSpec, *, verify_on: DeviceGroup, acceptance: 
     probability rows (gamma x vocab fp32) with the tokens, as lossless
     speculative sampling needs (docs/theory.md §5.5); ``greedy`` ships token ids only. ``draft_kv_budget``: the
     draft attends to at most this many tokens of KV (a StreamingLLM cache, MagicDec's large-batch drafting; the
-    target itself as ``draft`` is self-speculation, its weights held once).
+    target itself as ``draft`` is self-speculation, its weights held once). ``draft_vocab``: the tokens an
+    MTP/EAGLE head's LM head scores (EAGLE-3's reduced vocabulary, 32,000 in its reference config; default the
+    target's whole vocabulary; :func:`~roofline.physics.stages.head_model`).
     Draft formats default to the draft device's native format.
     """
     tgt = check_instance("target", target, ModelSpec, optional=False)
-    drafter = Drafter(kind=draft_kind, model=check_instance("draft", draft, ModelSpec),
-                      head_layers=head_layers, kv_budget=draft_kv_budget) if draft_kind in ("model", "mtp", "eagle") \
-        else None
-    if drafter is None:
+    if draft_kind not in ("model", "mtp", "eagle"):
         raise WorkloadError(f"draft_kind must be one of model, mtp, eagle, got {draft_kind!r}")
+    drafter = Drafter(kind=draft_kind, model=check_instance("draft", draft, ModelSpec), head_layers=head_layers,
+                      kv_budget=draft_kv_budget, vocab=draft_vocab)
     p = check_instance("params", params, EngineParams) or default_params()
     check_instance("power", power, PowerModel, optional=False)
     tg = check_instance("verify_on", verify_on, DeviceGroup, optional=False)
@@ -178,7 +182,7 @@ def _result(plan: RoundPlan, drafter: Drafter, link: GroupLink, rnd: Any, base: 
     full = lambda a: np.broadcast_to(a, shape)  # noqa: E731
     return SpecResult(
         target=plan.target.id, draft=drafter.describe(plan.target), draft_kind=drafter.kind,
-        draft_kv_budget=drafter.kv_budget,
+        draft_kv_budget=drafter.kv_budget, draft_vocab=drafter.vocab,
         target_group=tg.describe(), draft_group=dg.describe(),
         link="same devices" if plan.shared else link.name, acceptance=acc.describe(), gamma=full(G),
         batch=full(B), context=full(L), expected_tokens=E, alpha=full(acc.alpha_or_nan(G)), draft_s=rnd.draft_s * nan,

@@ -40,6 +40,8 @@ class Placement:
     tree_tokens: int | None = None
     #: tokens of KV cache the draft attends to (a StreamingLLM cache, MagicDec); None: the whole context
     draft_kv_budget: int | None = None
+    #: tokens a head's LM head scores (EAGLE-3's reduced draft vocabulary); None: the target's whole vocabulary
+    draft_vocab: int | None = None
     kv_link: GroupLink = attrs.field(factory=lambda: LINKS["nvlink"])
     draft_link: GroupLink = attrs.field(factory=lambda: LINKS["pcie5"])
 
@@ -82,11 +84,11 @@ class Placement:
     def build(cls, name: str, *, decode: GroupLike, prefill: GroupLike | None = None, draft: GroupLike | None = None,
               draft_model: ModelLike | None = None, draft_kind: str | None = None, head_layers: int = 1,
               kv_link: str | GroupLink = "nvlink", draft_link: str | GroupLink = "pcie5",
-              draft_kv_budget: int | None = None) -> Placement:
+              draft_kv_budget: int | None = None, draft_vocab: int | None = None) -> Placement:
         """Convenience constructor taking ``"b200:8"``-style group strings and model ids."""
         dm = resolve_model(draft_model) if draft_model is not None else None
         kind = draft_kind if draft_kind is not None else ("model" if dm is not None else None)
         return cls(name=name, decode=resolve_group(decode), prefill=resolve_group(prefill) if prefill else None,
                    draft=resolve_group(draft) if draft else None, draft_model=dm, draft_kind=kind,
                    head_layers=head_layers, kv_link=get_link(kv_link), draft_link=get_link(draft_link),
-                   draft_kv_budget=draft_kv_budget)
+                   draft_kv_budget=draft_kv_budget, draft_vocab=draft_vocab)

@@ -72,6 +72,7 @@ def spec_dict(r: SpecResult, best_gamma: Any) -> dict[str, Any]:
     by_batch = [{"batch": b, "tokens_per_s_per_user": speed[i], "energy_per_token_j": energy[i]}
                 for b, i in last.items()]
     return {"target": r.target, "draft": r.draft, "draft_kind": r.draft_kind, "draft_kv_budget": r.draft_kv_budget,
+            "draft_vocab": r.draft_vocab,
             "target_group": r.target_group,
             "draft_group": r.draft_group, "link": r.link, "acceptance": r.acceptance,
             "best_gamma": best_gamma if np.ndim(best_gamma) == 0 else   # one per alpha and batch when they vary

@@ -59,8 +59,10 @@ from ..render_common import formats_fields
 from ..render_load import with_frontier_load_table, with_load_table
 from ..render_serving import pareto_view, serving_point, serving_rows_view
 
-PLACEMENT_KEYS = {"decode", "verify", "prefill", "draft", "draft-kind", "head-layers", "kv-link", "draft-link"}
-PLACEMENT_SYNTAX = "'NAME: decode=GROUP[, prefill=GROUP][, draft=GROUP|target][, kv-link=L][, draft-link=L]'"
+PLACEMENT_KEYS = {"decode", "verify", "prefill", "draft", "draft-kind", "head-layers", "draft-vocab", "kv-link",
+                  "draft-link"}
+PLACEMENT_SYNTAX = ("'NAME: decode=GROUP[, prefill=GROUP][, draft=GROUP|target][, draft-kind=model|mtp|eagle]"
+                    "[, head-layers=N][, draft-vocab=N][, kv-link=L][, draft-link=L]'")
 
 
 def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placement:
@@ -96,8 +98,9 @@ def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placem
         raise UsageError(f"--placement {text!r} has a draft: give the draft model with --draft")
     try:
         head_layers = int(keys.get("head-layers", "1"))
+        vocab = int(keys["draft-vocab"]) if "draft-vocab" in keys else None
     except ValueError:
-        raise UsageError(f"--placement {text!r}: head-layers must be a whole number") from None
+        raise UsageError(f"--placement {text!r}: head-layers and draft-vocab must be whole numbers") from None
     draft = keys.get("draft")
 
     def group(g: str) -> Any:
@@ -107,7 +110,7 @@ def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placem
         name=name.strip(), decode=group(decode), prefill=group(keys["prefill"]) if "prefill" in keys else None,
         draft=group(draft) if draft and draft != "target" else None,
         draft_model=load_model(draft_model) if draft_model and kind == "model" else None, draft_kind=kind,
-        head_layers=head_layers, kv_link=get_link(keys.get("kv-link", "nvlink")),
+        head_layers=head_layers, draft_vocab=vocab, kv_link=get_link(keys.get("kv-link", "nvlink")),
         draft_link=get_link(keys.get("draft-link", "pcie5")))
 
 

@@ -48,6 +48,9 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     if args.draft_kind != "model" and args.draft:
         raise UsageError(f"--draft {args.draft} is a draft model, for --draft-kind model; --draft-kind "
                          f"{args.draft_kind} drafts with the target's own layers (--head-layers)")
+    if args.draft_vocab is not None and args.draft_kind == "model":
+        raise UsageError(f"--draft-vocab {args.draft_vocab} is for a head of the target (--draft-kind mtp or eagle); "
+                         "a draft model scores its own vocabulary")
     gammas = np.array(parse_ints(args.gamma, "--gamma", minimum=0))
     batch = np.array(parse_ints(args.batch, "--batch"))
     wi = what_if(args)
@@ -78,7 +81,8 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     eng = engine(args, devices)
     r = speculative_round(target, verify_on=wi.apply_group(verify_on), draft=draft,
                           draft_on=wi.apply_group(draft_on) if draft_on else None, draft_kind=args.draft_kind,
-                          head_layers=args.head_layers, draft_kv_budget=args.draft_kv_budget, acceptance=acc,
+                          head_layers=args.head_layers, draft_kv_budget=args.draft_kv_budget,
+                          draft_vocab=args.draft_vocab, acceptance=acc,
                           gamma=gammas if batch.size == 1 else gammas[None, :],
                           batch=int(batch[0]) if batch.size == 1 else batch[:, None], context=args.context,
                           link=args.link or "pcie5", sampling=args.sampling, target_formats=target_formats,
@@ -120,6 +124,9 @@ def register(add: Adder) -> None:
     sp.add_argument("--draft-kind", default="model", choices=["model", "mtp", "eagle"],
                     help="a separate draft model, or MTP/EAGLE head layers of the target (default model)")
     sp.add_argument("--head-layers", type=positive, default=1, help="layers of an MTP/EAGLE head (default 1)")
+    sp.add_argument("--draft-vocab", type=positive, default=None, metavar="TOKENS",
+                    help="tokens an MTP/EAGLE head's LM head scores: EAGLE-3 heads draft over a reduced vocabulary "
+                         "(32000 in EAGLE's and SpecForge's configs; default: the target's whole vocabulary)")
     sp.add_argument("--draft-kv-budget", type=positive, default=None, metavar="TOKENS",
                     help="the draft attends to at most this many tokens of KV (a StreamingLLM cache: MagicDec's "
                          "drafting for large batches at long context; default: the whole context)")

@@ -1,0 +1,72 @@
+"""EAGLE-3 heads score a reduced vocabulary (docs/theory.md §3.5): the draft step reads the layer and an LM head
+over ``draft_vocab`` tokens, not the target's whole vocabulary."""
+import json
+
+import attrs
+import pytest
+
+from roofline.errors import RooflineError, WorkloadError
+from roofline.evidence.spec_rows import EAGLE3_DRAFT_VOCAB
+from roofline.evidence.validate import predict_row, read_rows, row_params, shipped_data
+from roofline.physics.stages import draft, head_model
+from roofline.serving.round import Drafter
+from roofline.specs.params import shipped_profile
+from roofline.specs.resolve import resolve_group, resolve_model
+
+
+def test_a_reduced_vocabulary_reads_exactly_the_lm_head_rows_it_drops():
+    """At batch 1 a draft step reads every weight once: 32,000 of Llama-3.1-8B's 128,256 LM-head rows save
+    (128,256 - 32,000) x 4,096 x 2 bytes per step in bf16, and nothing else moves but the logits."""
+    target, group = resolve_model("llama-3.1-8b"), resolve_group("h100-sxm")
+    full = draft(head_model(target, 1), group, batch=1, context=1024, gamma=1)
+    small = draft(head_model(target, 1, EAGLE3_DRAFT_VOCAB), group, batch=1, context=1024, gamma=1)
+    saved = (target.vocab_size - EAGLE3_DRAFT_VOCAB) * target.hidden_size * 2
+    moved = float(full.bytes_per_device - small.bytes_per_device)
+    assert saved <= moved < saved * 1.01   # the rest: one logit row per sequence
+    assert float(small.time_s) < float(full.time_s)
+    assert head_model(target, 1).vocab_size == target.vocab_size   # EAGLE (1, 2): the target's LM head
+
+
+def test_the_draft_vocabulary_is_checked():
+    target = resolve_model("llama-3.1-8b")
+    with pytest.raises(WorkloadError, match="draft_vocab"):
+        Drafter(kind="model", model=resolve_model("llama-3.2-1b"), vocab=32_000)
+    with pytest.raises(WorkloadError, match="larger than llama-3.1-8b's vocabulary"):
+        Drafter(kind="eagle", vocab=200_000).for_target(target)
+    with pytest.raises(WorkloadError, match="draft_vocab"):
+        Drafter(kind="eagle", vocab=0)
+    assert "32,000-token draft vocabulary" in Drafter(kind="eagle", vocab=32_000).describe(target)
+
+
+def _eagle3_row():
+    return next(r for r in read_rows(shipped_data()) if r.get("spec_method") == "eagle3"
+                and r.get("model") == "llama-3.1-8b" and r.get("hardware") == "h100-sxm")
+
+
+def test_eagle3_rows_draft_over_32000_tokens_unless_the_row_says_otherwise():
+    row = _eagle3_row()
+    params = row_params(shipped_profile(), row)
+    default = predict_row(row, params)
+    as_eagle = predict_row(attrs.evolve(row, fields={**row.fields, "spec_method": "eagle"}), params)
+    full = predict_row(attrs.evolve(row, fields={**row.fields, "draft_vocab": "128256"}), params)
+    assert as_eagle == pytest.approx(full) and default > full   # a cheaper draft step: a larger speedup
+    with pytest.raises(RooflineError, match="draft_vocab"):
+        predict_row(attrs.evolve(row, fields={**row.fields, "draft_vocab": "0"}), params)
+
+
+def test_spec_and_placements_take_the_draft_vocabulary(run_cli):
+    base = ("spec", "--target", "llama-3.1-8b", "--verify-on", "h100-sxm", "--draft-kind", "eagle", "--alpha", "0.7",
+            "--gamma", "3", "--json")
+    full, small = (json.loads(run_cli(*base, *extra)[1]) for extra in ((), ("--draft-vocab", "32000")))
+    assert small["draft_vocab"] == 32000 and full["draft_vocab"] is None
+    assert small["rows"][0]["draft_s"] < full["rows"][0]["draft_s"]
+    code, _, err = run_cli("spec", "--target", "llama-3.1-8b", "--verify-on", "h100-sxm", "--draft", "llama-3.2-1b",
+                           "--draft-vocab", "32000", "--alpha", "0.7")
+    assert code == 2 and "--draft-vocab" in err and "Traceback" not in err
+    pareto = ("pareto", "--target", "llama-3.1-8b", "--alpha", "0.7", "--batch", "1", "--gamma", "3", "--json")
+    runs = [json.loads(run_cli(*pareto, "--placement", f"e: decode=h100-sxm, draft-kind=eagle{extra}")[1])
+            for extra in ("", ", draft-vocab=32000")]
+    full_tpot, small_tpot = (run["configurations"][0]["frontier"][0]["tpot_s"] for run in runs)
+    assert small_tpot < full_tpot
+    code, _, err = run_cli(*pareto, "--placement", "e: decode=h100-sxm, draft-kind=eagle, draft-vocab=many")
+    assert code == 2 and "draft-vocab" in err and "Traceback" not in err
