@@ -70,3 +70,41 @@ def test_spec_and_placements_take_the_draft_vocabulary(run_cli):
     assert small_tpot < full_tpot
     code, _, err = run_cli(*pareto, "--placement", "e: decode=h100-sxm, draft-kind=eagle, draft-vocab=many")
     assert code == 2 and "draft-vocab" in err and "Traceback" not in err
+
+
+def test_the_head_keeps_the_targets_embedding_and_ships_rows_of_its_own_vocabulary():
+    """Only the LM head shrinks: the embedding stays the target's whole table (EAGLE-3 reads the target's), a tied
+    target's head gets an LM head of its own, and lossless sampling across a link ships probability rows over the
+    tokens the head scores."""
+    target = resolve_model("llama-3.1-8b")
+    head = head_model(target, 1, EAGLE3_DRAFT_VOCAB)
+    assert head.embedding_params() == target.embedding_params()
+    assert head.lm_head_params() == EAGLE3_DRAFT_VOCAB * target.hidden_size
+    tied = resolve_model("llama-3.2-1b")
+    assert tied.tied_embeddings and head_model(tied, 1, EAGLE3_DRAFT_VOCAB).param_breakdown()["lm_head"] > 0
+    assert Drafter(kind="eagle", vocab=EAGLE3_DRAFT_VOCAB).scored_vocab(target) == EAGLE3_DRAFT_VOCAB
+    assert Drafter(kind="eagle").scored_vocab(target) == target.vocab_size
+    from roofline.serving.speculation import speculative_round
+    kw = dict(verify_on=resolve_group("h100-sxm"), draft_on=resolve_group("h200-sxm"), draft_kind="eagle",
+              acceptance=0.7, gamma=4, batch=8, sampling="lossless")
+    full, small = (speculative_round(target, draft_vocab=v, **kw) for v in (None, EAGLE3_DRAFT_VOCAB))
+    assert float(small.transfer_s) < float(full.transfer_s)
+
+
+def test_a_placement_checks_its_draft_vocabulary():
+    from roofline.specs.placement import Placement
+    with pytest.raises(WorkloadError, match="draft_vocab"):
+        Placement.build("p", decode="h100-sxm", draft_vocab=32_000)   # no head to score it
+    with pytest.raises(WorkloadError, match="draft_vocab"):
+        Placement.build("p", decode="h100-sxm", draft_kind="eagle", draft_vocab=0)
+    placed = Placement.build("p", decode="h100-sxm", draft_kind="eagle", draft_vocab=32_000)
+    assert "eagle head over 32,000 tokens" in placed.describe()
+
+
+def test_placement_strings_refuse_a_bad_draft_vocabulary(run_cli):
+    base = ("pareto", "--target", "llama-3.1-8b", "--alpha", "0.7", "--batch", "1")
+    for text, said in (("draft-kind=eagle, draft-vocab=0", "draft-vocab='0'"),
+                       ("draft-vocab=32000", "applies to a head of the target"),
+                       ("draft-kind=eagle, head-layers=x", "head-layers='x'")):
+        code, _, err = run_cli(*base, "--placement", f"e: decode=h100-sxm, {text}")
+        assert code == 2 and said in err and len(err.strip().splitlines()) == 1

@@ -61,7 +61,7 @@ def workspace_per_sequence_bytes(model: ModelSpec, formats: Formats, tp: int, ne
     widest = max(model.intermediate_size, model.experts_per_token * model.expert_intermediate_size, model.hidden_size)
     n = np.asarray(new_tokens, dtype=float)
     return (formats.activation.bytes_per_element * n * (4 * model.hidden_size + 2 * widest)
-            + 4.0 * np.asarray(logits_per_seq, dtype=float) * model.vocab_size) / tp
+            + 4.0 * np.asarray(logits_per_seq, dtype=float) * model.lm_head_vocab) / tp
 
 
 @attrs.frozen(kw_only=True)

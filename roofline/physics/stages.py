@@ -281,17 +281,22 @@ def head_model(target: ModelSpec, layers: int, vocab: int | None = None) -> Mode
     n = check_whole("layers", layers, minimum=1, maximum=target.num_layers)
     v = target.vocab_size if vocab is None else check_whole("draft_vocab", vocab, minimum=1,
                                                              maximum=target.vocab_size)
-    suffix = "" if v == target.vocab_size else f"-v{v}"
-    return attrs.evolve(target, id=f"{target.id}-head{n}{suffix}", num_layers=n, layer_types=target.layer_types[-n:],
-                        moe_layers=target.moe_layers[-n:], num_mtp_layers=0, vocab_size=v)
+    if v == target.vocab_size:
+        return attrs.evolve(target, id=f"{target.id}-head{n}", num_layers=n, layer_types=target.layer_types[-n:],
+                            moe_layers=target.moe_layers[-n:], num_mtp_layers=0)
+    # its own LM head over v rows (never tied to the embedding, which stays the target's whole table)
+    return attrs.evolve(target, id=f"{target.id}-head{n}-v{v}", num_layers=n, layer_types=target.layer_types[-n:],
+                        moe_layers=target.moe_layers[-n:], num_mtp_layers=0, output_vocab_size=v,
+                        tied_embeddings=False)
 
 
 @broadcast_errors
 def draft_head(target: ModelSpec, device: DeviceGroup, *, layers: int = 1, batch: ArrayLike, context: ArrayLike,
-               gamma: ArrayLike, **kwargs: Any) -> StageResult:
-    """gamma steps of an MTP or EAGLE-style head of ``layers`` of the target's layers (see :func:`head_model`)."""
+               gamma: ArrayLike, vocab: int | None = None, **kwargs: Any) -> StageResult:
+    """gamma steps of an MTP or EAGLE-style head of ``layers`` of the target's layers, its LM head over ``vocab``
+    tokens (EAGLE-3's draft vocabulary; default the target's: see :func:`head_model`)."""
     records(target, device)
-    return draft(head_model(target, layers), device, batch=batch, context=context, gamma=gamma, **kwargs)
+    return draft(head_model(target, layers, vocab), device, batch=batch, context=context, gamma=gamma, **kwargs)
 
 
 @broadcast_errors

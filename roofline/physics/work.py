@@ -450,7 +450,7 @@ def count_batch(model: ModelSpec, formats: Formats, *, batch: Any, new_tokens: A
         "experts": 2 * T * n_moe * m.experts_per_token * m.expert_params(),
         "shared_experts": 2 * T * n_moe * m.shared_expert_params(),
         "router": 2 * T * n_moe * m.router_params(),
-        "lm_head": 2 * B * logits * d * m.vocab_size,
+        "lm_head": 2 * B * logits * d * m.lm_head_vocab,
     }
     weight_bytes = {
         "attention": np.float64(nL * m.attention_params_per_layer() * bw),
@@ -498,7 +498,7 @@ def _activation_bytes(m: ModelSpec, T: Any, logit_rows: Any, ba: float) -> tuple
             "experts": T * n_moe * ((k + m.num_shared_experts) * 2 * d + d + m.num_experts + (k + 1) * d) if k else 0.0,
             "lm_head": logit_rows * d}
     ends = {key: ba * v for key, v in ends.items()}
-    return ba * (T * inner + logit_rows * m.vocab_size) + add(*ends.values()), ends
+    return ba * (T * inner + logit_rows * m.lm_head_vocab) + add(*ends.values()), ends
 
 
 def _expert_weight_bytes(model: ModelSpec, formats: Formats, touched: Any) -> Any:

@@ -30,7 +30,7 @@ from ..specs.groups import DeviceGroup
 from ..specs.links import GroupLink
 from ..specs.models import ModelSpec
 from ..specs.params import EngineParams
-from ..specs.placement import DRAFT_KINDS
+from ..specs.placement import DRAFT_KINDS, HEAD_KINDS
 from ..workload import check_whole, one_of
 
 Array = NDArray[np.float64]
@@ -43,8 +43,6 @@ MODEL_FREE_KINDS = ("ngram",)
 #: K heads each predict the token K positions ahead: Cai et al. 2024, https://arxiv.org/abs/2401.10774 §2.1):
 #: one draft step whatever the draft length, not one per drafted token.
 PARALLEL_HEAD_KINDS = ("medusa",)
-#: Draft kinds that draft with layers of the target's own (a head), not a separate model.
-HEAD_KINDS = ("mtp", "eagle", "medusa")
 SAMPLING = ("greedy", "lossless")
 TOKEN_ID_BYTES = 4       # int32 token ids, as vLLM and TensorRT-LLM pass them
 PROBABILITY_BYTES = 4    # fp32 probabilities for lossless (rejection-sampling) verification
@@ -116,6 +114,13 @@ class Drafter:
         if kind != "model" and self.model is not None:   # silently drafting with something else is a wrong answer
             raise WorkloadError(f"draft kind {kind!r} drafts with head layers of the target, not with the draft model "
                                 f"{self.model.id}: give no draft model, or draft kind 'model'")
+
+    def scored_vocab(self, target: ModelSpec) -> int:
+        """Tokens the draft scores, over which lossless sampling ships its probability rows: a head's
+        ``vocab`` where given, a draft model's vocabulary, else the target's."""
+        if self.kind in HEAD_KINDS and self.vocab is not None:
+            return self.vocab
+        return self.model.vocab_size if self.model is not None else target.vocab_size
 
     def draft_steps(self, gamma: Any) -> Any:
         """Sequential draft passes per round for ``gamma`` drafted tokens (depth): gamma for a draft model and an
@@ -386,7 +391,8 @@ def run_round(plan: RoundPlan, *, batch: Any, gamma: Any, context: Any, params: 
         if plan.link is None:
             raise WorkloadError("a draft on separate devices needs a link to the target group")
         transfer = np.broadcast_to(round_transfer_s(
-            plan.link, batch, G, vocab_size=plan.target.vocab_size, probability_rows=plan.sampling == "lossless",
+            plan.link, batch, G, probability_rows=plan.sampling == "lossless",
+            vocab_size=plan.drafter.scored_vocab(plan.target) if plan.drafter is not None else plan.target.vocab_size,
             draft_kind=plan.drafter.kind if plan.drafter is not None else "model",
             feature_bytes=plan.target.hidden_size * get_format(fmt.activations).bytes_per_element), shape)
     dg = tg if plan.shared or plan.draft_group is None else plan.draft_group

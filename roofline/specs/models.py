@@ -51,6 +51,9 @@ class ModelSpec:
     head_dim: int = attrs.field(validator=_pos)
     vocab_size: int = attrs.field(validator=_pos)
     tied_embeddings: bool = False
+    #: rows of the LM head where they are fewer than the embedding's (an EAGLE-3 head scores a reduced draft
+    #: vocabulary, :func:`roofline.physics.stages.head_model`); None: ``vocab_size``
+    output_vocab_size: int | None = attrs.field(default=None, validator=attrs.validators.optional(_pos))
     intermediate_size: int = attrs.field(default=0, validator=_nonneg)
     mlp_gated: bool = True
     mlp_bias: bool = False
@@ -204,9 +207,14 @@ class ModelSpec:
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
+    @property
+    def lm_head_vocab(self) -> int:
+        """Tokens the LM head scores: ``output_vocab_size`` where given, else the embedding's ``vocab_size``."""
+        return self.output_vocab_size if self.output_vocab_size is not None else self.vocab_size
+
     def lm_head_params(self) -> int:
         """Unembedding weights read per step (the embedding itself when tied)."""
-        return self.vocab_size * self.hidden_size
+        return self.lm_head_vocab * self.hidden_size
 
     def param_breakdown(self) -> dict[str, int]:
         """Parameters by component for the main model (MTP modules listed apart)."""

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from ..errors import WorkloadError
-from ..workload import record_of
+from ..workload import check_whole, record_of
 from .devices import Device
 from .groups import DeviceGroup
 from .links import LINKS, GroupLink, get_link
@@ -22,6 +22,8 @@ from .resolve import GroupLike, ModelLike, resolve_group, resolve_model
 #: What may draft for a speculative placement: a separate model, the target's own MTP or EAGLE head layers,
 #: Medusa heads, or n-gram lookup (:class:`roofline.serving.round.Drafter`).
 DRAFT_KINDS = ("model", "mtp", "eagle", "medusa", "ngram")
+#: Draft kinds that draft with layers of the target's own (a head), not a separate model.
+HEAD_KINDS = ("mtp", "eagle", "medusa")
 
 
 @attrs.frozen(kw_only=True)
@@ -41,7 +43,7 @@ class Placement:
     #: tokens of KV cache the draft attends to (a StreamingLLM cache, MagicDec); None: the whole context
     draft_kv_budget: int | None = None
     #: tokens a head's LM head scores (EAGLE-3's reduced draft vocabulary); None: the target's whole vocabulary
-    draft_vocab: int | None = None
+    draft_vocab: int | None = attrs.field(default=None)
     kv_link: GroupLink = attrs.field(factory=lambda: LINKS["nvlink"])
     draft_link: GroupLink = attrs.field(factory=lambda: LINKS["pcie5"])
 
@@ -60,6 +62,15 @@ class Placement:
             raise WorkloadError(f"placement {self.name!r}: a draft group needs a draft_model (or draft_kind 'mtp' "
                                 "or 'eagle' to draft with the target's own head layers)")
 
+    @draft_vocab.validator
+    def _vocab(self, _a: attrs.Attribute, v: int | None) -> None:
+        if v is None:
+            return
+        check_whole("draft_vocab", v, minimum=1)
+        if self.draft_kind not in HEAD_KINDS:
+            raise WorkloadError(f"placement {self.name!r}: draft_vocab = {v} is for a head of the target (draft_kind "
+                                f"{' or '.join(HEAD_KINDS)}), not draft_kind {self.draft_kind!r}")
+
     @property
     def speculative(self) -> bool:
         return self.draft_kind is not None
@@ -77,7 +88,9 @@ class Placement:
         parts = [f"prefill {self.prefill.describe() if self.prefill else '(on decode group)'}",
                  f"{'verify' if self.speculative else 'decode'} {self.decode.describe()}"]
         if self.speculative:
-            parts.append(f"draft {self.draft_group.describe() if self.draft else '(on target group)'}")
+            head = (f", {self.draft_kind} head" + (f" over {self.draft_vocab:,} tokens" if self.draft_vocab else "")
+                    if self.draft_kind in HEAD_KINDS else "")
+            parts.append(f"draft {self.draft_group.describe() if self.draft else '(on target group)'}{head}")
         return "; ".join(parts)
 
     @classmethod

@@ -23,6 +23,7 @@ from ...specs.execution import resolve_profile
 from ...specs.hf_config import load_model
 from ...specs.links import get_link
 from ...specs.params import EngineParams
+from ...specs.placement import HEAD_KINDS
 from ...specs.prices import Prices
 from ...specs.resolve import resolve_device, resolve_group
 from ..options import (
@@ -96,11 +97,16 @@ def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placem
     kind = keys.get("draft-kind") or ("model" if "draft" in keys else None)
     if kind == "model" and not draft_model:
         raise UsageError(f"--placement {text!r} has a draft: give the draft model with --draft")
-    try:
-        head_layers = int(keys.get("head-layers", "1"))
-        vocab = int(keys["draft-vocab"]) if "draft-vocab" in keys else None
-    except ValueError:
-        raise UsageError(f"--placement {text!r}: head-layers and draft-vocab must be whole numbers") from None
+    def whole(key: str) -> int:
+        try:
+            return positive(keys[key])
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f"--placement {text!r}: {key}={keys[key]!r}: {e}") from None
+    head_layers = whole("head-layers") if "head-layers" in keys else 1
+    vocab = whole("draft-vocab") if "draft-vocab" in keys else None
+    if vocab is not None and kind not in HEAD_KINDS:
+        raise UsageError(f"--placement {text!r}: draft-vocab={vocab} applies to a head of the target "
+                         "(draft-kind=mtp or eagle), which scores a vocabulary of its own")
     draft = keys.get("draft")
 
     def group(g: str) -> Any:
@@ -303,7 +309,8 @@ def _why_all_empty(configs: list[dict[str, Any]], results: list[Any], token_budg
 def _check_pareto(args: argparse.Namespace, placements: list[Placement], acc: Any, prices: Any) -> None:
     """Refuse options the placements cannot use: an acceptance or a gamma with no speculative placement, a wave
     with a separate prefill group, and --axis usd with a device that has no price."""
-    drafts = ("draft=GROUP or draft=target with --draft, or draft-kind=mtp); none of these placements drafts")
+    drafts = ("draft=GROUP or draft=target with --draft, or draft-kind=mtp or eagle); none of these placements "
+              "drafts")
     if acc is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
         raise UsageError("an acceptance (--alpha ...) applies to a speculative placement (" + drafts)
     if acc is None and args.gamma is not None:

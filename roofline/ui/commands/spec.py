@@ -70,6 +70,9 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     if idle_budget and draft is not None and draft.id == target.id:
         raise UsageError(f"--draft-kv-budget {args.draft_kv_budget:,} holds the whole context ({args.context:,}): "
                          "the target would draft over its own full cache and gain nothing; give a budget below it")
+    if args.draft_vocab is not None and args.draft_vocab > target.vocab_size:
+        raise UsageError(f"--draft-vocab {args.draft_vocab:,} is larger than {target.id}'s vocabulary "
+                         f"({target.vocab_size:,}): a head drafts over a subset of it")
     acc = acceptance(args, several=True)
     if acc.shape:   # several alphas: their own leading axis, before batch and gamma
         acc = Acceptance.geometric(np.reshape(np.asarray(acc.alpha, dtype=float), (-1, 1) if batch.size == 1 else (-1, 1, 1)))
