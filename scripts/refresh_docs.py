@@ -45,8 +45,8 @@ KEPT_FILE = ROOT / "roofline" / "validation" / "kept.csv"   # the kept set: publ
 #: The GPU rows held out by device kind and by serving stack (`roofline calibrate --folds 5 --by hardware|stack`).
 BY_HARDWARE_FILE = ROOT / "docs" / "heldout_by_hardware.json"
 BY_STACK_FILE = ROOT / "docs" / "heldout_by_stack.json"
-#: Set while those two files come from a fit older than the shipped one (its folds not yet rerun): the rows say so.
-BY_FOLDS_STALE = " (old fit)"
+#: Set for a file that comes from a fit older than the shipped one (its folds not yet rerun): its row says so.
+BY_FOLDS_STALE = {"device kind": " (old fit)", "stack family": ""}
 
 
 #: Id prefixes of TensorRT-LLM's perf-overview tables (offline maximum throughput, five versions): most of the GPU
@@ -139,7 +139,7 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         other = json.loads(path.read_text()) if path.exists() else {}
         mine = [r for r in gpu if timed(r) and other.get(r["id"]) is not None]
         if mine:
-            rows.append(f"| GPU time rows, whole {name} held out{BY_FOLDS_STALE} | {len(mine)} | — | — | "   # in-sample: above
+            rows.append(f"| GPU time rows, whole {name} held out{BY_FOLDS_STALE[name]} | {len(mine)} | — | — | "   # in-sample: above
                         f"{med([other.get(r['id']) for r in mine])} | {cover(mine, other)} |")
     amd = [r for r in gpu if timed(r) and r["hardware"].startswith("mi")]
     rows.append(f"| GPU time rows on AMD MI300X / MI325X / MI355X | {three(amd)}")

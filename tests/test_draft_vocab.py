@@ -108,3 +108,15 @@ def test_placement_strings_refuse_a_bad_draft_vocabulary(run_cli):
                        ("draft-kind=eagle, head-layers=x", "head-layers='x'")):
         code, _, err = run_cli(*base, "--placement", f"e: decode=h100-sxm, {text}")
         assert code == 2 and said in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_misspelt_column_is_refused_with_the_name_it_meant(tmp_path, run_cli):
+    """An optional column a CSV misspells would be read as empty (a silently different setup, e.g. a head scoring the
+    whole vocabulary): validate names it and the column it resembles, in one line."""
+    lines = shipped_data().read_text().splitlines()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join([lines[0] + ",draft_vocab_size"] + [line + "," for line in lines[1:4]]) + "\n")
+    with pytest.raises(RooflineError, match="did you mean 'draft_vocab'"):
+        read_rows(bad)
+    code, _, err = run_cli("validate", "--data", str(bad))
+    assert code != 0 and "draft_vocab_size" in err and len(err.strip().splitlines()) == 1

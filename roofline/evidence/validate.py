@@ -114,6 +114,12 @@ def read_rows(path: str | os.PathLike[str]) -> list[Row]:
     missing = [c for c in ("id", "hardware", "model", "metric", "value", "batch", "isl", "osl") if c not in header]
     if missing:
         raise SpecError(f"{p}: missing columns {missing} (expected the columns of roofline/validation/README.md)")
+    unknown = [c for c in header if c and c.strip() not in COLUMNS]
+    if unknown:   # a misspelt optional column would be read as empty: a silently different setup
+        import difflib
+        near = {c: difflib.get_close_matches(c.strip(), COLUMNS, n=1) for c in unknown}
+        hints = "; ".join(f"{c!r}" + (f" (did you mean {m[0]!r}?)" if m else "") for c, m in near.items())
+        raise SpecError(f"{p}: unknown columns {hints}: the columns are those of roofline/validation/README.md")
     rows = []
     try:
         for i, rec in enumerate(reader, start=2):
