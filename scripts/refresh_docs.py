@@ -139,7 +139,8 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         other = json.loads(path.read_text()) if path.exists() else {}
         mine = [r for r in gpu if timed(r) and other.get(r["id"]) is not None]
         if mine:
-            rows.append(f"| GPU time rows, whole {name} held out{BY_FOLDS_STALE[name]} | {len(mine)} | — | — | "   # in-sample: above
+            # in-sample and leave-one-out: the rows above
+            rows.append(f"| GPU time rows, whole {name} held out{BY_FOLDS_STALE[name]} | {len(mine)} | — | — | "
                         f"{med([other.get(r['id']) for r in mine])} | {cover(mine, other)} |")
     amd = [r for r in gpu if timed(r) and r["hardware"].startswith("mi")]
     rows.append(f"| GPU time rows on AMD MI300X / MI325X / MI355X | {three(amd)}")
