@@ -81,6 +81,8 @@ def row_acceptance(row: Row, gamma: int) -> Acceptance:
 
 
 def row_placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Acceptance | None]:
+    """The row's placement on ``group`` (its draft on the target's own devices), its draft length and its measured
+    acceptance; without speculation a plain placement, gamma 0 and no acceptance."""
     method = row.get("spec_method") or "none"
     if method not in SPEC_METHODS:
         raise RooflineError(f"spec_method {method!r} is not one of {', '.join(SPEC_METHODS)}")
