@@ -6,10 +6,9 @@ import attrs
 import pytest
 
 from roofline.errors import RooflineError, WorkloadError
-from roofline.evidence.spec_rows import EAGLE3_DRAFT_VOCAB
 from roofline.evidence.validate import predict_row, read_rows, row_params, shipped_data
 from roofline.physics.stages import draft, head_model
-from roofline.serving.round import Drafter
+from roofline.serving.round import EAGLE3_DRAFT_VOCAB, Drafter
 from roofline.specs.params import shipped_profile
 from roofline.specs.resolve import resolve_group, resolve_model
 
@@ -120,3 +119,28 @@ def test_a_misspelt_column_is_refused_with_the_name_it_meant(tmp_path, run_cli):
         read_rows(bad)
     code, _, err = run_cli("validate", "--data", str(bad))
     assert code != 0 and "draft_vocab_size" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_eagle3_head_defaults_to_its_draft_vocabulary_and_reads_three_layers_features():
+    """Draft kind ``eagle3``: an EAGLE head over EAGLE3_DRAFT_VOCAB tokens (at most the target's) that reads three
+    layers' hidden states per position, so a head on devices of its own receives three times EAGLE's features."""
+    from roofline.serving.round import round_transfer_s
+    from roofline.specs.links import LINKS
+    target = resolve_model("llama-3.1-8b")
+    assert Drafter(kind="eagle3").head_vocab(target) == EAGLE3_DRAFT_VOCAB
+    assert Drafter(kind="eagle3", vocab=16_000).head_vocab(target) == 16_000
+    assert Drafter(kind="eagle").head_vocab(target) is None
+    small = resolve_model("llama-2-7b")   # 32,000 tokens: the head scores all of them
+    assert head_model(small, 1, Drafter(kind="eagle3").head_vocab(small)).lm_head_params() == small.lm_head_params()
+    link, feature_bytes = LINKS["pcie5"], target.hidden_size * 2
+    kw = dict(batch=8, gamma=4, feature_bytes=feature_bytes)
+    three, one = (float(round_transfer_s(link, draft_kind=k, **kw)) for k in ("eagle3", "eagle"))
+    assert three - one == pytest.approx(2 * 8 * 5 * feature_bytes / link.bandwidth_bytes_per_s)
+
+
+def test_spec_runs_an_eagle3_head(run_cli):
+    code, out, err = run_cli("spec", "--target", "llama-3.1-8b", "--verify-on", "h100-sxm", "--draft-kind", "eagle3",
+                             "--alpha", "0.7", "--gamma", "3", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["draft_vocab"] == EAGLE3_DRAFT_VOCAB and "eagle3 head" in data["draft"]

@@ -15,17 +15,10 @@ from .rows import row_int as _int
 
 #: ``spec_method`` values and the draft kind each runs (:data:`roofline.serving.round.DRAFT_KINDS`): EAGLE and
 #: EAGLE-3 both draft with one decoder layer on the target's features (Li et al. 2025,
-#: https://arxiv.org/abs/2503.01840 §3.1), so both run as an EAGLE head; EAGLE's scores the target's vocabulary
-#: with the target's LM head, EAGLE-3's a reduced one with its own (:data:`EAGLE3_DRAFT_VOCAB`).
-SPEC_METHODS = {"none": None, "draft": "model", "eagle": "eagle", "eagle3": "eagle", "medusa": "medusa", "mtp": "mtp",
+#: https://arxiv.org/abs/2503.01840 §3.1); EAGLE's scores the target's vocabulary with the target's LM head,
+#: EAGLE-3's a reduced one with its own (:data:`roofline.serving.round.EAGLE3_DRAFT_VOCAB`) from three layers' features.
+SPEC_METHODS = {"none": None, "draft": "model", "eagle": "eagle", "eagle3": "eagle3", "medusa": "medusa", "mtp": "mtp",
                 "ngram": "ngram"}
-#: Tokens an EAGLE-3 head's LM head scores unless the row's ``draft_vocab`` says otherwise: ``draft_vocab_size``
-#: in EAGLE's reference EAGLE-3 config (https://github.com/SafeAILab/EAGLE/blob/cb7e084/eagle/traineagle3/config.json)
-#: and in SpecForge's, which trained most published EAGLE-3 heads (e.g.
-#: https://github.com/sgl-project/SpecForge/blob/581664a/configs/qwen3-30B-A3B-eagle3.1.json,
-#: https://github.com/sgl-project/SpecForge/blob/ca803a5/configs/gpt-oss-20B-eagle3.json); a target with a smaller
-#: vocabulary drafts over all of it.
-EAGLE3_DRAFT_VOCAB = 32_000
 
 
 def draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
@@ -40,8 +33,8 @@ def draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
             raise RooflineError(f"spec_method ngram drafts with no model: draft_model = {text!r} is not used")
         return kind, None, 1
     head = re.fullmatch(r"(eagle3?|mtp|medusa):(\d+)", text)
-    if head:
-        if SPEC_METHODS[head.group(1)] != kind:
+    if head:   # an EAGLE-3 head's layers may be written eagle:N
+        if (SPEC_METHODS[head.group(1)] or "").rstrip("3") != kind.rstrip("3"):
             raise RooflineError(f"draft_model {text!r} is not a {method} draft")
         return kind, None, int(head.group(2))
     if kind == "model":
@@ -54,17 +47,15 @@ def draft_column(row: Row, method: str) -> tuple[str, ModelSpec | None, int]:
     return kind, None, 1
 
 
-def draft_vocab(row: Row, method: str) -> int | None:
-    """Tokens the row's draft head scores: its ``draft_vocab`` column, else :data:`EAGLE3_DRAFT_VOCAB` for an EAGLE-3
-    head (at most the target's vocabulary), else None (the target's whole vocabulary)."""
-    if row.get("draft_vocab"):
-        vocab = _int(row, "draft_vocab")
-        if vocab < 1:
-            raise RooflineError(f"draft_vocab = {vocab}: a draft head scores at least one token")
-        return vocab
-    if method != "eagle3":
+def draft_vocab(row: Row) -> int | None:
+    """Tokens the row's draft head scores where its ``draft_vocab`` column says (else None: the head's default, an
+    EAGLE-3 head's reduced vocabulary or the target's whole one)."""
+    if not row.get("draft_vocab"):
         return None
-    return min(EAGLE3_DRAFT_VOCAB, resolve_model(row.get("model")).vocab_size)
+    vocab = _int(row, "draft_vocab")
+    if vocab < 1:
+        raise RooflineError(f"draft_vocab = {vocab}: a draft head scores at least one token")
+    return vocab
 
 
 def row_acceptance(row: Row, gamma: int) -> Acceptance:
@@ -101,5 +92,5 @@ def row_placement(row: Row, group: DeviceGroup) -> tuple[Placement, int, Accepta
         raise RooflineError(f"draft_kv_budget = {budget}: the draft's KV budget is at least one token")
     placement = Placement(name=row.id, decode=group, draft_kind=kind, draft_model=draft,
                           head_layers=1 if kind == "medusa" else layers, tree_tokens=tree, draft_kv_budget=budget,
-                          draft_vocab=draft_vocab(row, method))
+                          draft_vocab=draft_vocab(row))
     return placement, gamma, row_acceptance(row, gamma)

@@ -55,7 +55,19 @@ PROBABILITY_BYTES = 4    # fp32 probabilities for lossless (rejection-sampling) 
 #: hidden state (Cai et al. 2024, https://arxiv.org/abs/2401.10774 §2.1). A draft model runs on token ids alone.
 #: Value: positions shipped per sequence per round as a function of gamma (EAGLE and MTP: the accepted tokens and
 #: the bonus, at most gamma + 1, charged at that bound; Medusa: the last one).
-FEATURE_POSITIONS = {"eagle": lambda g: g + 1, "mtp": lambda g: g + 1, "medusa": lambda g: np.ones_like(g)}
+FEATURE_POSITIONS = {"eagle": lambda g: g + 1, "eagle3": lambda g: g + 1, "mtp": lambda g: g + 1,
+                     "medusa": lambda g: np.ones_like(g)}
+#: Hidden states a head reads per position where it is not one: EAGLE-3 fuses a low, a middle and a high layer's
+#: (Li et al. 2025, https://arxiv.org/abs/2503.01840 §3.2; its fc takes 3h inputs,
+#: https://github.com/SafeAILab/EAGLE/blob/cb7e084/eagle/traineagle3/cnets.py).
+FEATURE_LAYERS = {"eagle3": 3}
+#: Tokens an EAGLE-3 head's LM head scores unless told otherwise: ``draft_vocab_size`` in EAGLE's reference EAGLE-3
+#: config (https://github.com/SafeAILab/EAGLE/blob/cb7e084/eagle/traineagle3/config.json) and in SpecForge's, which
+#: trained most published EAGLE-3 heads (e.g.
+#: https://github.com/sgl-project/SpecForge/blob/581664a/configs/qwen3-30B-A3B-eagle3.1.json,
+#: https://github.com/sgl-project/SpecForge/blob/ca803a5/configs/gpt-oss-20B-eagle3.json); a target with a smaller
+#: vocabulary drafts over all of it.
+EAGLE3_DRAFT_VOCAB = 32_000
 
 
 #: Families that share one tokenizer lineage (Qwen2 and Qwen3 checkpoints; Mixtral and Mistral).
@@ -115,11 +127,18 @@ class Drafter:
             raise WorkloadError(f"draft kind {kind!r} drafts with head layers of the target, not with the draft model "
                                 f"{self.model.id}: give no draft model, or draft kind 'model'")
 
-    def scored_vocab(self, target: ModelSpec) -> int:
-        """Tokens the draft scores, over which lossless sampling ships its probability rows: a head's
-        ``vocab`` where given, a draft model's vocabulary, else the target's."""
-        if self.kind in HEAD_KINDS and self.vocab is not None:
+    def head_vocab(self, target: ModelSpec) -> int | None:
+        """The vocabulary a head's LM head scores where it is not the target's: ``vocab`` where given, else an
+        EAGLE-3 head's :data:`EAGLE3_DRAFT_VOCAB` (at most the target's); None for the target's whole vocabulary."""
+        if self.vocab is not None:
             return self.vocab
+        return min(EAGLE3_DRAFT_VOCAB, target.vocab_size) if self.kind == "eagle3" else None
+
+    def scored_vocab(self, target: ModelSpec) -> int:
+        """Tokens the draft scores, over which lossless sampling ships its probability rows: a head's own
+        vocabulary (:meth:`head_vocab`), a draft model's, else the target's."""
+        if self.kind in HEAD_KINDS and self.head_vocab(target) is not None:
+            return int(self.head_vocab(target) or 0)
         return self.model.vocab_size if self.model is not None else target.vocab_size
 
     def draft_steps(self, gamma: Any) -> Any:
@@ -162,7 +181,7 @@ class Drafter:
             if self.vocab is not None and self.vocab > target.vocab_size:
                 raise WorkloadError(f"draft_vocab = {self.vocab:,} is larger than {target.id}'s vocabulary "
                                     f"({target.vocab_size:,}): a head drafts over a subset of it")
-            return head_model(target, self.head_layers, self.vocab)
+            return head_model(target, self.head_layers, self.head_vocab(target))
         if self.model is None:  # excluded by the validator; kept for type checkers
             raise WorkloadError("draft kind 'model' needs a draft model")
         if not shares_tokenizer(self.model, target):
@@ -182,7 +201,8 @@ class Drafter:
             return f"{self.kind} lookup (no draft model)"
         s = "s" if self.head_layers > 1 else ""
         absent = ", not in the checkpoint" if self.kind == "mtp" and target.num_mtp_layers == 0 else ""
-        vocab = f", {self.vocab:,}-token draft vocabulary" if self.vocab is not None else ""
+        own = self.head_vocab(target)
+        vocab = f", {own:,}-token draft vocabulary" if own is not None else ""
         return f"{target.id} {self.kind} head ({self.head_layers} layer{s}{absent}{vocab}{budget})"
 
 
@@ -215,7 +235,7 @@ def round_transfer_s(link: GroupLink, batch: Any, gamma: Any, *, vocab_size: int
         forward = forward + b * g * vocab_size * PROBABILITY_BYTES
     back = b * 2 * TOKEN_ID_BYTES
     if draft_kind in FEATURE_POSITIONS:
-        back = back + b * FEATURE_POSITIONS[draft_kind](g) * feature_bytes
+        back = back + b * FEATURE_POSITIONS[draft_kind](g) * feature_bytes * FEATURE_LAYERS.get(draft_kind, 1)
     return np.where(g > 0, 2 * link.latency_s + (forward + back) / link.bandwidth_bytes_per_s, 0.0)
 
 

@@ -128,20 +128,21 @@ def speculative_round(target: ModelSpec, *, verify_on: DeviceGroup, acceptance: 
     """Time, throughput and energy of speculative decoding with the given placement.
 
     ``draft_kind``: ``model`` (a separate draft model, ``draft``), ``mtp``
-    (DeepSeek-style multi-token-prediction layers of the target) or ``eagle``
-    (an EAGLE-style head); the last two run ``head_layers`` of the target's
-    layers plus its LM head. ``sampling="lossless"`` ships the draft's
+    (DeepSeek-style multi-token-prediction layers of the target), ``eagle``
+    (an EAGLE-style head) or ``eagle3`` (EAGLE-3: its own LM head over a
+    32,000-token draft vocabulary, three layers' features per position); the
+    heads run ``head_layers`` of the target's layers plus an LM head. ``sampling="lossless"`` ships the draft's
     probability rows (gamma x vocab fp32) with the tokens, as lossless
     speculative sampling needs (docs/theory.md §5.5); ``greedy`` ships token ids only. ``draft_kv_budget``: the
     draft attends to at most this many tokens of KV (a StreamingLLM cache, MagicDec's large-batch drafting; the
     target itself as ``draft`` is self-speculation, its weights held once). ``draft_vocab``: the tokens an
     MTP/EAGLE head's LM head scores (EAGLE-3's reduced vocabulary, 32,000 in its reference config; default the
-    target's whole vocabulary; :func:`~roofline.physics.stages.head_model`).
+    target's whole vocabulary, an ``eagle3`` head's 32,000; :func:`~roofline.physics.stages.head_model`).
     Draft formats default to the draft device's native format.
     """
     tgt = check_instance("target", target, ModelSpec, optional=False)
-    if draft_kind not in ("model", "mtp", "eagle"):
-        raise WorkloadError(f"draft_kind must be one of model, mtp, eagle, got {draft_kind!r}")
+    if draft_kind not in ("model", "mtp", "eagle", "eagle3"):
+        raise WorkloadError(f"draft_kind must be one of model, mtp, eagle, eagle3, got {draft_kind!r}")
     drafter = Drafter(kind=draft_kind, model=check_instance("draft", draft, ModelSpec), head_layers=head_layers,
                       kv_budget=draft_kv_budget, vocab=draft_vocab)
     p = check_instance("params", params, EngineParams) or default_params()
@@ -182,7 +183,7 @@ def _result(plan: RoundPlan, drafter: Drafter, link: GroupLink, rnd: Any, base: 
     full = lambda a: np.broadcast_to(a, shape)  # noqa: E731
     return SpecResult(
         target=plan.target.id, draft=drafter.describe(plan.target), draft_kind=drafter.kind,
-        draft_kv_budget=drafter.kv_budget, draft_vocab=drafter.vocab,
+        draft_kv_budget=drafter.kv_budget, draft_vocab=drafter.head_vocab(plan.target),
         target_group=tg.describe(), draft_group=dg.describe(),
         link="same devices" if plan.shared else link.name, acceptance=acc.describe(), gamma=full(G),
         batch=full(B), context=full(L), expected_tokens=E, alpha=full(acc.alpha_or_nan(G)), draft_s=rnd.draft_s * nan,

@@ -21,9 +21,9 @@ from .resolve import GroupLike, ModelLike, resolve_group, resolve_model
 
 #: What may draft for a speculative placement: a separate model, the target's own MTP or EAGLE head layers,
 #: Medusa heads, or n-gram lookup (:class:`roofline.serving.round.Drafter`).
-DRAFT_KINDS = ("model", "mtp", "eagle", "medusa", "ngram")
+DRAFT_KINDS = ("model", "mtp", "eagle", "eagle3", "medusa", "ngram")
 #: Draft kinds that draft with layers of the target's own (a head), not a separate model.
-HEAD_KINDS = ("mtp", "eagle", "medusa")
+HEAD_KINDS = ("mtp", "eagle", "eagle3", "medusa")
 
 
 @attrs.frozen(kw_only=True)
@@ -60,7 +60,7 @@ class Placement:
             raise WorkloadError(f"placement {self.name!r}: draft_kind 'model' needs a draft_model")
         if v is None and self.draft is not None:   # a draft group that would draft nothing
             raise WorkloadError(f"placement {self.name!r}: a draft group needs a draft_model (or draft_kind 'mtp' "
-                                "or 'eagle' to draft with the target's own head layers)")
+                                "'eagle' or 'eagle3' to draft with the target's own head layers)")
 
     @draft_vocab.validator
     def _vocab(self, _a: attrs.Attribute, v: int | None) -> None:

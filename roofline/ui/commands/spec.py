@@ -124,12 +124,13 @@ def register(add: Adder) -> None:
     sp.add_argument("--target", required=True, help="target model: " + MODEL_HELP)
     sp.add_argument("--draft", default=None, help="draft model (for --draft-kind model); self: the target itself "
                                                   "(self-speculation, with --draft-kv-budget)")
-    sp.add_argument("--draft-kind", default="model", choices=["model", "mtp", "eagle"],
-                    help="a separate draft model, or MTP/EAGLE head layers of the target (default model)")
+    sp.add_argument("--draft-kind", default="model", choices=["model", "mtp", "eagle", "eagle3"],
+                    help="a separate draft model, or MTP/EAGLE head layers of the target; eagle3: an EAGLE-3 head, its "
+                         "own LM head over 32000 draft tokens and three layers' features (default model)")
     sp.add_argument("--head-layers", type=positive, default=1, help="layers of an MTP/EAGLE head (default 1)")
     sp.add_argument("--draft-vocab", type=positive, default=None, metavar="TOKENS",
-                    help="tokens an MTP/EAGLE head's LM head scores: EAGLE-3 heads draft over a reduced vocabulary "
-                         "(32000 in EAGLE's and SpecForge's configs; default: the target's whole vocabulary)")
+                    help="tokens an MTP/EAGLE head's LM head scores (default: the target's whole vocabulary; "
+                         "32000 for --draft-kind eagle3, as EAGLE's and SpecForge's configs)")
     sp.add_argument("--draft-kv-budget", type=positive, default=None, metavar="TOKENS",
                     help="the draft attends to at most this many tokens of KV (a StreamingLLM cache: MagicDec's "
                          "drafting for large batches at long context; default: the whole context)")
