@@ -130,6 +130,8 @@ def test_an_eagle3_head_defaults_to_its_draft_vocabulary_and_reads_three_layers_
     assert Drafter(kind="eagle3").head_vocab(target) == EAGLE3_DRAFT_VOCAB
     assert Drafter(kind="eagle3", vocab=16_000).head_vocab(target) == 16_000
     assert Drafter(kind="eagle").head_vocab(target) is None
+    assert Drafter(kind="eagle", vocab=target.vocab_size).head_vocab(target) is None   # the whole vocabulary: no own
+    assert Drafter(kind="eagle3").head_vocab(resolve_model("llama-2-7b")) is None      # 32,000 tokens: all of them
     small = resolve_model("llama-2-7b")   # 32,000 tokens: the head scores all of them
     assert head_model(small, 1, Drafter(kind="eagle3").head_vocab(small)).lm_head_params() == small.lm_head_params()
     link, feature_bytes = LINKS["pcie5"], target.hidden_size * 2

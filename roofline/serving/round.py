@@ -129,10 +129,10 @@ class Drafter:
 
     def head_vocab(self, target: ModelSpec) -> int | None:
         """The vocabulary a head's LM head scores where it is not the target's: ``vocab`` where given, else an
-        EAGLE-3 head's :data:`EAGLE3_DRAFT_VOCAB` (at most the target's); None for the target's whole vocabulary."""
-        if self.vocab is not None:
-            return self.vocab
-        return min(EAGLE3_DRAFT_VOCAB, target.vocab_size) if self.kind == "eagle3" else None
+        EAGLE-3 head's :data:`EAGLE3_DRAFT_VOCAB`; None where that is the target's whole vocabulary."""
+        if self.vocab is not None:   # one larger than the target's is refused by for_target
+            return None if self.vocab == target.vocab_size else self.vocab
+        return EAGLE3_DRAFT_VOCAB if self.kind == "eagle3" and EAGLE3_DRAFT_VOCAB < target.vocab_size else None
 
     def scored_vocab(self, target: ModelSpec) -> int:
         """Tokens the draft scores, over which lossless sampling ships its probability rows: a head's own
