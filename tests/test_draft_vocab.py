@@ -30,7 +30,7 @@ def test_the_draft_vocabulary_is_checked():
     target = resolve_model("llama-3.1-8b")
     with pytest.raises(WorkloadError, match="draft_vocab"):
         Drafter(kind="model", model=resolve_model("llama-3.2-1b"), vocab=32_000)
-    with pytest.raises(WorkloadError, match="larger than llama-3.1-8b's vocabulary"):
+    with pytest.raises(WorkloadError, match="draft_vocab .a subset of llama-3.1-8b's vocabulary. must be .* 200000"):
         Drafter(kind="eagle", vocab=200_000).for_target(target)
     with pytest.raises(WorkloadError, match="draft_vocab"):
         Drafter(kind="eagle", vocab=0)

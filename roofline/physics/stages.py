@@ -279,8 +279,8 @@ def head_model(target: ModelSpec, layers: int, vocab: int | None = None) -> Mode
     2h-wide input are not counted: 18% of an EAGLE-3 Llama-3.1-8B head's bytes, where the smaller LM head saves 53%
     of a full-vocabulary head's (docs/theory.md §3.5)."""
     n = check_whole("layers", layers, minimum=1, maximum=target.num_layers)
-    v = target.vocab_size if vocab is None else check_whole("draft_vocab", vocab, minimum=1,
-                                                             maximum=target.vocab_size)
+    v = target.vocab_size if vocab is None else check_whole(f"draft_vocab (a subset of {target.id}'s vocabulary)",
+                                                             vocab, minimum=1, maximum=target.vocab_size)
     if v == target.vocab_size:
         return attrs.evolve(target, id=f"{target.id}-head{n}", num_layers=n, layer_types=target.layer_types[-n:],
                             moe_layers=target.moe_layers[-n:], num_mtp_layers=0)

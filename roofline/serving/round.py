@@ -137,8 +137,9 @@ class Drafter:
     def scored_vocab(self, target: ModelSpec) -> int:
         """Tokens the draft scores, over which lossless sampling ships its probability rows: a head's own
         vocabulary (:meth:`head_vocab`), a draft model's, else the target's."""
-        if self.kind in HEAD_KINDS and self.head_vocab(target) is not None:
-            return int(self.head_vocab(target) or 0)
+        own = self.head_vocab(target) if self.kind in HEAD_KINDS else None
+        if own is not None:
+            return own
         return self.model.vocab_size if self.model is not None else target.vocab_size
 
     def draft_steps(self, gamma: Any) -> Any:
@@ -178,9 +179,6 @@ class Drafter:
         if self.kind in MODEL_FREE_KINDS:
             raise WorkloadError(f"draft kind {self.kind!r} drafts with no model")
         if self.kind != "model":
-            if self.vocab is not None and self.vocab > target.vocab_size:
-                raise WorkloadError(f"draft_vocab = {self.vocab:,} is larger than {target.id}'s vocabulary "
-                                    f"({target.vocab_size:,}): a head drafts over a subset of it")
             return head_model(target, self.head_layers, self.head_vocab(target))
         if self.model is None:  # excluded by the validator; kept for type checkers
             raise WorkloadError("draft kind 'model' needs a draft model")

@@ -135,9 +135,9 @@ def speculative_round(target: ModelSpec, *, verify_on: DeviceGroup, acceptance: 
     probability rows (gamma x vocab fp32) with the tokens, as lossless
     speculative sampling needs (docs/theory.md §5.5); ``greedy`` ships token ids only. ``draft_kv_budget``: the
     draft attends to at most this many tokens of KV (a StreamingLLM cache, MagicDec's large-batch drafting; the
-    target itself as ``draft`` is self-speculation, its weights held once). ``draft_vocab``: the tokens an
-    MTP/EAGLE head's LM head scores (EAGLE-3's reduced vocabulary, 32,000 in its reference config; default the
-    target's whole vocabulary, an ``eagle3`` head's 32,000; :func:`~roofline.physics.stages.head_model`).
+    target itself as ``draft`` is self-speculation, its weights held once). ``draft_vocab``: the tokens a
+    head's LM head scores (default: the target's whole vocabulary; an ``eagle3`` head's 32,000;
+    :func:`~roofline.physics.stages.head_model`).
     Draft formats default to the draft device's native format.
     """
     tgt = check_instance("target", target, ModelSpec, optional=False)

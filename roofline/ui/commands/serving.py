@@ -62,7 +62,7 @@ from ..render_serving import pareto_view, serving_point, serving_rows_view
 
 PLACEMENT_KEYS = {"decode", "verify", "prefill", "draft", "draft-kind", "head-layers", "draft-vocab", "kv-link",
                   "draft-link"}
-PLACEMENT_SYNTAX = ("'NAME: decode=GROUP[, prefill=GROUP][, draft=GROUP|target][, draft-kind=model|mtp|eagle]"
+PLACEMENT_SYNTAX = ("'NAME: decode=GROUP[, prefill=GROUP][, draft=GROUP|target][, draft-kind=model|mtp|eagle|eagle3]"
                     "[, head-layers=N][, draft-vocab=N][, kv-link=L][, draft-link=L]'")
 
 
@@ -106,7 +106,7 @@ def parse_placement(text: str, *, draft_model: str | None, wi: WhatIf) -> Placem
     vocab = whole("draft-vocab") if "draft-vocab" in keys else None
     if vocab is not None and kind not in HEAD_KINDS:
         raise UsageError(f"--placement {text!r}: draft-vocab={vocab} applies to a head of the target "
-                         "(draft-kind=mtp or eagle), which scores a vocabulary of its own")
+                         "(draft-kind=mtp, eagle or eagle3), which scores a vocabulary of its own")
     draft = keys.get("draft")
 
     def group(g: str) -> Any:
@@ -309,7 +309,7 @@ def _why_all_empty(configs: list[dict[str, Any]], results: list[Any], token_budg
 def _check_pareto(args: argparse.Namespace, placements: list[Placement], acc: Any, prices: Any) -> None:
     """Refuse options the placements cannot use: an acceptance or a gamma with no speculative placement, a wave
     with a separate prefill group, and --axis usd with a device that has no price."""
-    drafts = ("draft=GROUP or draft=target with --draft, or draft-kind=mtp or eagle); none of these placements "
+    drafts = ("draft=GROUP or draft=target with --draft, or draft-kind=mtp, eagle or eagle3); none of these placements "
               "drafts")
     if acc is None and any(x is not None for x in (args.alpha, args.acceptance_length, args.alpha_by_gamma)):
         raise UsageError("an acceptance (--alpha ...) applies to a speculative placement (" + drafts)

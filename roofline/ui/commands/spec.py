@@ -49,7 +49,8 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--draft {args.draft} is a draft model, for --draft-kind model; --draft-kind "
                          f"{args.draft_kind} drafts with the target's own layers (--head-layers)")
     if args.draft_vocab is not None and args.draft_kind == "model":
-        raise UsageError(f"--draft-vocab {args.draft_vocab} is for a head of the target (--draft-kind mtp or eagle); "
+        raise UsageError(f"--draft-vocab {args.draft_vocab} is for a head of the target (--draft-kind mtp, eagle or "
+                         "eagle3); "
                          "a draft model scores its own vocabulary")
     gammas = np.array(parse_ints(args.gamma, "--gamma", minimum=0))
     batch = np.array(parse_ints(args.batch, "--batch"))
@@ -70,9 +71,6 @@ def cmd_spec(args: argparse.Namespace, console: Console) -> int:
     if idle_budget and draft is not None and draft.id == target.id:
         raise UsageError(f"--draft-kv-budget {args.draft_kv_budget:,} holds the whole context ({args.context:,}): "
                          "the target would draft over its own full cache and gain nothing; give a budget below it")
-    if args.draft_vocab is not None and args.draft_vocab > target.vocab_size:
-        raise UsageError(f"--draft-vocab {args.draft_vocab:,} is larger than {target.id}'s vocabulary "
-                         f"({target.vocab_size:,}): a head drafts over a subset of it")
     acc = acceptance(args, several=True)
     if acc.shape:   # several alphas: their own leading axis, before batch and gamma
         acc = Acceptance.geometric(np.reshape(np.asarray(acc.alpha, dtype=float), (-1, 1) if batch.size == 1 else (-1, 1, 1)))
