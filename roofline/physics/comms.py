@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ..specs.fabric import Link
 from ..specs.formats import Format
 from ..specs.groups import DeviceGroup
 from ..specs.models import ModelSpec
@@ -26,14 +27,19 @@ from .work import expert_load_imbalance
 Array = NDArray[np.float64]
 
 
-def allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float, base_s: float) -> Any:
-    """Ring all-reduce of ``message_bytes`` over ``p`` ranks: t0 + 2(p-1) t_hop + 2(p-1)/p M/W."""
-    return base_s + 2 * (p - 1) * hop_s + 2 * (p - 1) / p * message_bytes / bandwidth_bytes_per_s
+def allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float, base_s: float,
+                hops: int | None = None) -> Any:
+    """Ring all-reduce of ``message_bytes`` over ``p`` ranks: t0 + 2(p-1) t_hop + 2(p-1)/p M/W. ``hops``: the
+    link hops of its reduce-scatter where they are not p - 1 (a torus's rings along each axis,
+    :meth:`~roofline.specs.fabric.Link.ring_hops`): t0 + 2 hops t_hop + 2(p-1)/p M/W."""
+    return base_s + 2 * (p - 1 if hops is None else hops) * hop_s + 2 * (p - 1) / p * message_bytes / bandwidth_bytes_per_s
 
 
-def alltoall_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float, base_s: float) -> Any:
-    """All-to-all sending (p-1)/p of ``message_bytes`` off each rank: t0 + (p-1) t_hop + (p-1)/p M/W."""
-    return base_s + (p - 1) * hop_s + (p - 1) / p * message_bytes / bandwidth_bytes_per_s
+def alltoall_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float, base_s: float,
+               hops: int | None = None) -> Any:
+    """All-to-all sending (p-1)/p of ``message_bytes`` off each rank: t0 + (p-1) t_hop + (p-1)/p M/W (``hops``
+    for p - 1 on a torus, as :func:`allreduce_s`)."""
+    return base_s + (p - 1 if hops is None else hops) * hop_s + (p - 1) / p * message_bytes / bandwidth_bytes_per_s
 
 
 def scheduled_allreduce_s(message_bytes: Any, p: int, bandwidth_bytes_per_s: float, hop_s: float,
@@ -113,9 +119,13 @@ def wide_alltoall_s(message_bytes: Any, p: int, domain: int, inner: tuple[float,
                                                   (p - domain) / p * message_bytes / w_out)
 
 
-def _collectives(profile: EngineParams) -> tuple[Any, Any]:
-    """(all-reduce, all-to-all) cost functions of the family's collective algorithm."""
+def _collectives(profile: EngineParams, link: Link) -> tuple[Any, Any]:
+    """(all-reduce, all-to-all) cost functions of the family's collective algorithm; rings on a torus (TPU ICI)
+    run along the slice's axes, so their latency counts the link's :meth:`~roofline.specs.fabric.Link.ring_hops`."""
     if profile.collective in ("ring", None):
+        if link.torus:
+            return (lambda m, p, bw, hop, base: allreduce_s(m, p, bw, hop, base, hops=link.ring_hops(p)),
+                    lambda m, p, bw, hop, base: alltoall_s(m, p, bw, hop, base, hops=link.ring_hops(p)))
         return allreduce_s, alltoall_s
     if profile.collective == "auto":
         return auto_allreduce_s, alltoall_s
@@ -141,7 +151,7 @@ def group_communication_s(model: ModelSpec, group: DeviceGroup, activation: Form
     bw, ar_bw = link * profile.link_bandwidth_fraction, link * profile.allreduce_bandwidth_fraction   # a2a, hops; TP all-reduce
     hop = dev.scale_up.latency_s if dev.scale_up.latency_s is not None else profile.link_hop_latency_s
     hidden_bytes = tokens * model.hidden_size * activation.bytes_per_element
-    allreduce, alltoall = _collectives(profile)
+    allreduce, alltoall = _collectives(profile, dev.scale_up)
     if profile.allreduce_fusion:   # fused into the GEMMs' epilogues and reduced in the switch (exposed: timing)
         allreduce, ar_bw = switch_allreduce_s, bw
     out, domain = _scale_out(dev, profile)

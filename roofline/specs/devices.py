@@ -29,6 +29,7 @@ from ..errors import NotFoundError, RooflineError, SpecError, UnitError, Unknown
 from ..units import parse_quantity
 from ..workload import in_range, one_of
 from .engine_params import CHOICES, FAMILIES, PROFILE_FIELDS, TIER_SUFFIX, profile_value
+from .fabric import Link, torus_axes, whole_count
 from .files import loads_toml, read_text
 
 STATUSES = ("shipping", "announced")
@@ -52,13 +53,6 @@ _positive_or_none = in_range(0, lo_strict=True, optional=True)
 HOLDS = ("weights", "kv", "workspace")
 
 
-def _whole_peers(value: Any) -> int:
-    v = float(value)
-    if not (math.isfinite(v) and v >= 1 and v == int(v)):
-        raise ValueError(f"peers = {value!r}: must be a whole number of links >= 1")
-    return int(v)
-
-
 def _names(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
@@ -78,22 +72,6 @@ class MemoryTier:
         if not value or not set(value) <= set(HOLDS) or len(set(value)) != len(value):
             raise ValueError(f"memory tier {self.name!r}: holds = {list(value)}: a non-empty list of distinct "
                              f"{', '.join(HOLDS)}")
-
-
-@attrs.frozen(kw_only=True)
-class Link:
-    """A link: bandwidth per direction and one-hop latency. ``peers``: the device's direct links to as many peers
-    in a full mesh (AMD Infinity Fabric); ``bandwidth`` is then one peer link's, and a collective over p devices
-    drives min(p - 1, peers) of them at once (:meth:`links_used`). None: a switched fabric
-    (NVLink switches, ICI), whose ``bandwidth`` is the device's whole injection bandwidth."""
-
-    bandwidth_bytes_per_s: float | None = attrs.field(validator=_positive_or_none)
-    latency_s: float | None = attrs.field(validator=_positive_or_none)
-    peers: int | None = attrs.field(default=None, converter=lambda v: None if v is None else _whole_peers(v))
-
-    def links_used(self, p: int) -> int:
-        """Direct links a collective over ``p`` devices drives at once: min(p - 1, peers) in a mesh, else 1."""
-        return max(1, min(p - 1, self.peers)) if self.peers else 1
 
 
 def _tiers(values: Iterable[MemoryTier]) -> tuple[MemoryTier, ...]:
@@ -263,8 +241,12 @@ def _link_fields(name: str) -> list[Field]:
     return [Field(f"{name}.bandwidth", "bytes_per_s", lambda d: getattr(d, name).bandwidth_bytes_per_s,
                   write("bandwidth_bytes_per_s")),
             Field(f"{name}.latency", "s", lambda d: getattr(d, name).latency_s, write("latency_s"))] + (
-        [Field(f"{name}.peers", "count", lambda d: getattr(d, name).peers, write("peers"))]
-        if name == "scale_up" else [])
+        [Field(f"{name}.{key}", "count", _link_read(name, key), write(key))
+         for key in ("peers", "torus", "wraparound")] if name == "scale_up" else [])
+
+
+def _link_read(name: str, key: str) -> Callable[[Device], float | None]:
+    return lambda d: getattr(getattr(d, name), key)
 
 
 def _execution_field(name: str, kind: str, attr: str | None = None) -> Field:
@@ -568,15 +550,16 @@ class _Reader:
             self.fail(field, source, "source must be a URL or a key of [sources]")
         return url
 
-    def peers(self, link: dict[str, Any], field: str) -> int | None:
-        """A mesh link's count of direct peers (optional; None = a switched fabric)."""
-        if link.get("peers") is None:
+    def count(self, link: dict[str, Any], key: str, field: str, rule: Callable[[Any], int]) -> int | None:
+        """An optional whole-number field of a link (a mesh's ``peers``, a torus's axes and ``wraparound``) under
+        the record's own ``rule``; None where the file leaves it out."""
+        if link.get(key) is None:
             return None
-        n = self.quantity(link, "peers", field, "count")
+        n = self.quantity(link, key, field, "count")
         try:
-            return _whole_peers(n)   # the one whole-number rule, here with the file and field named
+            return rule(n)   # the record's whole-number rule, here with the file and field named
         except (TypeError, ValueError) as e:
-            self.fail(field, link["peers"].get("value"), str(e).partition(": ")[2] or str(e))
+            self.fail(field, link[key].get("value"), str(e).partition(": ")[2] or str(e))
 
     def quantity(self, parent: dict[str, Any], key: str, field: str, kind: str, *,
                  required: bool = True, fraction: bool = False, bases: tuple[str, ...] = BASES) -> float | None:
@@ -691,12 +674,20 @@ def device_from_dict(data: dict[str, Any], *, origin: str = "<dict>", stem: str 
     link_objs = {}
     for name in ("scale_up", "host", "scale_out"):
         lt = r.table(links, name, f"links.{name}", required=name != "scale_out",
-                     keys=frozenset({"bandwidth", "latency", "peers"}))
+                     keys=frozenset({"bandwidth", "latency", "peers", "torus", "wraparound"}))
+        shape = {} if name != "scale_up" else {   # the scale-up fabric's shape: a mesh's peers, a torus's axes
+            "peers": r.count(lt, "peers", f"{name}.peers", whole_count),
+            "torus": r.count(lt, "torus", f"{name}.torus", torus_axes),
+            "wraparound": r.count(lt, "wraparound", f"{name}.wraparound",
+                                  lambda v: whole_count(v, "wraparound", 2, "chips"))}
+        if shape.get("wraparound") is not None and shape.get("torus") is None:
+            r.fail(f"{name}.wraparound", lt["wraparound"].get("value"), "a wraparound needs the torus it closes (torus)")
+        if shape.get("torus") is not None and shape.get("peers") is not None:
+            r.fail(f"{name}.torus", lt["torus"].get("value"), "a link is a full mesh (peers) or a torus, not both")
         link_objs[name] = Link(bandwidth_bytes_per_s=r.quantity(lt, "bandwidth", f"{name}.bandwidth", "bytes_per_s",
                                                                 required=bool(lt) or name != "scale_out"),
                                latency_s=r.quantity(lt, "latency", f"{name}.latency", "s",
-                                                    required=name != "scale_out"),
-                               peers=r.peers(lt, f"{name}.peers") if name == "scale_up" else None)
+                                                    required=name != "scale_out"), **shape)
     family, overrides = _execution(r, data)
     try:
         return Device(

@@ -41,7 +41,7 @@ def device_dict(dev: Device) -> dict[str, Any]:
         "measured_flop_per_s": dict(dev.measured_flop_per_s),
         "tdp_w": dev.tdp_w, "idle_w": dev.idle_w,
         "scale_up": {"bandwidth_bytes_per_s": dev.scale_up.bandwidth_bytes_per_s, "latency_s": dev.scale_up.latency_s,
-                     "peers": dev.scale_up.peers},
+                     "peers": dev.scale_up.peers, "torus": dev.scale_up.torus, "wraparound": dev.scale_up.wraparound},
         "host": {"bandwidth_bytes_per_s": dev.host.bandwidth_bytes_per_s, "latency_s": dev.host.latency_s},
         "scale_out": {"bandwidth_bytes_per_s": dev.scale_out.bandwidth_bytes_per_s, "latency_s": dev.scale_out.latency_s},
         "family": dev.family, "execution_overrides": {k: v for k, v in dev.execution.items()},
@@ -171,8 +171,8 @@ def device_table(dev: Device) -> tuple[Table, Text]:
                 "" if cls in dev.native else " (not native)")
         elif f.path.startswith("execution.") and value is None:
             continue   # the family's value applies: shown in the profile table
-        elif f.path == "scale_up.peers" and value is None:
-            continue   # a switched fabric: no per-peer links to count
+        elif f.path in ("scale_up.peers", "scale_up.torus", "scale_up.wraparound") and value is None:
+            continue   # a switched fabric (or a mesh, or a torus whose rings never close): nothing to count
         elif f.kind == "choice":
             shown = str(value)
         elif f.kind == "bytes":
