@@ -53,7 +53,7 @@ def test_slices_take_the_documented_default_shapes():
     assert slice_shape(12, 2) == (3, 4) and slice_shape(1, 3) == (1, 1, 1)
 
 
-@pytest.mark.parametrize("axes,wrap", [(2, 16), (3, 4)])
+@pytest.mark.parametrize("axes,wrap", [(2, 16), (3, 4), (2, 4), (4, None)])
 def test_a_collectives_hops_are_the_slices_diameter(axes, wrap):
     """A latency-bound reduce-scatter passes each shard to the farthest chip: the hops the link counts are the
     slice's diameter, counted here over its links (rings closed where the spec's rule says), for every power-of-two
@@ -61,17 +61,22 @@ def test_a_collectives_hops_are_the_slices_diameter(axes, wrap):
     link = Link(bandwidth_bytes_per_s=4e11, latency_s=None, torus=axes, wraparound=wrap)
     for p in (2 ** k for k in range(1, 9)):
         shape = slice_shape(p, axes)
-        closed = tuple(n % wrap == 0 for n in shape) if axes == 2 else (all(n % wrap == 0 for n in shape),) * axes
+        closed = ((False,) * axes if wrap is None else tuple(n % wrap == 0 for n in shape) if axes != 3
+                  else (all(n % wrap == 0 for n in shape),) * axes)
         assert link.ring_hops(p) == _slice_diameter(shape, closed), p
         assert link.ring_hops(p) <= p - 1
     assert Link(bandwidth_bytes_per_s=1.0, latency_s=None).ring_hops(32) == 31   # a switched fabric's ring
     assert link.ring_hops(1) == 0
 
 
-def test_the_shipped_tpus_are_tori():
-    """v5e and v6e: 2D tori whose axes close at the pod's 16 chips; TPU7x a 3D torus closing in whole 4x4x4 cubes."""
-    assert [(rl.load_device(d).scale_up.torus, rl.load_device(d).scale_up.wraparound)
-            for d in ("tpu-v5e", "tpu-v6e", "tpu-7x")] == [(2, 16), (2, 16), (3, 4)]
+def test_the_shipped_tpus_and_trainiums_are_tori():
+    """v5e and v6e: 2D tori whose axes close at the pod's 16 chips; TPU7x a 3D torus closing in whole 4x4x4 cubes;
+    Trn2 a closed 4 x 4 torus, Trn1 a 4D hypercube; Inferentia2 stays a ring of its chips."""
+    shapes = {d: (rl.load_device(d).scale_up.torus, rl.load_device(d).scale_up.wraparound)
+              for d in ("tpu-v5e", "tpu-v6e", "tpu-7x", "trainium2", "trainium1", "inferentia2")}
+    assert list(shapes.values()) == [(2, 16), (2, 16), (3, 4), (2, 4), (4, None), (None, None)]
+    assert rl.load_device("trainium2").scale_up.ring_hops(16) == 2 + 2
+    assert rl.load_device("trainium1").scale_up.ring_hops(16) == 4 and rl.load_device("inferentia2").scale_up.ring_hops(12) == 11
     v6e = rl.load_device("tpu-v6e").scale_up
     assert v6e.ring_hops(32) == 3 + 7 and v6e.ring_hops(256) == 8 + 8   # 4x8 open; 16x16 closed both ways
 
@@ -95,7 +100,7 @@ def test_decode_all_reduces_on_a_torus_pay_its_hops_not_a_rings():
 
 @pytest.mark.parametrize("extra,field,says", [
     ('wraparound = { value = 16, source = "https://x" }', "wraparound", "needs the torus"),
-    ('torus = { value = 4, source = "https://x" }', "torus", "2 or 3 axes"),
+    ('torus = { value = 5, source = "https://x" }', "torus", "2, 3 or 4 axes"),
     ('torus = { value = 2, source = "https://x" }\npeers = { value = 7, source = "https://x" }', "torus", "not both"),
     ('torus = { value = 2, source = "https://x" }\nwraparound = { value = 1.5, source = "https://x" }', "wraparound",
      "whole number of chips"),

@@ -23,8 +23,8 @@ def whole_count(value: Any, name: str = "peers", least: int = 1, what: str = "li
 
 def torus_axes(value: Any) -> int:
     axes = whole_count(value, "torus", 2, "axes")
-    if axes > 3:
-        raise ValueError(f"torus = {value!r}: must be 2 or 3 axes (a 2D or 3D torus)")
+    if axes > 4:
+        raise ValueError(f"torus = {value!r}: must be 2, 3 or 4 axes (a 2D or 3D torus, a 4D hypercube)")
     return axes
 
 
@@ -49,13 +49,14 @@ class Link:
     (NVLink switches), whose ``bandwidth`` is the device's whole injection bandwidth.
 
     ``torus``: the axes of a torus of nearest-neighbour links (TPU ICI: 2 on v5e and v6e, 3 on v4, v5p and
-    TPU7x); ``bandwidth`` is still the chip's whole injection bandwidth, which a collective over several axes
-    drives at once ("This increases the available bandwidth by a factor of n_axes",
-    https://jax-ml.github.io/scaling-book/sharding/), but its latency counts the hops along each axis of the
-    slice (:meth:`ring_hops`), not around one ring of every chip. ``wraparound``: the axis length from which a
+    TPU7x; NeuronLink: Trn2's 4 x 4 torus, Trn1's 16 chips as a 4D hypercube, four axes of two). ``bandwidth`` is
+    still the chip's whole injection bandwidth, which a collective over several axes drives at once ("This
+    increases the available bandwidth by a factor of n_axes", https://jax-ml.github.io/scaling-book/sharding/),
+    but its latency counts the hops along each axis of the slice (:meth:`ring_hops`), not around one ring of
+    every chip. ``wraparound``: the axis length from which a
     slice's rings close: on a 2D torus an axis of that many chips wraps (v5e and v6e: 16, "smaller topologies
-    can be requested without wraps on dims < 16"); on a 3D torus every axis wraps once each is a multiple of it
-    (whole 4x4x4 cubes: "Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds",
+    can be requested without wraps on dims < 16"; Trn2: 4); on a 3D torus every axis wraps once each is a
+    multiple of it (whole 4x4x4 cubes: "Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds",
     https://jax-ml.github.io/scaling-book/tpus/)."""
 
     bandwidth_bytes_per_s: float | None = attrs.field(validator=_positive_or_none)
