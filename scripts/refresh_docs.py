@@ -46,7 +46,7 @@ KEPT_FILE = ROOT / "roofline" / "validation" / "kept.csv"   # the kept set: publ
 BY_HARDWARE_FILE = ROOT / "docs" / "heldout_by_hardware.json"
 BY_STACK_FILE = ROOT / "docs" / "heldout_by_stack.json"
 #: Set for a file that comes from a fit older than the shipped one (its folds not yet rerun): its row says so.
-BY_FOLDS_STALE = {"device kind": " (old fit)", "stack family": ""}
+BY_FOLDS_STALE = {"device kind": "", "stack family": ""}
 
 
 #: Id prefixes of TensorRT-LLM's perf-overview tables (offline maximum throughput, five versions): most of the GPU
