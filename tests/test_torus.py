@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import deque
+from pathlib import Path
 
 import attrs
 import pytest
@@ -106,7 +107,7 @@ def test_decode_all_reduces_on_a_torus_pay_its_hops_not_a_rings():
      "whole number of chips"),
 ])
 def test_a_bad_torus_in_a_spec_file_names_its_field(tmp_path, extra, field, says):
-    text = (rl.load_device("tpu-v6e").path and open(rl.load_device("tpu-v6e").path).read())
+    text = Path(rl.load_device("tpu-v6e").path).read_text()
     text = "\n".join(line for line in text.splitlines() if not line.startswith(("torus =", "wraparound =")))
     text = text.replace("[links.scale_up]\n", f"[links.scale_up]\n{extra}\n")
     path = tmp_path / "odd-tpu.toml"
@@ -118,7 +119,7 @@ def test_a_bad_torus_in_a_spec_file_names_its_field(tmp_path, extra, field, says
 
 def test_a_what_if_can_reshape_the_torus(run_cli):
     """--set reaches the torus like any spec field: eight chips as a 2x2x2 cube (3 hops a pass) instead of a 2x4
-    plane (4) shorten one token's all-reduces; as a ring of all eight (7) lengthen them; `show` lists the field."""
+    plane (4) shorten one token's all-reduces by one hop each way; `show` lists the field."""
     def comm(*extra: str) -> float:
         code, out, err = run_cli("stage", "llama-3.1-70b", "tpu-v6e:8", "--batch", "1", "--json", *extra)
         assert code == 0, err
