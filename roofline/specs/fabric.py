@@ -4,6 +4,7 @@ sets how many links a collective drives and how many hops its latency counts."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -28,6 +29,7 @@ def torus_axes(value: Any) -> int:
     return axes
 
 
+@functools.cache   # a pure function of two small counts, asked once per collective of every pass
 def slice_shape(p: int, axes: int) -> tuple[int, ...]:
     """The chips along each axis of a ``p``-chip slice of a torus with ``axes`` axes: the shape closest to a
     square or cube (the smallest longest axis, then the smallest middle one), sorted ("The default topology
