@@ -25,6 +25,7 @@ from roofline.serving.queueing import (
     erlang_c,
     gim_ratio,
     quantiles_with_wait,
+    renewal_mean,
     spread_quantiles,
     step_chain,
     wait_tail,
@@ -259,6 +260,45 @@ def test_backward_counts_are_poisson_for_poisson_arrivals_and_clustered_for_burs
     assert p[:10] == pytest.approx(poisson.pmf(np.arange(10), 2.0), abs=1e-9)
     bursty = backward_counts(np.array([0.05]), np.array([4.0]), 4.0)[0]
     assert 1 - bursty[0] > 2 * (1 - math.exp(-0.2))   # an arrival finds another just before it far more often
+
+
+def test_the_poisson_renewal_mean_is_rate_times_window_however_long():
+    """For Poisson arrivals the mean count in a window is exactly rate x w; summing the counts' pmf, which lumps
+    every count beyond MAX_BACKWARD into the last, put 100 expected arrivals at 48."""
+    w, lam = np.array([0.1, 2.0, 25.0]), np.array([10.0, 50.0, 8.0])
+    assert renewal_mean(w, lam, 1.0) == pytest.approx(w * lam, rel=1e-12)
+    assert renewal_mean(np.array([0.5]), np.array([4.0]), 1.0)[0] == pytest.approx(
+        np.sum(backward_counts(np.array([0.5]), np.array([4.0]), 1.0)[0] * np.arange(49)), rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 40), st.integers(1, 12), st.integers(0, 2**31 - 1))
+def test_the_banded_state_reduction_is_the_full_one(g, down, seed):
+    """A chain that falls at most ``down`` states a transition (the step chain: a step carries at most its room)
+    has the same stationary law by the banded GTH reduction as by the full one, and that law solves pi P = pi."""
+    from roofline.serving.queueing import _stationary
+    rng = np.random.default_rng(seed)
+    i, j = np.indices((g, g))
+    p = rng.random((2, g, g)) * (j >= i - down) * (rng.random((2, g, g)) < 0.7)
+    p[..., np.arange(g), np.minimum(np.arange(g) + 1, g - 1)] += 0.1    # every state leads up, so one class
+    p[..., np.arange(1, g), np.arange(g - 1)] += 0.1                    # and down
+    p /= p.sum(axis=-1, keepdims=True)
+    banded, full = _stationary(p, down=down), _stationary(p)
+    assert banded == pytest.approx(full, rel=1e-9, abs=1e-300)
+    assert np.einsum("bi,bij->bj", banded, p) == pytest.approx(banded, rel=1e-9, abs=1e-15)
+
+
+def test_the_step_chain_never_falls_further_than_a_steps_room():
+    """What the banded reduction assumes of the step chain: from backlog cell i no transition reaches a cell
+    below i - room / width."""
+    lam = np.array([5.0, 20.0, 28.0])
+    c = step_chain(lam, np.full(3, 0.02), np.full(3, 1900.0), 20e-6, np.array([300.0, 2500.0]), np.array([0.6, 0.4]))
+    g = c.transition.shape[-1]
+    i, j = np.indices((g, g))
+    for k in range(3):
+        down = int(round(1900.0 / float(c.width[k])))
+        assert np.all(c.transition[k][j < i - down] == 0)
+        assert np.any(c.transition[k][j == i - down] > 0)
 
 
 @settings(max_examples=15, deadline=None)

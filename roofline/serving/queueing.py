@@ -244,6 +244,8 @@ def backward_counts(window_s: Array, rate_per_s: Array, cv2: float) -> Array:
 def renewal_mean(window_s: Array, rate_per_s: Array, cv2: float) -> Array:
     """The mean number of arrivals within ``window_s`` after (or before) an arrival: the renewal function
     sum_k P(Gamma(k/cv2, cv2/rate) <= w) (rate x w for Poisson)."""
+    if abs(cv2 - 1.0) < 1e-12:   # Poisson: exactly rate x w (the counts' pmf lumps its tail beyond MAX_BACKWARD)
+        return np.maximum(np.asarray(window_s, dtype=float), 0.0) * np.asarray(rate_per_s, dtype=float)
     counts = backward_counts(window_s, rate_per_s, cv2)
     return np.sum(counts * np.arange(counts.shape[-1]), axis=-1)
 
@@ -314,24 +316,32 @@ def step_chain(rate_per_s: Array, decode_s: Array, room: Array, cost_per_token_s
     pmf = np.take_along_axis(arrive, np.clip(target, 0, pad - 1), axis=-1) * (target >= 0)
     tail = 1.0 - pmf[..., :-1].sum(axis=-1)
     pmf[..., -1] = np.maximum(tail, 0.0)
-    pi = _stationary(pmf)
+    # a step carries at most the room: from backlog cell i the chain falls to cell i - room / width at the lowest
+    pi = _stationary(pmf, down=int(np.max(np.round(room / width))))
     return StepChain(tokens=q, pi=pi, step_s=step, left=left_idx * width[..., None], full_s=full, stable=stable,
                      one=one, width=width, transition=pmf, arrival_cv2=arrival_cv2)
 
 
-def _stationary(p: Array) -> Array:
+def _stationary(p: Array, down: int | None = None) -> Array:
     """The stationary law of row-stochastic matrices (stacked over the leading axes) by the GTH state reduction
     (Grassmann, Taksar and Heyman, Operations Research 33(5), 1985, https://doi.org/10.1287/opre.33.5.1107):
     no subtractions, so it is exact to rounding even near capacity, and elementwise numpy only, so worker
     processes sharing the cores do not contend for a threaded BLAS (a LAPACK solve did: 2.6x slower under
-    ``validate --jobs 2`` on two cores)."""
+    ``validate --jobs 2`` on two cores).
+
+    ``down``: the chain falls at most this many states in one transition (p[i, j] = 0 for j < i - down; the
+    step chain's backlog drops by at most the room a step carries). Reducing state n then adds p[i, n] p[n, j]
+    only to the columns j in [n - down, n), so every reduced row keeps that band and each reduction touches an
+    n x down block instead of n x n: the same sums, O(g^2 down) instead of O(g^3)."""
     a = np.array(p, dtype=float, copy=True)
     g = a.shape[-1]
+    band = g if down is None else max(int(down), 1)
     sums = np.ones(a.shape[:-1])
     for n in range(g - 1, 0, -1):
-        s = np.maximum(a[..., n, :n].sum(axis=-1), 1e-300)
+        lo = max(0, n - band)
+        s = np.maximum(a[..., n, lo:n].sum(axis=-1), 1e-300)
         sums[..., n] = s
-        a[..., :n, :n] += a[..., :n, n, None] * (a[..., None, n, :n] / s[..., None, None])
+        a[..., :n, lo:n] += a[..., :n, n, None] * (a[..., None, n, lo:n] / s[..., None, None])
     pi = np.zeros(a.shape[:-1])
     pi[..., 0] = 1.0
     for j in range(1, g):
