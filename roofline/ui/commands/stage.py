@@ -60,6 +60,12 @@ def _beyond_domain(group: DeviceGroup, params: EngineParams) -> str:
     if out is not None:
         return (f" {group.tp * group.pp} devices span scale-up domains of {max_tp:.0f} (max_tp): collectives and "
                 f"stage hops between domains run on the scale-out network ({out / 1e9:.0f} GB/s per device).")
+    up = group.device.scale_up
+    if up.torus is not None:   # a torus (TPU ICI, NeuronLink) joins the whole slice: max_tp is only a layout default
+        return (f" {group.tp * group.pp} devices, more than the {group.device.family} profile's default tensor-parallel "
+                f"width ({max_tp:.0f}, max_tp): the scale-up link's {up.torus}-axis torus joins the whole slice, so its "
+                f"collectives cross {up.ring_hops(group.tp)} hops at that link's bandwidth (a slice beyond one pod "
+                "would also cross the data-centre network, which the spec does not give).")
     return (f" {group.tp * group.pp} devices are more than the {group.device.family} profile's {max_tp:.0f}-device "
             f"scale-up domain (max_tp) and {group.device.id} has no scale-out link in its spec: everything is charged "
             f"at the scale-up link's bandwidth, so comm is understated (--set {group.device.id}.scale_out.bandwidth=...).")
