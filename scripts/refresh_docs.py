@@ -42,6 +42,7 @@ FITS_FILE = ROOT / "docs" / "family_fits.json"
 #: Held-out rows whose stack build no row outside their fold has (written with docs/heldout_errors.json).
 UNSEEN_FILE = ROOT / "docs" / "heldout_unseen_builds.json"
 KEPT_FILE = ROOT / "roofline" / "validation" / "kept.csv"   # the kept set: publications no fit reads
+KEPT_SPEC_FILE = ROOT / "roofline" / "validation" / "kept_spec.csv"   # its speculative rows
 #: The GPU rows held out by device kind and by serving stack (`roofline calibrate --folds 5 --by hardware|stack`).
 BY_HARDWARE_FILE = ROOT / "docs" / "heldout_by_hardware.json"
 BY_STACK_FILE = ROOT / "docs" / "heldout_by_stack.json"
@@ -94,12 +95,14 @@ def timed(r: dict) -> bool:
 
 
 def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[str, float]],
-                   loo: dict[str, float], fits: dict[str, dict] | None = None, kept: list[dict] | None = None) -> str:
+                   loo: dict[str, float], fits: dict[str, dict] | None = None, kept: list[dict] | None = None,
+                   kept_spec: dict | None = None) -> str:
     """Median |error| per metric: in-sample, leave-one-out (``loo``: one Newton step per row from the shipped
     fit) and held out by publication (``held``: 5 folds of whole publications; ``fits``: the Gaudi, Trainium and
     TPU profile fits, docs/family_fits.json), and how many rows fall inside their 80% interval (made from the other
     publications' held-out errors). ``kept``: the validated rows of the kept set (roofline/validation/kept.csv,
-    publications no fit reads), whose errors are all blind."""
+    publications no fit reads), whose errors are all blind; ``kept_spec``: the validation of its speculative rows
+    (roofline/validation/kept_spec.csv), with how many it could not predict."""
     rows = ["| rows | n | median abs error | leave-one-out | held out of the fit | held out, in its 80% interval |",
             "|---|---|---|---|---|---|"]
     gpu = [r for r in v["rows"] if r["family"] == "gpu"]
@@ -147,6 +150,9 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
     load = [r for r in v["rows"] if r["kind"] == "load"]
     rows.append(f"| GPU served load: MLPerf Server / Interactive (queues, never fitted) | {len(load)} | "
                 f"{med([r['error'] for r in load])} | — | — | {cover(load)} |")
+    speedups = [r for r in gpu if r["metric"] in ("speedup", "decode_speedup")]
+    rows.append(f"| GPU speculative decoding: speedup over plain decoding (never fitted) | {len(speedups)} | "
+                f"{med([r['error'] for r in speedups])} | — | — | {cover(speedups)} |")
     for key, name in ENERGY_NAMES.items():
         mine = [r for r in gpu if r["metric"] == key]
         if mine:
@@ -157,6 +163,11 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         blind = med([r["error"] for r in mine])
         rows.append(f"| Kept set: time rows from publications no fit reads (`kept.csv`) | {len(mine)} | {blind} | — | "
                     f"{blind} | {cover(mine, {})} |")
+    if kept_spec:
+        mine, blind = kept_spec["rows"], med([r["error"] for r in kept_spec["rows"]])
+        total = len(mine) + len(kept_spec["skipped"])
+        rows.append(f"| Kept set: speculative rows (`kept_spec.csv`; {len(mine)} of {total} predictable) | "
+                    f"{len(mine)} | {blind} | — | {blind} | {cover(mine, {})} |")
     for fam, name in PROFILE_FAMILY_NAMES.items():
         fit = (fits or {}).get(fam)
         if fit:
@@ -205,7 +216,8 @@ def refresh_readme(heldout: dict[str, float], loo: dict[str, float]) -> None:
     v = json.loads(sh(*RL, "validate", "--json"))
     held = {f: json.loads(sh(*RL, "calibrate", "--family", f, "--json"))["held_out_errors"] for f in FAMILY_NAMES}
     kept = json.loads(sh(*RL, "validate", "--data", str(KEPT_FILE), "--json"))["rows"]
-    table = accuracy_table(v, heldout, held, loo, json.loads(FITS_FILE.read_text()), kept)
+    kept_spec = json.loads(sh(*RL, "validate", "--data", str(KEPT_SPEC_FILE), "--json"))
+    table = accuracy_table(v, heldout, held, loo, json.loads(FITS_FILE.read_text()), kept, kept_spec)
     (ROOT / "README.md").write_text(between_markers(readme, table))
     doc = ROOT / "docs" / "validation.md"
     doc.write_text(between_markers(between_markers(doc.read_text(), stack_device_table(v, heldout), "stack table"),

@@ -9,6 +9,9 @@ Reads, all from files the project ships (run after a refit, `scripts/refresh_doc
   same rows under the family files' estimates before any fit (the evidence for a family with no fitted rows);
 * the dataflow families' rows their per-layer latency fit did not use (`roofline calibrate --family F`);
 * the GPU energy-per-token rows (the power model fits the power rows, never these);
+* the speedup rows (a speculative setup over the same setup without speculation: a ratio of two predictions that
+  no fit uses, so the shipped profile's errors on them are out of sample as they stand), and the speculative kept
+  set's (roofline/validation/kept_spec.csv, marked ``kept``);
 * the kept set (roofline/validation/kept.csv): publications no fit has used, predicted by the shipped profile as a
   new user would (marked ``kept``; their group counts as fitted where the held-out evidence has fitted rows of the
   same platform and stack, as a user's prediction there would).
@@ -62,6 +65,21 @@ def kept_scores(held_out: IntervalTable) -> list[dict]:
     return out
 
 
+def speedup_scores(rows, *, kept: bool) -> list[dict]:
+    """The speedup rows' errors under the shipped profile (never fitted: validate predicts them the same way);
+    a row the model cannot express (no published acceptance) gives none."""
+    out = []
+    for r in (r for r in rows if r.get("metric") in ("speedup", "decode_speedup")):
+        try:
+            got = predict_row(r, row_params(shipped_profile(), r)) / float(r.get("value")) - 1
+        except RooflineError:
+            continue
+        e = score(r, got, fitted=True)
+        if e is not None:
+            out.append({**e, "kept": True} if kept else e)
+    return out
+
+
 def main() -> int:
     rows = {r.id: r for r in read_rows(shipped_data())}
     entries = []
@@ -82,6 +100,8 @@ def main() -> int:
                                  fitted=True))
         except RooflineError:
             continue
+    entries += speedup_scores(rows.values(), kept=False)
+    entries += speedup_scores(read_rows(ROOT / "roofline" / "validation" / "kept_spec.csv"), kept=True)
     entries = [e for e in entries if e is not None]
     entries += kept_scores(IntervalTable(scores=tuple(Score(**e) for e in entries)))
     head = json.dumps({"written_by": "scripts/refresh_intervals.py",

@@ -153,6 +153,24 @@ def test_the_interval_file_is_checked_when_read(tmp_path):
         load_intervals(bad)
 
 
+def test_speedups_have_their_own_interval_and_never_narrow_a_times():
+    """A speedup's interval comes from the published speedups (never fitted: their errors are out of sample as
+    they stand); a group pooled across kinds (a kind too thin to give its own interval: energy's one publication)
+    takes the errors of times only, so adding speedups, whose errors partly cancel, leaves a time's interval
+    as it was."""
+    from roofline.specs.intervals import IntervalTable, Score
+    times = [Score(id=f"t{i}", source=f"s{i % 20}", platform="gpu-nvidia", stack="vllm", kind="decode",
+                   fitted=True, score=0.02 * (i % 21 - 10)) for i in range(200)]
+    ratios = [Score(id=f"r{i}", source=f"p{i % 10}", platform="gpu-nvidia", stack="vllm", kind="speedup",
+                    fitted=True, score=0.001 * (i % 5 - 2)) for i in range(100)]
+    alone, both = IntervalTable(scores=tuple(times)), IntervalTable(scores=tuple(times + ratios))
+    assert both.interval("gpu-nvidia", "vllm", "energy") == alone.interval("gpu-nvidia", "vllm", "energy")
+    sp = both.interval("gpu-nvidia", "vllm", "speedup")
+    assert "kind speedup" in sp.group and 0.99 < sp.low_factor < 1 < sp.high_factor < 1.01
+    shipped = rl.interval("h100-sxm", "speedup")
+    assert shipped.n >= 100 and shipped.low_factor < 1 < shipped.high_factor
+
+
 # ------------------------------------------------------------------ commands and API
 @pytest.mark.parametrize("argv", [
     ("stage", "llama-3.1-8b", "h100-sxm", "--batch", "1,8", "--context", "2048"),
@@ -167,7 +185,7 @@ def test_every_computing_command_names_its_stack_and_bounds_its_figures(run_cli,
     data = json.loads(out)
     assert data["stack"]["name"] == "vllm"
     assert data["intervals"]["level"] == 0.8 and set(data["intervals"]["kinds"]) == {"decode", "ttft", "throughput",
-                                                                                     "energy"}
+                                                                                     "energy", "speedup"}
     pairs = []
 
     def walk(x):
@@ -191,7 +209,12 @@ def test_every_computing_command_names_its_stack_and_bounds_its_figures(run_cli,
         assert all(round(lo / v, 6) in factors for lo, v, hi in pairs
                    if lo is not None and v and not float(v).is_integer())
     code, out, _ = run_cli(*argv)
-    assert "80% range on" in " ".join(out.split())
+    said = " ".join(out.split())
+    assert "80% range on" in said
+    # a speculative scan's speedups carry the range the published speedups give, and its table says so
+    if argv[0] == "spec":
+        assert all(r["speedup_low"] < r["speedup"] < r["speedup_high"] for r in data["rows"])
+    assert ("speedup (measured / predicted)" in said) == (argv[0] == "spec")
 
 
 def test_a_placement_takes_the_ranges_of_the_devices_its_stages_run_on(run_cli):
@@ -369,7 +392,9 @@ def test_the_readme_accuracy_table_is_what_the_script_writes():
     loo = json.loads((ROOT / "docs" / "loo_errors.json").read_text())
     family_held = {f: fit_layer_overhead(ROWS, f).held_out_errors for f in mod.FAMILY_NAMES}
     kept = validate(read_rows(mod.KEPT_FILE)).rows
-    table = mod.accuracy_table({"rows": validate(ROWS).rows}, held, family_held, loo, FITS, kept)
+    ks = validate(read_rows(mod.KEPT_SPEC_FILE))
+    table = mod.accuracy_table({"rows": validate(ROWS).rows}, held, family_held, loo, FITS, kept,
+                               {"rows": ks.rows, "skipped": ks.skipped})
     readme = (ROOT / "README.md").read_text()
     assert mod.between_markers(readme, table) == readme
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import WorkloadError
 from ..specs.devices import Device
 from ..specs.groups import DeviceGroup
-from ..specs.intervals import DEFAULT_LEVEL, Interval, IntervalTable, shipped_intervals
+from ..specs.intervals import DEFAULT_LEVEL, KINDS, Interval, IntervalTable, shipped_intervals
 from ..specs.params import DEFAULT_STACK, NVIDIA_ONLY_STACKS, POOLED, family_chain, stack_family, stack_name
 
 #: Reported figures and the interval each takes: (kind, is a rate). ``time_s`` takes its stage's
@@ -32,7 +32,8 @@ FIELDS: dict[str, tuple[str, bool]] = {
     "baseline_tokens_per_s_per_user": ("decode", True), "tpot_s": ("decode", False), "itl_s": ("decode", False),
     "e2e_s": ("decode", False), "ttft_s": ("ttft", False), "energy_per_token_j": ("energy", False),
     "tokens_per_s_per_device": ("throughput", True), "tokens_per_s_per_kw": ("energy", True),
-    "output_tokens_per_s": ("throughput", True), "usd_per_million_output_tokens": ("throughput", False)}
+    "output_tokens_per_s": ("throughput", True), "usd_per_million_output_tokens": ("throughput", False),
+    "speedup": ("speedup", True)}
 #: The interval kind of a stage's ``time_s``.
 STAGE_KINDS = {"prefill": "ttft", "decode": "decode", "draft": "decode", "verify": "decode"}
 #: A stage's token rates (its tokens over its ``time_s``): they take the stage's kind as a rate; outside a stage
@@ -62,7 +63,7 @@ def intervals_for(device: Device, *, stack: str | None = None, level: float = DE
     """One interval per kind for predictions on ``device`` run by ``stack`` (default: the shipped table)."""
     table = table if table is not None else shipped_intervals()
     plat, key = platform(device), stack_key(device, stack)
-    return {kind: table.interval(plat, key, kind, level) for kind in ("decode", "ttft", "throughput", "energy")}
+    return {kind: table.interval(plat, key, kind, level) for kind in KINDS}
 
 
 def _device(device: Device | DeviceGroup) -> Device:
@@ -131,7 +132,7 @@ PLAIN = "plain:"
 #: where it has none); a token's time the decode (verify) and draft groups'; throughput and energy every group's.
 KIND_STAGES: dict[str, tuple[str, ...]] = {"ttft": ("prefill",), "decode": ("decode", "draft"),
                                            "throughput": ("prefill", "decode", "draft"),
-                                           "energy": ("prefill", "decode", "draft")}
+                                           "energy": ("prefill", "decode", "draft"), "speedup": ("decode", "draft")}
 
 
 def widest(intervals: list[Interval]) -> Interval:

@@ -44,15 +44,17 @@ from ..errors import SpecError, WorkloadError
 from .files import read_text
 
 #: Metric kinds an interval is kept for: a decode step's time per output token, a prompt's time to first token,
-#: a deployment's throughput, and energy per token. Each row's metric maps to one (:data:`METRIC_KINDS`).
-KINDS = ("decode", "ttft", "throughput", "energy")
+#: a deployment's throughput, energy per token, and a speculative setup's speedup over the same setup without
+#: speculation (a ratio of two predictions, never fitted: its errors on the shipped rows are out of sample as
+#: they stand). Each row's metric maps to one (:data:`METRIC_KINDS`).
+KINDS = ("decode", "ttft", "throughput", "energy", "speedup")
 #: The published metric behind each kind, and whether it is a rate (its score is negated to the time
-#: orientation: a throughput 10% high is a time 9% low).
+#: orientation: a throughput 10% high is a time 9% low; a speedup 10% high likewise).
 METRIC_KINDS: dict[str, tuple[str, bool]] = {
     "itl_ms": ("decode", False), "decode_tokens_per_s_per_user": ("decode", True), "ttft_ms": ("ttft", False),
     "output_tokens_per_s_per_device": ("throughput", True), "output_tokens_per_s_total": ("throughput", True),
     "total_tokens_per_s_per_device": ("throughput", True), "energy_per_token_j": ("energy", False),
-    "power_w": ("energy", False)}
+    "power_w": ("energy", False), "speedup": ("speedup", True), "decode_speedup": ("speedup", True)}
 #: The default level of an interval.
 DEFAULT_LEVEL = 0.8
 #: Group keys from the most specific to the coarsest; a level a group cannot give falls back along this list.
@@ -239,7 +241,11 @@ class IntervalTable:
         return attrs.evolve(self, exclude=source)
 
     def _group(self, fields: tuple[str, ...], key: tuple[Any, ...]) -> list[Score]:
+        """The scores of one group; a group across kinds pools the errors of times only: a speedup is a ratio of
+        two predictions whose errors partly cancel, no evidence of how far a time may be off."""
         got = _grouped(self.scores)[fields].get(key, [])
+        if "kind" not in fields:
+            got = [g for g in got if g.kind != "speedup"]
         return got if self.exclude is None else [g for g in got if g.source != self.exclude]
 
     def is_fitted(self, platform: str, stack: str) -> bool:

@@ -123,7 +123,8 @@ def emit(console: Console, view: View, args: argparse.Namespace, engine: Engine 
             rows = with_bounds(jsonable(rows), intervals, by_device=trust["by_device"])
         _write(console, csv_chunks(rows))
     elif view.script:   # a shell script: commands verbatim, never wrapped; tables and prose as # comments
-        lines = [*view.table_list(), *([stack_line(note)] if note else []), *([interval_line(trust)] if trust else [])]
+        lines = [*view.table_list(), *([stack_line(note)] if note else []),
+                 *([interval_line(trust, speedup=reports(view.data, "speedup"))] if trust else [])]
         for t in lines:
             console.print(t if isinstance(t, Text) else commented(t, console.width), soft_wrap=True)
     else:
@@ -132,7 +133,7 @@ def emit(console: Console, view: View, args: argparse.Namespace, engine: Engine 
         if note:
             console.print(safe(stack_line(note)), markup=False)
         if trust:
-            console.print(safe(interval_line(trust)), markup=False)
+            console.print(safe(interval_line(trust, speedup=reports(view.data, "speedup"))), markup=False)
 
 
 def commented(renderable: Any, width: int) -> Text:
@@ -159,8 +160,19 @@ def interval_record(trust: dict[str, Any]) -> dict[str, Any]:
                      "weighing alike (roofline.specs.intervals)"}
 
 
-def interval_line(trust: dict[str, Any]) -> str:
-    """The line under the tables giving the range of every figure: how far a measurement may fall from it."""
+def reports(data: Any, name: str, depth: int = 3) -> bool:
+    """Whether a view's data carries a figure ``name`` (in its record, or in the first row of a nested list)."""
+    if isinstance(data, Columns):
+        return name in data.columns
+    if isinstance(data, dict):
+        return name in data or (depth > 0 and any(reports(v, name, depth - 1) for v in data.values()
+                                                  if isinstance(v, (dict, list, Columns))))
+    return bool(isinstance(data, list) and data and depth > 0 and reports(data[0], name, depth - 1))
+
+
+def interval_line(trust: dict[str, Any], *, speedup: bool = False) -> str:
+    """The line under the tables giving the range of every figure: how far a measurement may fall from it (with
+    ``speedup``, a speculative setup's speedup too: measured over predicted, from the published speedups)."""
     ivs = trust["intervals"]
 
     def span(kind: str) -> str:
@@ -169,6 +181,9 @@ def interval_line(trust: dict[str, Any]) -> str:
     text = (f"{trust['level']:.0%} range on {trust['device']} (measured / predicted time; errors on publications "
             f"the fit never saw): per-token time {span('decode')}, TTFT {span('ttft')}, throughput time "
             f"{span('throughput')}, energy {span('energy')}")
+    if speedup and "speedup" in ivs:   # a rate: measured / predicted is the inverse of the time factors
+        sp = ivs["speedup"]
+        text += f"; speedup (measured / predicted) x{1 / sp.high_factor:.2f}..x{1 / sp.low_factor:.2f}"
     text += "." if fitted else "; NO fitted rows for this platform and stack: a wide range."
     aside = [k for k, iv in ivs.items() if iv.low_factor > 1 or iv.high_factor < 1]
     if aside:   # an interval that leaves the prediction out: the model has leaned one way on this platform
