@@ -158,16 +158,7 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         if mine:
             rows.append(f"| GPU energy: {name} | {len(mine)} | {med([r['error'] for r in mine])} | — | — | "
                         f"{cover(mine)} |")
-    if kept:
-        mine = [r for r in kept if timed(r)]
-        blind = med([r["error"] for r in mine])
-        rows.append(f"| Kept set: time rows from publications no fit reads (`kept.csv`) | {len(mine)} | {blind} | — | "
-                    f"{blind} | {cover(mine, {})} |")
-    if kept_spec:
-        mine, blind = kept_spec["rows"], med([r["error"] for r in kept_spec["rows"]])
-        total = len(mine) + len(kept_spec["skipped"])
-        rows.append(f"| Kept set: speculative rows (`kept_spec.csv`; {len(mine)} of {total} predictable) | "
-                    f"{len(mine)} | {blind} | — | {blind} | {cover(mine, {})} |")
+    rows += kept_rows(kept, kept_spec, med, cover)
     for fam, name in PROFILE_FAMILY_NAMES.items():
         fit = (fits or {}).get(fam)
         if fit:
@@ -180,6 +171,23 @@ def accuracy_table(v: dict, held: dict[str, float], family_held: dict[str, dict[
         rows.append(f"| {name} | {len(mine)} | {med([r['error'] for r in mine])} | — | {med(h)} ({len(h)} held-out "
                     f"rows) | {cover(mine)} |")
     return "\n".join(rows)
+
+
+def kept_rows(kept: list[dict] | None, kept_spec: dict | None, med, cover) -> list[str]:
+    """The accuracy table's kept-set rows: the time rows of kept.csv and the speculative rows of kept_spec.csv (with
+    how many of them the format and model could predict), every error blind."""
+    out = []
+    if kept:
+        mine = [r for r in kept if timed(r)]
+        blind = med([r["error"] for r in mine])
+        out.append(f"| Kept set: time rows from publications no fit reads (`kept.csv`) | {len(mine)} | {blind} | — | "
+                   f"{blind} | {cover(mine, {})} |")
+    if kept_spec:
+        mine, blind = kept_spec["rows"], med([r["error"] for r in kept_spec["rows"]])
+        total = len(mine) + len(kept_spec["skipped"])
+        out.append(f"| Kept set: speculative rows (`kept_spec.csv`; {len(mine)} of {total} predictable) | "
+                   f"{len(mine)} | {blind} | — | {blind} | {cover(mine, {})} |")
+    return out
 
 
 #: The stack and device table's rows: a label and the stack families (or device ids) of each part it splits into.

@@ -301,12 +301,14 @@ def test_collectives_leave_the_scale_up_domain_on_the_scale_out_network(run_cli)
 def test_a_torus_slice_beyond_max_tp_is_not_called_understated(run_cli):
     """On a TPU the ICI torus joins the whole slice (max_tp is only the profile's default tensor-parallel width):
     a 16-chip v6e slice's caption says its collectives cross the torus's hops (a 4 x 4 slice without wraparound:
-    3 + 3), not that comm is understated for want of a scale-out link."""
+    3 + 3 for a reduce-scatter), not that comm is understated for want of a scale-out link."""
     said = " ".join(run_cli("stage", "llama-3.1-70b", "tpu-v6e:16", "--batch", "8")[1].split())
     assert "understated" not in said and "2-axis torus joins the whole slice" in said
-    assert "cross 6 hops" in said
+    assert "crosses 6 hops (an all-reduce, both: 12)" in said
     assert json.loads(run_cli("stage", "llama-3.1-70b", "tpu-v6e:16", "--batch", "8", "--json")[1])["notes"] == [
         said[said.index("16 devices, more than"):said.index("does not give).") + len("does not give).")]]
+    # sixteen pipeline stages of one chip each: no tensor-parallel collective crosses the torus, nothing to say
+    assert "torus" not in " ".join(run_cli("stage", "llama-3.1-70b", "tpu-v6e:1x16", "--batch", "8")[1].split())
 
 
 def test_show_renders_every_shipped_device(run_cli):

@@ -248,11 +248,14 @@ class IntervalTable:
             got = [g for g in got if g.kind != "speedup"]
         return got if self.exclude is None else [g for g in got if g.source != self.exclude]
 
-    def is_fitted(self, platform: str, stack: str) -> bool:
+    def is_fitted(self, platform: str, stack: str, kind: str | None = None) -> bool:
         """Whether any shipped score comes from fitted rows of this platform and stack family (``*``: of any
-        stack family on this platform, as the pooled set is fitted on all of them)."""
+        stack family on this platform, as the pooled set is fitted on all of them). A time's evidence is times'
+        scores; a speedup's (``kind`` speedup) is speedups': a stack whose speedups were published (the research
+        harnesses' ``other``) has no fitted times for it."""
+        speedup = kind == "speedup"
         return any(s.fitted and s.platform == platform and stack in ("*", s.stack) and s.source != self.exclude
-                   for s in self.scores)
+                   and (s.kind == "speedup") == speedup for s in self.scores)
 
     def interval(self, platform: str, stack: str, kind: str, level: float = DEFAULT_LEVEL,
                  fitted: bool | None = None) -> Interval:
@@ -261,7 +264,7 @@ class IntervalTable:
         if kind not in KINDS:
             raise WorkloadError(f"unknown interval kind {kind!r} (one of {', '.join(KINDS)})")
         if fitted is None:
-            fitted = self.is_fitted(platform, stack)
+            fitted = self.is_fitted(platform, stack, kind)
         probe = {"platform": platform, "stack": stack, "kind": kind, "fitted": fitted}
         for fields in FALLBACK:
             got = self._group(fields, tuple(probe[f] for f in fields))

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..records import plain
 from ..serving.trust import stage_intervals, with_bounds
+from ..specs.intervals import Interval
 from ..specs.params import WEIGHT_ONLY_KERNELS
 from .columns import Columns, csv_cell, json_chunks
 from .options import Engine
@@ -124,7 +125,7 @@ def emit(console: Console, view: View, args: argparse.Namespace, engine: Engine 
         _write(console, csv_chunks(rows))
     elif view.script:   # a shell script: commands verbatim, never wrapped; tables and prose as # comments
         lines = [*view.table_list(), *([stack_line(note)] if note else []),
-                 *([interval_line(trust, speedup=reports(view.data, "speedup"))] if trust else [])]
+                 *([interval_line(trust, speedup=speedup_interval(view.data, trust))] if trust else [])]
         for t in lines:
             console.print(t if isinstance(t, Text) else commented(t, console.width), soft_wrap=True)
     else:
@@ -133,7 +134,7 @@ def emit(console: Console, view: View, args: argparse.Namespace, engine: Engine 
         if note:
             console.print(safe(stack_line(note)), markup=False)
         if trust:
-            console.print(safe(interval_line(trust, speedup=reports(view.data, "speedup"))), markup=False)
+            console.print(safe(interval_line(trust, speedup=speedup_interval(view.data, trust))), markup=False)
 
 
 def commented(renderable: Any, width: int) -> Text:
@@ -170,9 +171,21 @@ def reports(data: Any, name: str, depth: int = 3) -> bool:
     return bool(isinstance(data, list) and data and depth > 0 and reports(data[0], name, depth - 1))
 
 
-def interval_line(trust: dict[str, Any], *, speedup: bool = False) -> str:
+def speedup_interval(data: Any, trust: dict[str, Any]) -> Interval | None:
+    """The interval a view's speedups take (None where it shows none): its stages' devices' widest where the view
+    names them (a draft on another device kind: :func:`stage_intervals`), as its JSON's ``speedup_low`` and
+    ``speedup_high`` take it, else the headline device's."""
+    if not reports(data, "speedup"):
+        return None
+    stages = data.get("stage_devices") if isinstance(data, dict) else None
+    ivs = stage_intervals(stages, trust["intervals"], trust["by_device"]) if isinstance(stages, dict) else trust[
+        "intervals"]
+    return ivs.get("speedup")
+
+
+def interval_line(trust: dict[str, Any], *, speedup: Interval | None = None) -> str:
     """The line under the tables giving the range of every figure: how far a measurement may fall from it (with
-    ``speedup``, a speculative setup's speedup too: measured over predicted, from the published speedups)."""
+    ``speedup``, the interval a view's speedups take: measured over predicted)."""
     ivs = trust["intervals"]
 
     def span(kind: str) -> str:
@@ -181,9 +194,9 @@ def interval_line(trust: dict[str, Any], *, speedup: bool = False) -> str:
     text = (f"{trust['level']:.0%} range on {trust['device']} (measured / predicted time; errors on publications "
             f"the fit never saw): per-token time {span('decode')}, TTFT {span('ttft')}, throughput time "
             f"{span('throughput')}, energy {span('energy')}")
-    if speedup and "speedup" in ivs:   # a rate: measured / predicted is the inverse of the time factors
-        sp = ivs["speedup"]
-        text += f"; speedup (measured / predicted) x{1 / sp.high_factor:.2f}..x{1 / sp.low_factor:.2f}"
+    if speedup is not None:   # a rate: measured / predicted is the inverse of the time factors
+        text += f"; speedup (measured / predicted) x{1 / speedup.high_factor:.2f}..x{1 / speedup.low_factor:.2f}"
+        text += "" if speedup.fitted else " (NO fitted rows)"
     text += "." if fitted else "; NO fitted rows for this platform and stack: a wide range."
     aside = [k for k, iv in ivs.items() if iv.low_factor > 1 or iv.high_factor < 1]
     if aside:   # an interval that leaves the prediction out: the model has leaned one way on this platform

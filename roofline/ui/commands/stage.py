@@ -62,10 +62,14 @@ def _beyond_domain(group: DeviceGroup, params: EngineParams) -> str:
                 f"stage hops between domains run on the scale-out network ({out / 1e9:.0f} GB/s per device).")
     up = group.device.scale_up
     if up.torus is not None:   # a torus (TPU ICI, NeuronLink) joins the whole slice: max_tp is only a layout default
+        if group.tp <= 1:      # pipeline stages only: their hops run on the torus too, and no collective crosses it
+            return ""
+        hops = up.ring_hops(group.tp)
         return (f" {group.tp * group.pp} devices, more than the {group.device.family} profile's default tensor-parallel "
-                f"width ({max_tp:.0f}, max_tp): the scale-up link's {up.torus}-axis torus joins the whole slice, so its "
-                f"collectives cross {up.ring_hops(group.tp)} hops at that link's bandwidth (a slice beyond one pod "
-                "would also cross the data-centre network, which the spec does not give).")
+                f"width ({max_tp:.0f}, max_tp): the scale-up link's {up.torus}-axis torus joins the whole slice, so a "
+                f"reduce-scatter or all-gather over the {group.tp} tensor-parallel devices crosses {hops} hops (an "
+                f"all-reduce, both: {2 * hops}) at that link's bandwidth (a slice beyond one pod would also cross the "
+                "data-centre network, which the spec does not give).")
     return (f" {group.tp * group.pp} devices are more than the {group.device.family} profile's {max_tp:.0f}-device "
             f"scale-up domain (max_tp) and {group.device.id} has no scale-out link in its spec: everything is charged "
             f"at the scale-up link's bandwidth, so comm is understated (--set {group.device.id}.scale_out.bandwidth=...).")
