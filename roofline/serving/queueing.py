@@ -245,7 +245,7 @@ def renewal_mean(window_s: Array, rate_per_s: Array, cv2: float) -> Array:
     """The mean number of arrivals within ``window_s`` after (or before) an arrival: the renewal function
     sum_k P(Gamma(k/cv2, cv2/rate) <= w) (rate x w for Poisson). The counts' pmf lumps every count beyond
     MAX_BACKWARD into its last; where that lump holds mass the window is long against the gaps, and the renewal
-    function's asymptote m(w) = rate w + (cv2 - 1) / 2 (Cox, *Renewal Theory*, 1962, §4.5; within 0.1% of the
+    function's asymptote m(w) = rate w + (cv2 - 1) / 2 (Cox, *Renewal Theory*, 1962, §4.5; within 0.2% of the
     full sum once the lump exceeds 1e-6, for cv2 from 0.3 to 4) takes over."""
     m = np.maximum(np.asarray(window_s, dtype=float), 0.0) * np.asarray(rate_per_s, dtype=float)
     if abs(cv2 - 1.0) < 1e-12:   # Poisson: exactly rate x w
