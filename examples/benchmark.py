@@ -183,6 +183,29 @@ def calibration_rows(quick: bool) -> list[dict]:
     return out
 
 
+def size_at_rate_row(repeat: int) -> dict:
+    """Served-load sizing in the library (issue: "size --rate answers in under a second"): the fewest B200s whose p99
+    TTFT and ITL meet their limits at 20 requests/s, over the group shapes and both placements (the README's
+    `size --rate` example on one device kind); points: the queue evaluations it made."""
+    import roofline.serving.load as load
+    target = rl.LoadTarget(rate_per_s=20, workload=rl.Workload(lengths=rl.Lengths.lognormal(1024, 1024, cv=0.8)),
+                           limits={"ttft_p99_s": 1.0, "itl_p99_s": 0.05})
+    rl.size_at_rate("llama-3.1-70b", "b200", target)   # warm: specs read, presets resolved
+    calls, inner = [0], load.engine_load
+
+    def counted(*a, **k):
+        calls[0] += 1
+        return inner(*a, **k)
+    load.engine_load = counted
+    try:
+        t = best_of(lambda: rl.size_at_rate("llama-3.1-70b", "b200", target), min(repeat, 3))
+    finally:
+        load.engine_load = inner
+    evaluations = calls[0] // min(repeat, 3)
+    return {"workload": f"size at a rate, one device kind (goal < 1 s; {evaluations} queue evaluations)",
+            "points": evaluations, "time_s": t, "floor_s": floor_s(evaluations, repeat), "goal_ratio": None}
+
+
 def run(quick: bool) -> dict:
     repeat = 1 if quick else 7   # quick: the benchmark runs (its figures are read from a full run)
     side = 100 if quick else 1000
@@ -224,6 +247,7 @@ def run(quick: bool) -> dict:
                  "goal_ratio": None})
     rows += calibration_rows(quick)
     rows += sweep_rows(quick, repeat)
+    rows.append(size_at_rate_row(repeat))
     for r in rows:
         r["points_per_s"] = r["points"] / r["time_s"]
         r["ratio_to_floor"] = r["time_s"] / r["floor_s"]
