@@ -181,6 +181,21 @@ def test_speedups_have_their_own_interval_and_never_narrow_a_times():
         scores=tuple(times + unfit)).interval("gpu-nvidia", "other", "decode")
 
 
+def test_a_platform_with_fitted_times_but_no_published_speedups_is_not_called_unfitted(run_cli):
+    """Gaudi and AMD GPUs have fitted times and no published speedups: their range line says nothing of "NO fitted
+    rows" (the speedup kind is said apart), and a speedup there takes the speedups published on other platforms,
+    fitted evidence, not a family's errors before its fit; a Corsair draft (nothing fitted) keeps a wide range."""
+    for argv in (("stage", "llama-3.1-8b", "gaudi3", "--batch", "8"), ("stage", "llama-3.1-8b", "mi300x", "--batch", "8")):
+        code, out, err = run_cli(*argv)
+        assert code == 0, err
+        assert "80% range on" in out and "NO fitted rows" not in " ".join(out.split())
+    data = json.loads(run_cli("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b", "--verify-on",
+                              "mi300x:4", "--alpha", "0.8", "--gamma", "4", "--json")[1])
+    sp = data["intervals"]["kinds"]["speedup"]
+    assert sp["fitted"] and "kind speedup" in sp["group"]
+    assert rl.interval("corsair", "speedup").fitted is False
+
+
 # ------------------------------------------------------------------ commands and API
 @pytest.mark.parametrize("argv", [
     ("stage", "llama-3.1-8b", "h100-sxm", "--batch", "1,8", "--context", "2048"),

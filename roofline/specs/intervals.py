@@ -251,11 +251,12 @@ class IntervalTable:
     def is_fitted(self, platform: str, stack: str, kind: str | None = None) -> bool:
         """Whether any shipped score comes from fitted rows of this platform and stack family (``*``: of any
         stack family on this platform, as the pooled set is fitted on all of them). A time's evidence is times'
-        scores; a speedup's (``kind`` speedup) is speedups': a stack whose speedups were published (the research
-        harnesses' ``other``) has no fitted times for it."""
-        speedup = kind == "speedup"
+        scores only: a stack whose speedups were published (the research harnesses' ``other``) has no fitted times
+        for it. A speedup (``kind`` speedup, a ratio of two predictions on the same devices) is fitted evidence
+        where either is: published speedups of the stack, or its fitted times (an AMD GPU's speedups then take
+        the speedups published on other platforms, not a family's errors before any fit)."""
         return any(s.fitted and s.platform == platform and stack in ("*", s.stack) and s.source != self.exclude
-                   and (s.kind == "speedup") == speedup for s in self.scores)
+                   and (kind == "speedup" or s.kind != "speedup") for s in self.scores)
 
     def interval(self, platform: str, stack: str, kind: str, level: float = DEFAULT_LEVEL,
                  fitted: bool | None = None) -> Interval:

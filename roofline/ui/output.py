@@ -23,6 +23,9 @@ from .columns import Columns, csv_cell, json_chunks
 from .options import Engine
 from .render_common import View, cell, safe
 
+#: The kinds of the range line's times (a speedup's range is said apart, where a view shows speedups).
+TIME_KINDS = ("decode", "ttft", "throughput", "energy")
+
 #: numpy scalars/arrays and non-finite floats to plain JSON (NaN -> null): the records' own conversion.
 jsonable = plain
 
@@ -186,7 +189,7 @@ def speedup_interval(data: Any, trust: dict[str, Any]) -> Interval | None:
 def interval_line(trust: dict[str, Any], *, speedup: Interval | None = None) -> str:
     """The line under the tables giving the range of every figure: how far a measurement may fall from it (with
     ``speedup``, the interval a view's speedups take: measured over predicted)."""
-    ivs = trust["intervals"]
+    ivs = {k: iv for k, iv in trust["intervals"].items() if k in TIME_KINDS}   # a speedup's range is said apart
 
     def span(kind: str) -> str:
         return f"x{ivs[kind].low_factor:.2f}..x{ivs[kind].high_factor:.2f}"
@@ -206,7 +209,7 @@ def interval_line(trust: dict[str, Any], *, speedup: Interval | None = None) -> 
     for d in (d for d in trust.get("devices", []) if d != trust["device"]):   # every device's own, not only the first's
         own = trust["by_device"](d)
         others.append(f"{d} x{own['decode'].low_factor:.2f}..x{own['decode'].high_factor:.2f}"
-                      + ("" if all(iv.fitted for iv in own.values()) else " (NO fitted rows)"))
+                      + ("" if all(own[k].fitted for k in TIME_KINDS) else " (NO fitted rows)"))
     return text + (f" Per-token time on {', '.join(others)}; a figure from several kinds takes the widest; the "
                    f"rest: the JSON's intervals.by_device." if others else "")
 
