@@ -425,6 +425,44 @@ def test_size_at_rate_meets_its_limits_and_more_load_never_needs_fewer_devices()
         assert sized[20.0].get(kind, math.inf) >= n
 
 
+@given(need=st.integers(1, 5000), start=st.integers(1, 300), most=st.integers(1, 6000))
+def test_the_replica_search_finds_the_fewest_and_never_tries_beyond_its_bound(need, start, most):
+    """_fewest on a monotone predicate (meets from ``need`` replicas up): the smallest count in [start, most] that
+    meets, None where even ``most`` misses, and no count above ``most`` tried (the bound that spares a shape's
+    evaluations once another shape needs fewer devices)."""
+    from roofline.serving.load_sizing import _fewest
+    tried = []
+
+    def at(n: int) -> tuple[bool, int]:
+        tried.append(n)
+        return n >= need, n
+    found = _fewest(at, start, most)
+    expect = max(need, start) if max(need, start) <= most else None
+    assert (found[0] if found else None) == expect
+    assert max(tried, default=0) <= most
+
+
+def test_sizing_a_rate_bounded_by_the_best_shape_chooses_what_sizing_every_shape_does():
+    """size_at_rate stops a shape's search once it cannot beat the fewest devices found (fewer evaluations); the
+    answer must be the one sizing every shape to its end gives."""
+    import roofline.serving.load_sizing as sizing
+    target = sizing.LoadTarget(rate_per_s=20, workload=Workload(lengths=Lengths.lognormal(1024, 1024, cv=0.8)),
+                               limits={"ttft_p99_s": 1.0, "itl_p99_s": 0.05})
+    bounded = rl.size_at_rate("llama-3.1-70b", "b200", target)
+    unbounded_sized = sizing._sized
+
+    def every_shape(*a, **k):
+        k.pop("fewer_than", None)
+        return unbounded_sized(*a, **k)
+    sizing._sized = every_shape
+    try:
+        full = rl.size_at_rate("llama-3.1-70b", "b200", target)
+    finally:
+        sizing._sized = unbounded_sized
+    assert [(o.placement, o.devices, o.group) for o in bounded] == [(o.placement, o.devices, o.group) for o in full]
+    assert all(o.feasible for o in bounded)
+
+
 @pytest.mark.parametrize(("p1", "t1", "p2", "t2"), [(0.01, 10.0, 0.3, 1.0), (0.3, 1.0, 0.01, 10.0), (0.2, 2.0, 0.2, 2.0),
                                               (0.5, 5.0, 0.05, 0.5), (0.0, 0.0, 0.4, 3.0)])
 def test_two_waits_sum_as_a_simulation_of_both(p1, t1, p2, t2):

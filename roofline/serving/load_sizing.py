@@ -106,15 +106,18 @@ class LoadOption(Option):
     e2e_p99_s: float = math.nan
 
 
-def _fewest(at: Any, start: int) -> tuple[int, LoadResult] | None:
-    """The smallest count n >= ``start`` with ``at(n)`` = (True, result), given that a larger count never turns a
-    met limit into a missed one: doubling until one meets, then bisecting; None up to MAX_REPLICAS."""
-    lo, hi = start - 1, start
+def _fewest(at: Any, start: int, most: int = MAX_REPLICAS) -> tuple[int, LoadResult] | None:
+    """The smallest count n in [``start``, ``most``] with ``at(n)`` = (True, result), given that a larger count never
+    turns a met limit into a missed one: doubling until one meets (the last try at ``most``), then bisecting; None
+    where even ``most`` misses."""
+    lo, hi = start - 1, min(start, most)
+    if hi < start:
+        return None
     ok, r = at(hi)
     while not ok:
-        if hi >= MAX_REPLICAS:
+        if hi >= most:
             return None
-        lo, hi = hi, min(hi * 2, MAX_REPLICAS)
+        lo, hi = hi, min(hi * 2, most)
         ok, r = at(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -126,8 +129,9 @@ def _fewest(at: Any, start: int) -> tuple[int, LoadResult] | None:
     return hi, r
 
 
-def _first_meeting(d: Deployment, rate: float, limits: Mapping[str, float], start: int) -> tuple[int, LoadResult] | None:
-    """The fewest replicas from ``start`` whose decode replicas meet the limits, each at its share of the rate and
+def _first_meeting(d: Deployment, rate: float, limits: Mapping[str, float], start: int,
+                   most: int = MAX_REPLICAS) -> tuple[int, LoadResult] | None:
+    """The fewest replicas in [``start``, ``most``] whose decode replicas meet the limits, each at its share of the rate and
     the burstiness that share has (:func:`roofline.serving.queueing.split_cv2`). A disaggregated deployment is
     tried with a prefill pool at most half busy, so that its TTFT and E2E limits see the wait for a decode slot
     (which only more decode replicas shorten) and little of the pool's own."""
@@ -138,7 +142,7 @@ def _first_meeting(d: Deployment, rate: float, limits: Mapping[str, float], star
     def at(n: int) -> tuple[bool, LoadResult]:
         r = attrs.evolve(d, replicas=n).at([rate])
         return bool(meets(r, limits)[0]), r
-    return _fewest(at, start)
+    return _fewest(at, start, most)
 
 
 def _why_not(d: Deployment, limits: Mapping[str, float]) -> str:
@@ -162,11 +166,16 @@ def _priced(model: ModelSpec, g: DeviceGroup, kind: str, target: LoadTarget, *, 
 
 
 def _sized(model: ModelSpec, d: Deployment, start: int, target: LoadTarget, *, formats: Mapping[str, Any],
-           params: EngineParams | None, prices: Prices) -> Option:
-    """The fewest replicas (and prefill groups) of one priced shape whose percentiles meet the limits."""
+           params: EngineParams | None, prices: Prices, fewer_than: float = math.inf) -> Option | None:
+    """The fewest replicas (and prefill groups) of one priced shape whose percentiles meet the limits; None where
+    it would take ``fewer_than`` devices or more (another shape already needs fewer: its decode replicas alone are
+    searched only below that count, which spares the evaluations above it)."""
     g, kind = d.placement.decode, "disaggregated" if d.placement.prefill is not None else "aggregated"
     limits = dict(target.limits)
-    found = _first_meeting(d, target.rate_per_s, limits, start)
+    most = MAX_REPLICAS if math.isinf(fewer_than) else min(MAX_REPLICAS, math.ceil(fewer_than / g.count) - 1)
+    found = _first_meeting(d, target.rate_per_s, limits, start, most)
+    if found is None and most < MAX_REPLICAS:
+        return None
     if found is None:
         return Option(device=g.device.id, placement=kind, reason=_why_not(d, limits))
     replicas, r = found
@@ -195,9 +204,12 @@ def _kind(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: Lo
         if start * d.placement.decode.count >= best:
             continue
         try:
-            o = _sized(model, d, start, target, formats=kw["formats"], params=kw["params"], prices=kw["prices"])
+            o = _sized(model, d, start, target, formats=kw["formats"], params=kw["params"], prices=kw["prices"],
+                       fewer_than=best)
         except RooflineError as e:
             o = Option(device=d.placement.decode.device.id, placement=kind, reason=str(e))
+        if o is None:   # cannot beat the best found
+            continue
         found.append(o)
         best = min(best, o.devices) if o.feasible else best
     ok = [o for o in found if isinstance(o, LoadOption) and o.feasible]   # an Option alone says why not
