@@ -1049,20 +1049,21 @@ def test_fourth_review_answers(run_cli):
 
 
 def test_energy_captions_say_when_idle_power_is_assumed(run_cli):
-    """Most spec files publish no idle power; the energy a table shows then charges the assumed share of TDP,
-    and its caption says so and for which devices (the H100 SXM's idle power is published, the H200's our own
-    measurement)."""
+    """Many spec files publish no idle power; the energy a table shows then charges the assumed share of TDP,
+    and its caption says so and for which devices (the H100 SXM's and B200's idle powers are published
+    nvidia-smi readings, the H200's our own measurement)."""
     from roofline.physics.energy import DEFAULT_POWER
     share = f"{DEFAULT_POWER.idle_fraction_of_tdp:.0%} of TDP assumed"
     spec = ("spec", "--target", "llama-3.1-70b", "--draft", "llama-3.1-8b", "--alpha", "0.8", "--gamma", "1..2")
-    said = " ".join(run_cli(*spec, "--verify-on", "b200:4", "--draft-on", "h100-sxm")[1].split())
-    assert f"Idle power not published for b200: {share}" in said
+    said = " ".join(run_cli(*spec, "--verify-on", "gb200:4", "--draft-on", "h100-sxm")[1].split())
+    assert f"Idle power not published for gb200: {share}" in said
     assert "Idle power" not in " ".join(run_cli(*spec, "--verify-on", "h100-sxm:4")[1].split())
-    said = " ".join(run_cli("size", "llama-3.1-8b", "--devices", "b200,h200-sxm,h100-sxm", "--users", "10",
+    assert "Idle power" not in " ".join(run_cli(*spec, "--verify-on", "b200:4")[1].split())
+    said = " ".join(run_cli("size", "llama-3.1-8b", "--devices", "gb200,h200-sxm,b200", "--users", "10",
                             "--min-tokens-per-s-per-user", "30")[1].split())
-    assert f"Idle power not published for b200: {share}" in said and "published for b200, h200" not in said
-    said = " ".join(run_cli("placements", "--target", "llama-3.1-8b", "--devices", "mi300x")[1].split())
-    assert "Idle power not published for mi300x" in said
+    assert f"Idle power not published for gb200: {share}" in said and "b200, h200" not in said
+    said = " ".join(run_cli("placements", "--target", "llama-3.1-8b", "--devices", "mi325x")[1].split())
+    assert "Idle power not published for mi325x" in said
 
 
 def test_format_help_names_the_chips_defaults(capsys):
