@@ -14,7 +14,11 @@ Reads, all from files the project ships (run after a refit, `scripts/refresh_doc
   set's (roofline/validation/kept_spec.csv, marked ``kept``);
 * the kept set (roofline/validation/kept.csv): publications no fit has used, predicted by the shipped profile as a
   new user would (marked ``kept``; their group counts as fitted where the held-out evidence has fitted rows of the
-  same platform and stack, as a user's prediction there would).
+  same platform and stack, as a user's prediction there would);
+* the MLPerf Server and Interactive runs priced at the rate they were measured at (scripts/served_at_rate.py):
+  their p99 TTFT and p99 TPOT against the model's at that rate (kinds ``load_ttft``, ``load_tpot``; never
+  fitted), each submitter's results of one round counted as one publication; a run the model cannot carry at
+  its measured rate (utilisation 0.99 or more) gives none.
 Each becomes a score log(measured / predicted) in the time orientation (roofline.specs.intervals).
 """
 
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from pathlib import Path
 
 from roofline.errors import RooflineError
@@ -80,6 +86,27 @@ def speedup_scores(rows, *, kept: bool) -> list[dict]:
     return out
 
 
+def load_scores(held_out: IntervalTable) -> list[dict]:
+    """The served-load runs' errors at their measured rate (module docstring): one ``load_ttft`` and one
+    ``load_tpot`` score per run that publishes the p99, fitted where ``held_out`` has fitted times of its platform
+    and stack."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from served_at_rate import priced_runs
+    out = []
+    for run in (r for r in priced_runs() if not r["saturated"]):
+        row = run["row"]
+        dev = resolve_device(row.get("hardware"))
+        stack = family_chain(stack_family(row.get("stack")))[-1] if dev.family == "gpu" else "*"
+        where = re.match(r"^(.*?/closed/[^/]+)/", row.get("source") or "")   # one submitter's results of one round
+        for kind, name in (("load_ttft", "p99 TTFT"), ("load_tpot", "p99 TPOT")):
+            measured, model = run["measured"][name], run["model"][name]
+            if measured and model > 0 and math.isfinite(model):
+                out.append({"id": row.id, "source": where.group(1) if where else row.get("source"),
+                            "platform": platform(dev), "stack": stack, "kind": kind,
+                            "fitted": held_out.is_fitted(platform(dev), stack), "score": round(math.log(measured / model), 6)})
+    return out
+
+
 def main() -> int:
     rows = {r.id: r for r in read_rows(shipped_data())}
     entries = []
@@ -103,7 +130,8 @@ def main() -> int:
     entries += speedup_scores(rows.values(), kept=False)
     entries += speedup_scores(read_rows(ROOT / "roofline" / "validation" / "kept_spec.csv"), kept=True)
     entries = [e for e in entries if e is not None]
-    entries += kept_scores(IntervalTable(scores=tuple(Score(**e) for e in entries)))
+    held_out = IntervalTable(scores=tuple(Score(**e) for e in entries))
+    entries += kept_scores(held_out) + load_scores(held_out)
     head = json.dumps({"written_by": "scripts/refresh_intervals.py",
                        "score": "log(measured / predicted), time orientation"})[:-1]
     body = ",\n".join(json.dumps(e, sort_keys=True) for e in entries)   # one score a line: diffs stay readable

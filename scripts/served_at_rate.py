@@ -70,38 +70,53 @@ def _priced(row: Any, params: Any) -> tuple[Any, float, Any]:
         validate.predict_row(row, params)
     finally:
         validate.max_rate = inner
+    if not seen:
+        raise SystemExit(f"{row.id}: validate priced no deployment for it")
     _, d, rate, result = max(seen, key=lambda s: s[0])
     return d, rate, result
 
 
-def _ratio(model: float, measured: float | None) -> str:
-    return f"{model / measured:.2f}" if measured and model == model else "-"
+def _ratio(model: float, measured: float | None, saturated: bool) -> str:
+    return f"{model / measured:.2f}" if measured and model == model and not saturated else "-"
 
 
-def table() -> tuple[list[str], dict[str, list[float]]]:
+def priced_runs() -> list[dict[str, Any]]:
+    """Every run with a measured throughput, priced at its measured rate: its throughput row, the model's largest
+    rate over the measured one, its utilisation there, and the model's and the measured mean and p99 TTFT and TPOT
+    (ms; None where the run publishes none), ``saturated`` where the model's utilisation reaches
+    :data:`SATURATED`."""
     prof = shipped_profile()
-    lines = ["| run | device | model | limits p99 TTFT / TPOT ms | largest rate | util | mean TTFT | p99 TTFT | "
-             "mean TPOT | p99 TPOT |", "|---|---|---|---|---|---|---|---|---|---|"]
-    ratios: dict[str, list[float]] = {"mean TTFT": [], "p99 TTFT": [], "mean TPOT": [], "p99 TPOT": []}
+    out = []
     for run in _runs(validate.read_rows(validate.shipped_data())):
         tok = run["output_tokens_per_s_total"]
         d, rate, best = _priced(tok, validate.row_params(prof, tok))
-        measured_rate = rate * float(tok.get("value")) / float(best.output_tokens_per_s[0])
-        at = d.at([measured_rate])
-        util = float(at.utilisation[0])
+        at = d.at([rate * float(tok.get("value")) / float(best.output_tokens_per_s[0])])
         tt, it = run.get("ttft_ms"), run.get("itl_ms")
-        model = {"mean TTFT": float(at.ttft_mean_s[0]) * 1e3, "p99 TTFT": float(at.ttft_p99_s[0]) * 1e3,
-                 "mean TPOT": float(at.tpot_mean_s[0]) * 1e3, "p99 TPOT": float(at.tpot_p99_s[0]) * 1e3}
-        measured = {"mean TTFT": float(tt.get("value")) if tt else None, "p99 TTFT": _p99_ms(tt) if tt else None,
-                    "mean TPOT": float(it.get("value")) if it else None, "p99 TPOT": _p99_ms(it) if it else None}
-        saturated = util >= SATURATED
+        out.append({"row": tok, "rows": run, "largest": float(best.output_tokens_per_s[0]) / float(tok.get("value")),
+                    "util": float(at.utilisation[0]), "saturated": float(at.utilisation[0]) >= SATURATED,
+                    "model": {"mean TTFT": float(at.ttft_mean_s[0]) * 1e3, "p99 TTFT": float(at.ttft_p99_s[0]) * 1e3,
+                              "mean TPOT": float(at.tpot_mean_s[0]) * 1e3, "p99 TPOT": float(at.tpot_p99_s[0]) * 1e3},
+                    "measured": {"mean TTFT": float(tt.get("value")) if tt else None,
+                                 "p99 TTFT": _p99_ms(tt) if tt else None,
+                                 "mean TPOT": float(it.get("value")) if it else None,
+                                 "p99 TPOT": _p99_ms(it) if it else None}})
+    return out
+
+
+def table() -> tuple[list[str], dict[str, list[float]]]:
+    lines = ["| run | device | model | limits p99 TTFT / TPOT ms | largest rate | util | mean TTFT | p99 TTFT | "
+             "mean TPOT | p99 TPOT |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ratios: dict[str, list[float]] = {"mean TTFT": [], "p99 TTFT": [], "mean TPOT": [], "p99 TPOT": []}
+    for p in priced_runs():
+        tok, model, measured = p["row"], p["model"], p["measured"]
         for k in ratios:
-            if measured[k] and model[k] == model[k] and not saturated:
-                ratios[k].append(model[k] / measured[k])
-        cells = " | ".join(_ratio(model[k], measured[k]) for k in ratios)
+            got = measured[k]
+            if got and model[k] == model[k] and not p["saturated"]:
+                ratios[k].append(model[k] / got)
+        cells = " | ".join(_ratio(model[k], measured[k], p["saturated"]) for k in ratios)
         lines.append(f"| {tok.id} | {tok.get('hardware')} | {tok.get('model')} | {tok.get('p99_ttft_ms')} / "
-                     f"{tok.get('p99_tpot_ms')} | {float(best.output_tokens_per_s[0]) / float(tok.get('value')):.2f} "
-                     f"| {util:.2f}{' (at capacity)' if saturated else ''} | {cells} |")
+                     f"{tok.get('p99_tpot_ms')} | {p['largest']:.2f} "
+                     f"| {p['util']:.2f}{' (at capacity)' if p['saturated'] else ''} | {cells} |")
     return lines, ratios
 
 

@@ -442,24 +442,28 @@ def test_the_replica_search_finds_the_fewest_and_never_tries_beyond_its_bound(ne
     assert max(tried, default=0) <= most
 
 
-def test_sizing_a_rate_bounded_by_the_best_shape_chooses_what_sizing_every_shape_does():
-    """size_at_rate stops a shape's search once it cannot beat the fewest devices found (fewer evaluations); the
-    answer must be the one sizing every shape to its end gives."""
+@pytest.mark.parametrize("rate", [20.0, 2.0])
+def test_sizing_a_rate_bounded_by_the_best_shape_chooses_what_sizing_every_shape_does(rate):
+    """size_at_rate stops a shape's search once it cannot beat or tie the fewest devices found (fewer
+    evaluations); the answer must be the one sizing every shape to its end gives, ties in devices broken by the
+    lower p99 TTFT (at 2 requests/s three b200:2 replicas tie six single B200s and wait less: a review found the
+    bound had dropped that tie)."""
     import roofline.serving.load_sizing as sizing
-    target = sizing.LoadTarget(rate_per_s=20, workload=Workload(lengths=Lengths.lognormal(1024, 1024, cv=0.8)),
+    target = sizing.LoadTarget(rate_per_s=rate, workload=Workload(lengths=Lengths.lognormal(1024, 1024, cv=0.8)),
                                limits={"ttft_p99_s": 1.0, "itl_p99_s": 0.05})
     bounded = rl.size_at_rate("llama-3.1-70b", "b200", target)
     unbounded_sized = sizing._sized
 
     def every_shape(*a, **k):
-        k.pop("fewer_than", None)
+        k.pop("at_most", None)
         return unbounded_sized(*a, **k)
     sizing._sized = every_shape
     try:
         full = rl.size_at_rate("llama-3.1-70b", "b200", target)
     finally:
         sizing._sized = unbounded_sized
-    assert [(o.placement, o.devices, o.group) for o in bounded] == [(o.placement, o.devices, o.group) for o in full]
+    key = [(o.placement, o.devices, o.group, o.ttft_p99_s) for o in full]
+    assert [(o.placement, o.devices, o.group, o.ttft_p99_s) for o in bounded] == key
     assert all(o.feasible for o in bounded)
 
 

@@ -181,6 +181,40 @@ def test_speedups_have_their_own_interval_and_never_narrow_a_times():
         scores=tuple(times + unfit)).interval("gpu-nvidia", "other", "decode")
 
 
+def test_times_at_a_request_rate_take_the_served_runs_errors_and_never_widen_a_steps(run_cli):
+    """Percentiles at a request rate (size --rate, placements --rate) take the intervals of the MLPerf runs priced
+    at their measured rates (kinds load_ttft, load_tpot; their own: a capacity error amplified near capacity),
+    never a lone step's; a record served at a rate takes them for its mean TTFT and per-user speed too, a record
+    without a rate keeps the step's; and the served runs' errors stay out of every pooled group of times."""
+    from roofline.specs.intervals import IntervalTable, Score
+    code, out, err = run_cli("size", "llama-3.1-70b", "--devices", "h100-sxm", "--rate", "5", "--p99-ttft-ms", "1000",
+                             "--p99-itl-ms", "60", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    kinds = data["intervals"]["by_device"]["h100-sxm"]
+    load_ttft, load_tpot = kinds["load_ttft"], kinds["load_tpot"]
+    assert "kind load_ttft" in load_ttft["group"] and "kind load_tpot" in load_tpot["group"]
+    assert load_tpot["n"] >= 10 and load_tpot["high_factor"] > kinds["decode"]["high_factor"]
+    o = data["options"][0]
+    for name, iv in (("ttft_p99_s", load_ttft), ("ttft_p50_s", load_ttft), ("tpot_p99_s", load_tpot),
+                     ("itl_p99_s", load_tpot), ("e2e_p99_s", load_tpot), ("ttft_s", load_ttft)):
+        assert o[f"{name}_low"] == pytest.approx(o[name] * iv["low_factor"])
+        assert o[f"{name}_high"] == pytest.approx(o[name] * iv["high_factor"])
+    assert o["tokens_per_s_per_user_low"] == pytest.approx(o["tokens_per_s_per_user"] / load_tpot["high_factor"])
+    said = " ".join(run_cli("size", "llama-3.1-70b", "--devices", "h100-sxm", "--rate", "5", "--p99-ttft-ms", "1000",
+                            "--p99-itl-ms", "60")[1].split())
+    assert f"at a request rate, TTFT x{load_ttft['low_factor']:.2f}..x{load_ttft['high_factor']:.2f}" in said
+    step = rl.with_intervals({"ttft_s": 1.0}, "h100-sxm")
+    assert step["ttft_s_high"] == pytest.approx(rl.interval("h100-sxm", "ttft").high_factor)
+    times = [Score(id=f"t{i}", source=f"s{i % 20}", platform="gpu-nvidia", stack="vllm", kind="decode",
+                   fitted=True, score=0.02 * (i % 21 - 10)) for i in range(200)]
+    served = [Score(id=f"m{i}", source=f"m{i % 5}", platform="gpu-nvidia", stack="vllm", kind="load_tpot",
+                    fitted=True, score=1.0 + 0.1 * (i % 3)) for i in range(30)]
+    alone, both = IntervalTable(scores=tuple(times)), IntervalTable(scores=tuple(times + served))
+    assert both.interval("gpu-nvidia", "vllm", "energy") == alone.interval("gpu-nvidia", "vllm", "energy")
+    assert both.interval("gpu-nvidia", "vllm", "load_tpot").low_factor > 2
+
+
 def test_a_platform_with_fitted_times_but_no_published_speedups_is_not_called_unfitted(run_cli):
     """Gaudi and AMD GPUs have fitted times and no published speedups: their range line says nothing of "NO fitted
     rows" (the speedup kind is said apart), and a speedup there takes the speedups published on other platforms,
@@ -209,8 +243,8 @@ def test_every_computing_command_names_its_stack_and_bounds_its_figures(run_cli,
     assert code == 0, err
     data = json.loads(out)
     assert data["stack"]["name"] == "vllm"
-    assert data["intervals"]["level"] == 0.8 and set(data["intervals"]["kinds"]) == {"decode", "ttft", "throughput",
-                                                                                     "energy", "speedup"}
+    assert data["intervals"]["level"] == 0.8 and set(data["intervals"]["kinds"]) == {
+        "decode", "ttft", "throughput", "energy", "speedup", "load_ttft", "load_tpot"}
     pairs = []
 
     def walk(x):

@@ -56,7 +56,10 @@ DEFAULT_POWER = PowerModel()
 
 
 def idle_w(device: Device, power: PowerModel = DEFAULT_POWER) -> float:
-    """Idle power per device: the spec's value, else the documented fraction of TDP."""
+    """Idle power per device: the spec's value, else the documented fraction of TDP. Most spec values are an idle
+    board's reading with no process on it (nvidia-smi, rocm-smi, hl-smi printouts; each note says); a serving GPU
+    that waits holds a context and its KV cache, which can draw more (our H200 with a context held: 126 W, 0.18 of
+    TDP), so a wait is priced at or a little under its power."""
     tdp = device.get("power.tdp")
     return device.idle_w if device.idle_w is not None else power.idle_fraction_of_tdp * tdp
 

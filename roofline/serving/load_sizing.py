@@ -165,14 +165,21 @@ def _priced(model: ModelSpec, g: DeviceGroup, kind: str, target: LoadTarget, *, 
     return d, start
 
 
+def _least_devices(d: Deployment, replicas: int) -> int:
+    """The fewest devices ``replicas`` decode replicas of ``d`` take: a disaggregated deployment adds at least one
+    prefill group of the same shape."""
+    return (replicas + (d.placement.prefill is not None)) * d.placement.decode.count
+
+
 def _sized(model: ModelSpec, d: Deployment, start: int, target: LoadTarget, *, formats: Mapping[str, Any],
-           params: EngineParams | None, prices: Prices, fewer_than: float = math.inf) -> Option | None:
+           params: EngineParams | None, prices: Prices, at_most: float = math.inf) -> Option | None:
     """The fewest replicas (and prefill groups) of one priced shape whose percentiles meet the limits; None where
-    it would take ``fewer_than`` devices or more (another shape already needs fewer: its decode replicas alone are
-    searched only below that count, which spares the evaluations above it)."""
+    it would take more than ``at_most`` devices (another shape already needs that many: the decode replicas are
+    searched only up to the count that could still tie it, which spares the evaluations above)."""
     g, kind = d.placement.decode, "disaggregated" if d.placement.prefill is not None else "aggregated"
     limits = dict(target.limits)
-    most = MAX_REPLICAS if math.isinf(fewer_than) else min(MAX_REPLICAS, math.ceil(fewer_than / g.count) - 1)
+    most = MAX_REPLICAS if math.isinf(at_most) else min(
+        MAX_REPLICAS, math.floor(at_most / g.count) - (d.placement.prefill is not None))
     found = _first_meeting(d, target.rate_per_s, limits, start, most)
     if found is None and most < MAX_REPLICAS:
         return None
@@ -189,8 +196,8 @@ def _sized(model: ModelSpec, d: Deployment, start: int, target: LoadTarget, *, f
 
 
 def _kind(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: LoadTarget, **kw: Any) -> Option:
-    """The fewest devices over the shapes for one placement kind: shapes tried from the fewest devices they could
-    need, skipping those whose bound already exceeds the best found."""
+    """The fewest devices over the shapes for one placement kind (of equal counts, the lowest p99 TTFT): shapes
+    tried from the fewest devices they could need, skipping those whose bound already exceeds the best found."""
     priced, found = [], []
     for g in shapes:
         try:
@@ -200,15 +207,15 @@ def _kind(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, target: Lo
         except RooflineError as e:
             found.append(Option(device=g.device.id, placement=kind, reason=str(e)))
     best = math.inf
-    for d, start in sorted(priced, key=lambda p: p[1] * p[0].placement.decode.count):
-        if start * d.placement.decode.count >= best:
+    for d, start in sorted(priced, key=lambda p: _least_devices(*p)):
+        if _least_devices(d, start) > best:   # a tie is still sized: it may meet the limits with a lower p99 TTFT
             continue
         try:
             o = _sized(model, d, start, target, formats=kw["formats"], params=kw["params"], prices=kw["prices"],
-                       fewer_than=best)
+                       at_most=best)
         except RooflineError as e:
             o = Option(device=d.placement.decode.device.id, placement=kind, reason=str(e))
-        if o is None:   # cannot beat the best found
+        if o is None:   # needs more devices than the best found
             continue
         found.append(o)
         best = min(best, o.devices) if o.feasible else best

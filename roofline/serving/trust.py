@@ -33,7 +33,15 @@ FIELDS: dict[str, tuple[str, bool]] = {
     "e2e_s": ("decode", False), "ttft_s": ("ttft", False), "energy_per_token_j": ("energy", False),
     "tokens_per_s_per_device": ("throughput", True), "tokens_per_s_per_kw": ("energy", True),
     "output_tokens_per_s": ("throughput", True), "usd_per_million_output_tokens": ("throughput", False),
-    "speedup": ("speedup", True)}
+    "speedup": ("speedup", True),
+    **{f"ttft_{q}_s": ("load_ttft", False) for q in ("p50", "p90", "p99", "mean")},
+    **{f"{m}_{q}_s": ("load_tpot", False) for m in ("itl", "tpot", "e2e") for q in ("p50", "p90", "p99", "mean")}}
+#: In a record served at a request rate (one that carries ``rate_per_s``), its mean TTFT, per-user speed and
+#: request time are the queue's at that rate: they take the at-rate kinds, whose errors carry the capacity error
+#: amplified near capacity (docs/load.md), not a lone step's.
+AT_RATE_FIELDS: dict[str, tuple[str, bool]] = {"ttft_s": ("load_ttft", False), "tokens_per_s_per_user": ("load_tpot", True),
+                                               "e2e_s": ("load_tpot", False), "tpot_s": ("load_tpot", False),
+                                               "itl_s": ("load_tpot", False)}
 #: The interval kind of a stage's ``time_s``.
 STAGE_KINDS = {"prefill": "ttft", "decode": "decode", "draft": "decode", "verify": "decode"}
 #: A stage's token rates (its tokens over its ``time_s``): they take the stage's kind as a rate; outside a stage
@@ -132,7 +140,8 @@ PLAIN = "plain:"
 #: where it has none); a token's time the decode (verify) and draft groups'; throughput and energy every group's.
 KIND_STAGES: dict[str, tuple[str, ...]] = {"ttft": ("prefill",), "decode": ("decode", "draft"),
                                            "throughput": ("prefill", "decode", "draft"),
-                                           "energy": ("prefill", "decode", "draft"), "speedup": ("decode", "draft")}
+                                           "energy": ("prefill", "decode", "draft"), "speedup": ("decode", "draft"),
+                                           "load_ttft": ("prefill", "decode"), "load_tpot": ("decode", "draft")}
 
 
 def widest(intervals: list[Interval]) -> Interval:
@@ -176,6 +185,20 @@ def pick(intervals: Mapping[str, Interval], name: str, kind: str) -> Interval:
     return intervals.get(PLAIN + kind, intervals[kind]) if name.startswith("baseline") else intervals[kind]
 
 
+def _field_kind(name: str, stage: str | None, at_rate: bool) -> tuple[str, bool] | None:
+    """(interval kind, is a rate) of figure ``name`` in a record of ``stage`` (None outside a stage), served at a
+    request rate or not; None for a figure that takes no interval."""
+    if at_rate and name in AT_RATE_FIELDS:
+        return AT_RATE_FIELDS[name]
+    if name in FIELDS:
+        return FIELDS[name]
+    if name == "time_s":
+        return ("decode" if stage is None else STAGE_KINDS.get(stage, "decode"), False)
+    if name in STAGE_RATES:
+        return (STAGE_KINDS.get(stage, "decode") if stage is not None else "throughput", True)
+    return None
+
+
 def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | None = None,
                 by_device: Callable[[str], Mapping[str, Interval] | None] | None = None) -> Any:
     """``record`` (a result's plain JSON form) with ``<name>_low`` and ``<name>_high`` beside every figure of
@@ -196,15 +219,13 @@ def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | Non
     if by_device is not None and isinstance(record.get("stage_devices"), dict):
         intervals = stage_intervals(record["stage_devices"], intervals, by_device)
     stage = record.get("stage", stage) if isinstance(record.get("stage", stage), str) else stage
+    at_rate = _numeric(record.get("rate_per_s"))
     out: dict[str, Any] = {}
     for k, v in record.items():
         nested = (isinstance(v, (dict, list)) and not _numeric(v)) or _bounds_itself(v)
         out[k] = with_bounds(v, plain_only(intervals) if k.startswith("baseline") else intervals,
                              k if k in STAGE_KINDS else stage, by_device) if nested else v   # {"prefill": {...}}
-        spec = FIELDS.get(k) or (("decode" if stage is None else STAGE_KINDS.get(stage, "decode"), False)
-                                 if k == "time_s" else None) or (
-            (STAGE_KINDS.get(stage, "decode") if stage is not None else "throughput", True)
-            if k in STAGE_RATES else None)
+        spec = _field_kind(k, stage, at_rate)
         if spec is None or not _numeric(v) or f"{k}_low" in record:
             continue
         kind, rate = spec

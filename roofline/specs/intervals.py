@@ -44,10 +44,16 @@ from ..errors import SpecError, WorkloadError
 from .files import read_text
 
 #: Metric kinds an interval is kept for: a decode step's time per output token, a prompt's time to first token,
-#: a deployment's throughput, energy per token, and a speculative setup's speedup over the same setup without
+#: a deployment's throughput, energy per token, a speculative setup's speedup over the same setup without
 #: speculation (a ratio of two predictions, never fitted: its errors on the shipped rows are out of sample as
-#: they stand). Each row's metric maps to one (:data:`METRIC_KINDS`).
-KINDS = ("decode", "ttft", "throughput", "energy", "speedup")
+#: they stand), and the TTFT and the time per output token of a deployment served at a request rate (the queue's
+#: percentiles at a given rate: MLPerf Server and Interactive runs priced at the rate they were measured at,
+#: scripts/served_at_rate.py, never fitted; near capacity a capacity error is amplified there, so their errors are
+#: their own). Each row's metric maps to one of the first five (:data:`METRIC_KINDS`).
+KINDS = ("decode", "ttft", "throughput", "energy", "speedup", "load_ttft", "load_tpot")
+#: Kinds whose errors stay apart: a group across kinds pools the errors of times only. A speedup's errors partly
+#: cancel (a ratio of two predictions); a time at a request rate carries the capacity error amplified by the queue.
+APART_KINDS = ("speedup", "load_ttft", "load_tpot")
 #: The published metric behind each kind, and whether it is a rate (its score is negated to the time
 #: orientation: a throughput 10% high is a time 9% low; a speedup 10% high likewise).
 METRIC_KINDS: dict[str, tuple[str, bool]] = {
@@ -241,22 +247,24 @@ class IntervalTable:
         return attrs.evolve(self, exclude=source)
 
     def _group(self, fields: tuple[str, ...], key: tuple[Any, ...]) -> list[Score]:
-        """The scores of one group; a group across kinds pools the errors of times only: a speedup is a ratio of
-        two predictions whose errors partly cancel, no evidence of how far a time may be off."""
+        """The scores of one group; a group across kinds pools the errors of times only (:data:`APART_KINDS`): a
+        speedup is a ratio of two predictions whose errors partly cancel, a time at a request rate a capacity
+        error amplified, neither evidence of how far a time may be off."""
         got = _grouped(self.scores)[fields].get(key, [])
         if "kind" not in fields:
-            got = [g for g in got if g.kind != "speedup"]
+            got = [g for g in got if g.kind not in APART_KINDS]
         return got if self.exclude is None else [g for g in got if g.source != self.exclude]
 
     def is_fitted(self, platform: str, stack: str, kind: str | None = None) -> bool:
         """Whether any shipped score comes from fitted rows of this platform and stack family (``*``: of any
         stack family on this platform, as the pooled set is fitted on all of them). A time's evidence is times'
         scores only: a stack whose speedups were published (the research harnesses' ``other``) has no fitted times
-        for it. A speedup (``kind`` speedup, a ratio of two predictions on the same devices) is fitted evidence
-        where either is: published speedups of the stack, or its fitted times (an AMD GPU's speedups then take
-        the speedups published on other platforms, not a family's errors before any fit)."""
+        for it. A speedup (``kind`` speedup, a ratio of two predictions on the same devices), or a time at a
+        request rate, is fitted evidence where either is: its own kind's scores of the stack, or its fitted times
+        (an AMD GPU's speedups then take the speedups published on other platforms, not a family's errors before
+        any fit)."""
         return any(s.fitted and s.platform == platform and stack in ("*", s.stack) and s.source != self.exclude
-                   and (kind == "speedup" or s.kind != "speedup") for s in self.scores)
+                   and (s.kind == kind or s.kind not in APART_KINDS) for s in self.scores)
 
     def interval(self, platform: str, stack: str, kind: str, level: float = DEFAULT_LEVEL,
                  fitted: bool | None = None) -> Interval:

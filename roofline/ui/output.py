@@ -128,7 +128,8 @@ def emit(console: Console, view: View, args: argparse.Namespace, engine: Engine 
         _write(console, csv_chunks(rows))
     elif view.script:   # a shell script: commands verbatim, never wrapped; tables and prose as # comments
         lines = [*view.table_list(), *([stack_line(note)] if note else []),
-                 *([interval_line(trust, speedup=speedup_interval(view.data, trust))] if trust else [])]
+                 *([interval_line(trust, speedup=speedup_interval(view.data, trust),
+                                  at_rate=served_at_rate(view.data))] if trust else [])]
         for t in lines:
             console.print(t if isinstance(t, Text) else commented(t, console.width), soft_wrap=True)
     else:
@@ -137,7 +138,8 @@ def emit(console: Console, view: View, args: argparse.Namespace, engine: Engine 
         if note:
             console.print(safe(stack_line(note)), markup=False)
         if trust:
-            console.print(safe(interval_line(trust, speedup=speedup_interval(view.data, trust))), markup=False)
+            console.print(safe(interval_line(trust, speedup=speedup_interval(view.data, trust),
+                                             at_rate=served_at_rate(view.data))), markup=False)
 
 
 def commented(renderable: Any, width: int) -> Text:
@@ -174,6 +176,11 @@ def reports(data: Any, name: str, depth: int = 3) -> bool:
     return bool(isinstance(data, list) and data and depth > 0 and reports(data[0], name, depth - 1))
 
 
+def served_at_rate(data: Any) -> bool:
+    """Whether a view shows a deployment served at a request rate (``--rate``: its JSON names the rate)."""
+    return isinstance(data, dict) and isinstance(data.get("rate_per_s"), (int, float)) and data["rate_per_s"] > 0
+
+
 def speedup_interval(data: Any, trust: dict[str, Any]) -> Interval | None:
     """The interval a view's speedups take (None where it shows none): its stages' devices' widest where the view
     names them (a draft on another device kind: :func:`stage_intervals`), as its JSON's ``speedup_low`` and
@@ -186,9 +193,10 @@ def speedup_interval(data: Any, trust: dict[str, Any]) -> Interval | None:
     return ivs.get("speedup")
 
 
-def interval_line(trust: dict[str, Any], *, speedup: Interval | None = None) -> str:
+def interval_line(trust: dict[str, Any], *, speedup: Interval | None = None, at_rate: bool = False) -> str:
     """The line under the tables giving the range of every figure: how far a measurement may fall from it (with
-    ``speedup``, the interval a view's speedups take: measured over predicted)."""
+    ``speedup``, the interval a view's speedups take: measured over predicted; with ``at_rate``, a view of
+    percentiles at a request rate, the ranges of times at a rate too)."""
     ivs = {k: iv for k, iv in trust["intervals"].items() if k in TIME_KINDS}   # a speedup's range is said apart
 
     def span(kind: str) -> str:
@@ -200,6 +208,10 @@ def interval_line(trust: dict[str, Any], *, speedup: Interval | None = None) -> 
     if speedup is not None:   # a rate: measured / predicted is the inverse of the time factors
         text += f"; speedup (measured / predicted) x{1 / speedup.high_factor:.2f}..x{1 / speedup.low_factor:.2f}"
         text += "" if speedup.fitted else " (NO fitted rows)"
+    if at_rate:   # the queue's figures at a rate: MLPerf runs priced at their measured rates (docs/load.md)
+        load = trust["intervals"]
+        text += (f"; at a request rate, TTFT x{load['load_ttft'].low_factor:.2f}..x{load['load_ttft'].high_factor:.2f}"
+                 f" and per-token time x{load['load_tpot'].low_factor:.2f}..x{load['load_tpot'].high_factor:.2f}")
     text += "." if fitted else "; NO fitted rows for this platform and stack: a wide range."
     aside = [k for k, iv in ivs.items() if iv.low_factor > 1 or iv.high_factor < 1]
     if aside:   # an interval that leaves the prediction out: the model has leaned one way on this platform
