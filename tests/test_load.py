@@ -467,6 +467,33 @@ def test_sizing_a_rate_bounded_by_the_best_shape_chooses_what_sizing_every_shape
     assert all(o.feasible for o in bounded)
 
 
+def test_sizing_a_rate_at_a_confidence_meets_the_limits_at_the_pessimistic_end(run_cli):
+    """size --rate --confidence 0.9: each device kind's p99 limits lowered by the upper 90% quantile of its
+    percentiles' errors at a request rate (the load_ttft / load_tpot intervals), so the sized options' predicted
+    p99s, times those factors, still meet the limits; it never needs fewer devices than the plain sizing, and the
+    table says how it was sized."""
+    from roofline.serving.load_sizing import LoadTarget, pessimistic_limits
+    target = LoadTarget(rate_per_s=5, workload=Workload(lengths=Lengths.lognormal(1024, 1024, cv=0.8)),
+                        limits={"ttft_p99_s": 1.0, "itl_p99_s": 0.06})
+    plain = {o.placement: o for o in rl.size_at_rate("llama-3.1-70b", "h100-sxm", target) if o.feasible}
+    sure = {o.placement: o for o in rl.size_at_rate("llama-3.1-70b", "h100-sxm", target, confidence=0.9) if o.feasible}
+    ttft, tpot = (rl.interval("h100-sxm", k, level=0.8).high_factor for k in ("load_ttft", "load_tpot"))
+    assert ttft > 1 and tpot > 1
+    goal = pessimistic_limits(target, rl.load_device("h100-sxm"), 0.9)
+    assert goal.limits == pytest.approx({"ttft_p99_s": 1.0 / ttft, "itl_p99_s": 0.06 / tpot})
+    assert pessimistic_limits(target, rl.load_device("h100-sxm"), 0.5) is target
+    assert sure and set(sure) <= set(plain)
+    for kind, o in sure.items():
+        assert o.devices >= plain[kind].devices
+        assert o.ttft_p99_s * ttft <= 1.0 * (1 + 1e-6) and o.itl_p99_s * tpot <= 0.06 * (1 + 1e-6)
+    code, out, err = run_cli("size", "llama-3.1-70b", "--devices", "h100-sxm", "--rate", "5", "--p99-ttft-ms", "1000",
+                             "--p99-itl-ms", "60", "--lengths", "lognormal:0.8", "--confidence", "0.9")
+    assert code == 0, err
+    assert "Sized at confidence 0.9" in " ".join(out.split())
+    with pytest.raises(WorkloadError, match="confidence"):
+        rl.size_at_rate("llama-3.1-70b", "h100-sxm", target, confidence=1.0)
+
+
 @pytest.mark.parametrize(("p1", "t1", "p2", "t2"), [(0.01, 10.0, 0.3, 1.0), (0.3, 1.0, 0.01, 10.0), (0.2, 2.0, 0.2, 2.0),
                                               (0.5, 5.0, 0.05, 0.5), (0.0, 0.0, 0.4, 3.0)])
 def test_two_waits_sum_as_a_simulation_of_both(p1, t1, p2, t2):

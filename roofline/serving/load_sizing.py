@@ -34,7 +34,8 @@ from ..workload import check_instance, check_items
 from .admission import Admission
 from .load import Deployment, LoadResult, Workload, check_limits, deployment, meets
 from .serve import DEFAULT_TOKEN_BUDGET, Placement, Request, check_context, evaluate_serving
-from .sizing import Option, deployed_rates, device_formats, group_shapes
+from .sizing import Option, confidence_level, deployed_rates, device_formats, group_shapes
+from .trust import interval
 
 #: The most replicas (and prefill groups) a search tries.
 MAX_REPLICAS = 100_000
@@ -267,10 +268,28 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
     return attrs.evolve(option, **figures)
 
 
+#: The interval kind whose errors bound each p99 limit at a request rate (roofline.specs.intervals).
+LIMIT_KINDS = {"ttft_p99_s": "load_ttft", "itl_p99_s": "load_tpot", "tpot_p99_s": "load_tpot",
+               "e2e_p99_s": "load_tpot"}
+
+
+def pessimistic_limits(target: LoadTarget, device: Device, confidence: float, stack: str | None = None) -> LoadTarget:
+    """``target`` with each p99 limit lowered by the upper ``confidence`` quantile of its error at a request rate on
+    ``device`` (:data:`LIMIT_KINDS`; the MLPerf runs priced at their measured rates, docs/load.md): a deployment
+    whose predicted percentiles meet these meets the original limits at the pessimistic end of their intervals."""
+    level = confidence_level(confidence)
+    if level == 0:
+        return target
+    factor = {kind: max(interval(device, kind, stack=stack, level=level).high_factor, 1.0)
+              for kind in set(LIMIT_KINDS.values())}
+    return attrs.evolve(target, limits={k: v / factor[LIMIT_KINDS[k]] for k, v in target.limits.items()})
+
+
 def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: LoadTarget, *,
                  formats: Mapping[str, Any] | None = None, params: EngineParams | None = None,
                  prices: Prices | None = None, max_slots: int | None = None, token_budget: int | None = None,
-                 stack: str | None = None, admission: Admission | None = None) -> list[Option]:
+                 stack: str | None = None, admission: Admission | None = None,
+                 confidence: float | None = None) -> list[Option]:
     """The fewest devices per device kind and placement kind (aggregated, disaggregated) whose percentiles meet
     ``target``'s limits at its rate (module docstring). Devices as :func:`size` takes them (records:
     :func:`roofline.size_at_rate` takes ids too); options
@@ -279,7 +298,9 @@ def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], targ
     the tokens a step may carry; where unset, ``stack``'s server defaults on each device (:func:`engine_defaults`),
     else what memory holds and 8,192 tokens. ``admission``: when the scheduler lets waiting prompts in
     (:class:`roofline.serving.admission.Admission`, e.g. vLLM's multi-step ``num_scheduler_steps``); a disaggregated
-    option under a wait is listed with the reason :func:`~roofline.serving.admission.check_admission` gives."""
+    option under a wait is listed with the reason :func:`~roofline.serving.admission.check_admission` gives.
+    ``confidence`` (say 0.9): each device kind sized so its p99 limits hold at the pessimistic end of its
+    percentiles' intervals (:func:`pessimistic_limits`)."""
     if not isinstance(target, LoadTarget):
         raise WorkloadError(f"target must be a LoadTarget, got {type(target).__name__}")
     m = check_instance("model", model, ModelSpec, optional=False)
@@ -302,7 +323,8 @@ def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], targ
             out += [Option(device=dev.id, placement=k, reason=str(e)) for k in ("aggregated", "disaggregated")]
             continue
         seqs, budget = engine_defaults(stack or "", dev)
-        out += [_kind(m, shapes, kind, target, formats=fmt, params=params, prices=prices,
+        goal = pessimistic_limits(target, dev, confidence, stack) if confidence is not None else target
+        out += [_kind(m, shapes, kind, goal, formats=fmt, params=params, prices=prices,
                       max_slots=max_slots or seqs, token_budget=token_budget or budget or DEFAULT_TOKEN_BUDGET,
                       admission=admission)
                 for kind in ("aggregated", "disaggregated")]

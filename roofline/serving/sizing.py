@@ -277,16 +277,22 @@ def _kind_option(model: ModelSpec, shapes: Sequence[DeviceGroup], kind: str, tar
     return Option(device=dev, placement=kind, reason=why)
 
 
+def confidence_level(confidence: float) -> float:
+    """The two-sided interval level whose high end is the upper ``confidence`` quantile (2 x confidence - 1; 0 at
+    a confidence of 0.5, the median), ``confidence`` checked to be in [0.5, 1)."""
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
+        raise WorkloadError(f"confidence must be in [0.5, 1), got {confidence!r}")
+    return 2 * confidence - 1
+
+
 def pessimistic_target(target: Target, device: Device, confidence: float, stack: str | None = None) -> Target:
     """``target`` made stricter so a prediction meeting it meets the original at the pessimistic end of its interval:
     the speed asked of a user's decode raised by the upper ``confidence`` quantile of the per-token time's error on
     ``device`` (the two-sided interval at level 2 x confidence - 1 has it as its high end), the TTFT limit lowered
     by the TTFT's."""
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
-        raise WorkloadError(f"confidence must be in [0.5, 1), got {confidence!r}")
-    if confidence == 0.5:
+    level = confidence_level(confidence)
+    if level == 0:
         return target
-    level = 2 * confidence - 1
     decode, ttft = (interval(device, kind, stack=stack, level=level).high_factor for kind in ("decode", "ttft"))
     return attrs.evolve(target, min_tokens_per_s_per_user=target.min_tokens_per_s_per_user * max(decode, 1.0),
                         max_ttft_s=target.max_ttft_s / max(ttft, 1.0))

@@ -120,8 +120,8 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
         ("tpot_p99_s", "--p99-tpot-ms", args.p99_tpot_ms)) if v is not None}
     if not limits:
         raise UsageError("--rate needs at least one latency limit: --p99-ttft-ms, --p99-itl-ms or --p99-tpot-ms")
-    if args.draft or args.emit or args.confidence is not None:
-        raise UsageError("--rate sizes without --draft, --emit or --confidence (those size --users)")
+    if args.draft or args.emit:
+        raise UsageError("--rate sizes without --draft or --emit (those size --users)")
     for flag, given in (("--min-tokens-per-s-per-user", args.min_tokens_per_s_per_user),
                         ("--max-ttft-ms", args.ttft_ms)):
         if given is not None:
@@ -135,8 +135,11 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
     stack = stack_option(args.stack) if args.stack is not None else DEFAULT_STACK
     poll = args.poll_steps or 1
     options = size_at_rate(model, devices, target, formats=formats(args, model), params=params, prices=prices,
-                           max_slots=args.max_seqs, stack=stack, admission=Admission(poll_steps=poll))
-    note = (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
+                           max_slots=args.max_seqs, stack=stack, admission=Admission(poll_steps=poll),
+                           confidence=args.confidence)
+    note = (f" Sized at confidence {args.confidence:g}: each device kind's p99 limits lowered by the upper end of "
+            "its percentiles' interval at a request rate (MLPerf runs at their measured rates)." if args.confidence
+            is not None else "") + (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
         device_of(d) for d in devices) + (f" Prompts are let in every {poll} steps (--poll-steps): they wait for the "
                                           "next admission." if poll > 1 else "")
     emit(console, size_load_view(model.id, target, options, note, poll_steps=poll), args, eng)
@@ -170,7 +173,8 @@ def register(add: Adder) -> None:
                     help="longest acceptable time to first token, ms (Target.max_ttft_s in the Python API)")
     sp.add_argument("--confidence", default=None, type=float, metavar="C",
                     help="size so the targets hold at the pessimistic end of the prediction interval: the upper C "
-                         "quantile (0.5-0.99) of the errors on publications the fit never saw, per device kind")
+                         "quantile (0.5-0.99) of the errors on publications the fit never saw, per device kind "
+                         "(with --rate: of the percentiles' errors at a request rate)")
     add_lengths(sp, 1024, 1024)
     sp.add_argument("--draft", default=None, help="draft model: also size speculative decoding on the decode devices")
     add_acceptance(sp)
