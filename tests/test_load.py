@@ -482,6 +482,9 @@ def test_sizing_a_rate_at_a_confidence_meets_the_limits_at_the_pessimistic_end(r
     goal = pessimistic_limits(target, rl.load_device("h100-sxm"), 0.9)
     assert goal.limits == pytest.approx({"ttft_p99_s": 1.0 / ttft, "itl_p99_s": 0.06 / tpot})
     assert pessimistic_limits(target, rl.load_device("h100-sxm"), 0.5) is target
+    other = attrs.evolve(target, limits={"ttft_p90_s": 1.0, "e2e_p50_s": 30.0})   # any percentile a limit may name
+    assert pessimistic_limits(other, rl.load_device("h100-sxm"), 0.9).limits == pytest.approx(
+        {"ttft_p90_s": 1.0 / ttft, "e2e_p50_s": 30.0 / tpot})
     assert sure and set(sure) <= set(plain)
     for kind, o in sure.items():
         assert o.devices >= plain[kind].devices

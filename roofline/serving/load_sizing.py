@@ -35,7 +35,7 @@ from .admission import Admission
 from .load import Deployment, LoadResult, Workload, check_limits, deployment, meets
 from .serve import DEFAULT_TOKEN_BUDGET, Placement, Request, check_context, evaluate_serving
 from .sizing import Option, confidence_level, deployed_rates, device_formats, group_shapes
-from .trust import interval
+from .trust import FIELDS, interval
 
 #: The most replicas (and prefill groups) a search tries.
 MAX_REPLICAS = 100_000
@@ -268,21 +268,16 @@ def _option(model: ModelSpec, placement: Placement, target: LoadTarget, r: LoadR
     return attrs.evolve(option, **figures)
 
 
-#: The interval kind whose errors bound each p99 limit at a request rate (roofline.specs.intervals).
-LIMIT_KINDS = {"ttft_p99_s": "load_ttft", "itl_p99_s": "load_tpot", "tpot_p99_s": "load_tpot",
-               "e2e_p99_s": "load_tpot"}
-
-
 def pessimistic_limits(target: LoadTarget, device: Device, confidence: float, stack: str | None = None) -> LoadTarget:
-    """``target`` with each p99 limit lowered by the upper ``confidence`` quantile of its error at a request rate on
-    ``device`` (:data:`LIMIT_KINDS`; the MLPerf runs priced at their measured rates, docs/load.md): a deployment
-    whose predicted percentiles meet these meets the original limits at the pessimistic end of their intervals."""
+    """``target`` with each percentile limit lowered by the upper ``confidence`` quantile of its error at a request
+    rate on ``device`` (the interval kind each percentile takes, :data:`roofline.serving.trust.FIELDS`: the MLPerf
+    runs priced at their measured rates, docs/load.md): a deployment whose predicted percentiles meet these meets
+    the original limits at the pessimistic end of their intervals."""
     level = confidence_level(confidence)
     if level == 0:
         return target
-    factor = {kind: max(interval(device, kind, stack=stack, level=level).high_factor, 1.0)
-              for kind in set(LIMIT_KINDS.values())}
-    return attrs.evolve(target, limits={k: v / factor[LIMIT_KINDS[k]] for k, v in target.limits.items()})
+    factor = {k: max(interval(device, FIELDS[k][0], stack=stack, level=level).high_factor, 1.0) for k in target.limits}
+    return attrs.evolve(target, limits={k: v / factor[k] for k, v in target.limits.items()})
 
 
 def size_at_rate(model: ModelSpec, devices: Sequence[Device | DeviceGroup], target: LoadTarget, *,
