@@ -16,9 +16,10 @@ Reads, all from files the project ships (run after a refit, `scripts/refresh_doc
   new user would (marked ``kept``; their group counts as fitted where the held-out evidence has fitted rows of the
   same platform and stack, as a user's prediction there would);
 * the MLPerf Server and Interactive runs priced at the rate they were measured at (scripts/served_at_rate.py):
-  their p99 TTFT and p99 TPOT against the model's at that rate (kinds ``load_ttft``, ``load_tpot``; never
-  fitted), each submitter's results of one round counted as one publication; a run the model cannot carry at
-  its measured rate (utilisation 0.99 or more) gives none.
+  their p99 TTFT and p99 TPOT against the model's at that rate (kinds ``load_ttft``, ``load_tpot``; no fit uses
+  them, but the shipped profile that prices them was fitted on rows including the same submissions' Offline runs:
+  not held out by publication), each submitter's results of one round counted as one publication; a run the model
+  cannot carry at its measured rate (utilisation 0.99 or more) gives none.
 Each becomes a score log(measured / predicted) in the time orientation (roofline.specs.intervals).
 """
 

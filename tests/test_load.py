@@ -485,6 +485,9 @@ def test_sizing_a_rate_at_a_confidence_meets_the_limits_at_the_pessimistic_end(r
     other = attrs.evolve(target, limits={"ttft_p90_s": 1.0, "e2e_p50_s": 30.0})   # any percentile a limit may name
     assert pessimistic_limits(other, rl.load_device("h100-sxm"), 0.9).limits == pytest.approx(
         {"ttft_p90_s": 1.0 / ttft, "e2e_p50_s": 30.0 / tpot})
+    surer = {o.placement: o for o in rl.size_at_rate("llama-3.1-70b", "h100-sxm", target, confidence=0.95)
+             if o.feasible}
+    assert all(surer[k].devices >= o.devices for k, o in sure.items() if k in surer)   # more sure: never fewer
     assert sure and set(sure) <= set(plain)
     for kind, o in sure.items():
         assert o.devices >= plain[kind].devices

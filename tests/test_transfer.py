@@ -213,6 +213,27 @@ def test_times_at_a_request_rate_take_the_served_runs_errors_and_never_widen_a_s
     alone, both = IntervalTable(scores=tuple(times)), IntervalTable(scores=tuple(times + served))
     assert both.interval("gpu-nvidia", "vllm", "energy") == alone.interval("gpu-nvidia", "vllm", "energy")
     assert both.interval("gpu-nvidia", "vllm", "load_tpot").low_factor > 2
+    # the limits are the user's, not predictions; a rate's own throughput and price are set by the rate
+    assert "ttft_p99_s_low" not in data["limits"] and "tokens_per_s_low" not in data
+    assert "usd_per_million_output_tokens_low" not in o
+    # a queue's columns in CSV rows (load_ttft_p99_s, ...) carry the same bounds
+    code, out, err = run_cli("placements", "--target", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "0.5", "--csv")
+    assert code == 0, err
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert float(row["load_ttft_p99_s_high"]) == pytest.approx(float(row["load_ttft_p99_s"]) * load_ttft["high_factor"],
+                                                              rel=1e-6)
+
+
+def test_a_range_at_a_rate_never_narrows_as_its_level_rises():
+    """With 18 runs the at-rate kinds cannot give a conformal 90% interval; they then take the widest error their
+    runs have shown (never the narrower pool of lone steps' errors, which had made the 90% range narrower than the
+    80% one), and a platform with no fitted rows takes at least the widest platform's at-rate range."""
+    for device in ("h100-sxm", "mi300x", "corsair"):
+        for kind in ("load_ttft", "load_tpot"):
+            highs = [rl.interval(device, kind, level=lv).high_factor for lv in (0.5, 0.8, 0.9, 0.95)]
+            assert highs == sorted(highs), (device, kind, highs)
+    assert rl.interval("corsair", "load_ttft").high_factor >= rl.interval("h100-sxm", "load_ttft").high_factor
+    assert "too few for a 90% interval" in rl.interval("h100-sxm", "load_tpot", level=0.9).group
 
 
 def test_a_platform_with_fitted_times_but_no_published_speedups_is_not_called_unfitted(run_cli):

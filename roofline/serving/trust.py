@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import WorkloadError
 from ..specs.devices import Device
 from ..specs.groups import DeviceGroup
-from ..specs.intervals import DEFAULT_LEVEL, KINDS, Interval, IntervalTable, shipped_intervals
+from ..specs.intervals import DEFAULT_LEVEL, KINDS, Interval, IntervalTable, envelope, shipped_intervals
 from ..specs.params import DEFAULT_STACK, NVIDIA_ONLY_STACKS, POOLED, family_chain, stack_family, stack_name
 
 #: Reported figures and the interval each takes: (kind, is a rate). ``time_s`` takes its stage's
@@ -39,9 +39,20 @@ FIELDS: dict[str, tuple[str, bool]] = {
 #: In a record served at a request rate (one that carries ``rate_per_s``), its mean TTFT, per-user speed and
 #: request time are the queue's at that rate: they take the at-rate kinds, whose errors carry the capacity error
 #: amplified near capacity (docs/load.md), not a lone step's.
-AT_RATE_FIELDS: dict[str, tuple[str, bool]] = {"ttft_s": ("load_ttft", False), "tokens_per_s_per_user": ("load_tpot", True),
-                                               "e2e_s": ("load_tpot", False), "tpot_s": ("load_tpot", False),
-                                               "itl_s": ("load_tpot", False)}
+#: Its throughput and its price per token are the rate's (the requests asked for), not predictions: no interval.
+AT_RATE_FIELDS: dict[str, tuple[str, bool] | None] = {
+    "ttft_s": ("load_ttft", False), "tokens_per_s_per_user": ("load_tpot", True), "e2e_s": ("load_tpot", False),
+    "tpot_s": ("load_tpot", False), "itl_s": ("load_tpot", False), "tokens_per_s": None, "output_tokens_per_s": None,
+    "usd_per_million_output_tokens": None}
+#: Keys whose values are a user's inputs (a request's latency limits), never bounded.
+INPUT_KEYS = ("limits",)
+
+
+def served_at_rate(record: Any) -> bool:
+    """Whether a record (a result's JSON form) is a deployment served at a request rate: it names a positive
+    ``rate_per_s``."""
+    rate = record.get("rate_per_s") if isinstance(record, dict) else None
+    return isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0
 #: The interval kind of a stage's ``time_s``.
 STAGE_KINDS = {"prefill": "ttft", "decode": "decode", "draft": "decode", "verify": "decode"}
 #: A stage's token rates (its tokens over its ``time_s``): they take the stage's kind as a rate; outside a stage
@@ -147,12 +158,7 @@ KIND_STAGES: dict[str, tuple[str, ...]] = {"ttft": ("prefill",), "decode": ("dec
 def widest(intervals: list[Interval]) -> Interval:
     """The envelope of several devices' intervals of one kind (the lowest low factor, the highest high): a figure
     that several device kinds produce is at least as uncertain as the least known of them."""
-    if len(intervals) == 1:
-        return intervals[0]
-    return Interval(level=intervals[0].level, low_factor=min(i.low_factor for i in intervals),
-                    high_factor=max(i.high_factor for i in intervals),
-                    group="the widest of: " + "; ".join(dict.fromkeys(i.group for i in intervals)),
-                    n=sum(i.n for i in intervals), fitted=all(i.fitted for i in intervals))
+    return envelope(intervals)
 
 
 def stage_intervals(stage_devices: Mapping[str, Any], intervals: Mapping[str, Interval],
@@ -192,6 +198,8 @@ def _field_kind(name: str, stage: str | None, at_rate: bool) -> tuple[str, bool]
         return AT_RATE_FIELDS[name]
     if name in FIELDS:
         return FIELDS[name]
+    if name.startswith("load_") and FIELDS.get(name[5:], ("",))[0].startswith("load_"):   # a CSV row's queue column
+        return FIELDS[name[5:]]
     if name == "time_s":
         return ("decode" if stage is None else STAGE_KINDS.get(stage, "decode"), False)
     if name in STAGE_RATES:
@@ -219,9 +227,12 @@ def with_bounds(record: Any, intervals: Mapping[str, Interval], stage: str | Non
     if by_device is not None and isinstance(record.get("stage_devices"), dict):
         intervals = stage_intervals(record["stage_devices"], intervals, by_device)
     stage = record.get("stage", stage) if isinstance(record.get("stage", stage), str) else stage
-    at_rate = _numeric(record.get("rate_per_s"))
+    at_rate = served_at_rate(record)
     out: dict[str, Any] = {}
     for k, v in record.items():
+        if k in INPUT_KEYS:
+            out[k] = v
+            continue
         nested = (isinstance(v, (dict, list)) and not _numeric(v)) or _bounds_itself(v)
         out[k] = with_bounds(v, plain_only(intervals) if k.startswith("baseline") else intervals,
                              k if k in STAGE_KINDS else stage, by_device) if nested else v   # {"prefill": {...}}

@@ -48,8 +48,10 @@ from .files import read_text
 #: speculation (a ratio of two predictions, never fitted: its errors on the shipped rows are out of sample as
 #: they stand), and the TTFT and the time per output token of a deployment served at a request rate (the queue's
 #: percentiles at a given rate: MLPerf Server and Interactive runs priced at the rate they were measured at,
-#: scripts/served_at_rate.py, never fitted; near capacity a capacity error is amplified there, so their errors are
-#: their own). Each row's metric maps to one of the first five (:data:`METRIC_KINDS`).
+#: scripts/served_at_rate.py; no fit uses these scores, though the profile that prices them was fitted on rows that
+#: include the same submissions' Offline runs, so they are not held out by publication; near capacity a capacity
+#: error is amplified there, so their errors are their own). Each row's metric maps to one of the first five
+#: (:data:`METRIC_KINDS`).
 KINDS = ("decode", "ttft", "throughput", "energy", "speedup", "load_ttft", "load_tpot")
 #: Kinds whose errors stay apart: a group across kinds pools the errors of times only. A speedup's errors partly
 #: cancel (a ratio of two predictions); a time at a request rate carries the capacity error amplified by the queue.
@@ -274,8 +276,26 @@ class IntervalTable:
             raise WorkloadError(f"unknown interval kind {kind!r} (one of {', '.join(KINDS)})")
         if fitted is None:
             fitted = self.is_fitted(platform, stack, kind)
+        # a kind kept apart answers from its own scores where the platform is fitted (a pool of times' errors would
+        # be no evidence of it); with no fitted rows, from the unfitted times' pool, widened to its own kind's range
+        own = kind in APART_KINDS and fitted
+        got = self._fallback(platform, stack, kind, level, fitted, FALLBACK if not own else
+                             tuple(f for f in FALLBACK if "kind" in f))
+        if got is None and kind in APART_KINDS:
+            got = self._extremes(kind, level)
+        if got is None:
+            raise WorkloadError(f"too few held-out errors for a {level:.0%} interval of {kind} (level too high)")
+        if kind in APART_KINDS and not fitted:
+            widest = [self._fallback(p, "*", kind, level, True, (("platform", "kind", "fitted"), ("kind", "fitted")))
+                      or self._extremes(kind, level) for p in sorted({s.platform for s in self.scores if s.kind == kind})]
+            got = envelope([got, *(w for w in widest if w is not None)])
+        return got
+
+    def _fallback(self, platform: str, stack: str, kind: str, level: float, fitted: bool,
+                  fallback: Sequence[tuple[str, ...]]) -> Interval | None:
+        """The interval of the first group along ``fallback`` whose scores give one at ``level``; None if none."""
         probe = {"platform": platform, "stack": stack, "kind": kind, "fitted": fitted}
-        for fields in FALLBACK:
+        for fields in fallback:
             got = self._group(fields, tuple(probe[f] for f in fields))
             thin = {g.source for g in got if g.kept}
             q = (publication_weighted_bounds([g.score for g in got], [g.source for g in got], level, thin) if fitted
@@ -284,7 +304,28 @@ class IntervalTable:
                 name = ", ".join(f"{f} {probe[f]}" for f in fields if f != "fitted") or "every platform and kind"
                 return Interval(level=level, low_factor=math.exp(q[0]), high_factor=math.exp(q[1]), group=name,
                                 n=len(got), fitted=fitted)
-        raise WorkloadError(f"too few held-out errors for a {level:.0%} interval of {kind} (level too high)")
+        return None
+
+    def _extremes(self, kind: str, level: float) -> Interval | None:
+        """Where a kind's scores are too few for ``level`` (a conformal bound would be infinite): the widest errors
+        it has seen, named as such; None without scores of the kind."""
+        got = [g.score for g in self._group(("kind",), (kind,))]
+        if not got:
+            return None
+        return Interval(level=level, low_factor=math.exp(min(min(got), 0.0)), high_factor=math.exp(max(max(got), 0.0)),
+                        group=f"kind {kind}: the widest of its {len(got)} errors, too few for a {level:.0%} interval",
+                        n=len(got), fitted=True)
+
+
+def envelope(intervals: Sequence[Interval]) -> Interval:
+    """The lowest low factor and the highest high of several intervals of one figure (at least as uncertain as the
+    least known of them)."""
+    if len(intervals) == 1:
+        return intervals[0]
+    return Interval(level=intervals[0].level, low_factor=min(i.low_factor for i in intervals),
+                    high_factor=max(i.high_factor for i in intervals),
+                    group="the widest of: " + "; ".join(dict.fromkeys(i.group for i in intervals)),
+                    n=sum(i.n for i in intervals), fitted=all(i.fitted for i in intervals))
 
 
 def coverage_by_publication(scores: Iterable[Score], level: float = DEFAULT_LEVEL) -> dict[str, Any]:

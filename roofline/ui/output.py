@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..records import plain
-from ..serving.trust import stage_intervals, with_bounds
+from ..serving.trust import served_at_rate, stage_intervals, with_bounds
 from ..specs.intervals import Interval
 from ..specs.params import WEIGHT_ONLY_KERNELS
 from .columns import Columns, csv_cell, json_chunks
@@ -174,11 +174,6 @@ def reports(data: Any, name: str, depth: int = 3) -> bool:
         return name in data or (depth > 0 and any(reports(v, name, depth - 1) for v in data.values()
                                                   if isinstance(v, (dict, list, Columns))))
     return bool(isinstance(data, list) and data and depth > 0 and reports(data[0], name, depth - 1))
-
-
-def served_at_rate(data: Any) -> bool:
-    """Whether a view shows a deployment served at a request rate (``--rate``: its JSON names the rate)."""
-    return isinstance(data, dict) and isinstance(data.get("rate_per_s"), (int, float)) and data["rate_per_s"] > 0
 
 
 def speedup_interval(data: Any, trust: dict[str, Any]) -> Interval | None:

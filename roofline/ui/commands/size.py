@@ -84,7 +84,7 @@ def cmd_size(args: argparse.Namespace, console: Console) -> int:
     # size with the engine whose commands are printed
     stack, stack_flag = (stack_option(args.emit), "--emit") if args.emit and args.stack is None else (args.stack, "--stack")
     if args.confidence is not None and not 0.5 <= args.confidence < 1:
-        raise UsageError(f"--confidence: a one-sided confidence between 0.5 and 1 (exclusive), got {args.confidence}")
+        raise UsageError(f"--confidence: a one-sided confidence from 0.5 up to (not including) 1, got {args.confidence}")
     model = load_model(args.model)
     if args.rate is not None:
         return _size_at_rate(args, console, model, devices, wi)   # (--rate refuses --emit)
@@ -137,11 +137,12 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
     options = size_at_rate(model, devices, target, formats=formats(args, model), params=params, prices=prices,
                            max_slots=args.max_seqs, stack=stack, admission=Admission(poll_steps=poll),
                            confidence=args.confidence)
-    note = (f" Sized at confidence {args.confidence:g}: each device kind's p99 limits lowered by the upper end of "
-            "its percentiles' interval at a request rate (MLPerf runs at their measured rates)." if args.confidence
-            is not None else "") + (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(
-        device_of(d) for d in devices) + (f" Prompts are let in every {poll} steps (--poll-steps): they wait for the "
-                                          "next admission." if poll > 1 else "")
+    sure = args.confidence is not None and args.confidence > 0.5
+    note = ((f" Sized at confidence {args.confidence:g}: each device kind's p99 limits lowered by the upper end of "
+             "its percentiles' interval at a request rate (MLPerf runs at their measured rates)." if sure else "")
+            + (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(device_of(d) for d in devices)
+            + (f" Prompts are let in every {poll} steps (--poll-steps): they wait for the next admission." if poll > 1
+               else ""))
     emit(console, size_load_view(model.id, target, options, note, poll_steps=poll), args, eng)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
