@@ -496,6 +496,11 @@ def test_sizing_a_rate_at_a_confidence_meets_the_limits_at_the_pessimistic_end(r
                              "--p99-itl-ms", "60", "--lengths", "lognormal:0.8", "--confidence", "0.9")
     assert code == 0, err
     assert "Sized at confidence 0.9" in " ".join(out.split())
+    data = json.loads(run_cli("size", "llama-3.1-70b", "--devices", "h100-sxm", "--rate", "5", "--p99-ttft-ms",
+                              "1000", "--p99-itl-ms", "60", "--lengths", "lognormal:0.8", "--confidence", "0.9",
+                              "--json")[1])
+    assert data["confidence"] == 0.9 and data["limits"] == {"ttft_p99_s": 1.0, "itl_p99_s": 0.06}
+    assert data["sized_limits"]["h100-sxm"] == pytest.approx(goal.limits)   # what it sized against, unbounded
     with pytest.raises(WorkloadError, match="confidence"):
         rl.size_at_rate("llama-3.1-70b", "h100-sxm", target, confidence=1.0)
 

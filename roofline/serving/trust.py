@@ -44,8 +44,9 @@ AT_RATE_FIELDS: dict[str, tuple[str, bool] | None] = {
     "ttft_s": ("load_ttft", False), "tokens_per_s_per_user": ("load_tpot", True), "e2e_s": ("load_tpot", False),
     "tpot_s": ("load_tpot", False), "itl_s": ("load_tpot", False), "tokens_per_s": None, "output_tokens_per_s": None,
     "usd_per_million_output_tokens": None}
-#: Keys whose values are a user's inputs (a request's latency limits), never bounded.
-INPUT_KEYS = ("limits",)
+#: Keys whose values are a user's inputs (a request's latency limits, and what a confidence made of them), never
+#: bounded.
+INPUT_KEYS = ("limits", "sized_limits")
 
 
 def served_at_rate(record: Any) -> bool:

@@ -163,7 +163,8 @@ def interval_record(trust: dict[str, Any]) -> dict[str, Any]:
     return {"level": trust["level"], "device": trust["device"], "kinds": kinds(trust["intervals"]),
             "by_device": {d: kinds(trust["by_device"](d)) for d in trust.get("devices", [])},
             "basis": "split-conformal quantiles of errors on publications the fit never saw, every publication "
-                     "weighing alike (roofline.specs.intervals)"}
+                     "weighing alike (roofline.specs.intervals); load_ttft and load_tpot: MLPerf runs priced at their "
+                     "measured request rates, whose capacity the fit did see (docs/load.md)"}
 
 
 def reports(data: Any, name: str, depth: int = 3) -> bool:

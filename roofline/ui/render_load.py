@@ -23,9 +23,11 @@ def _limits_text(limits: dict[str, float]) -> str:
     return ", ".join(f"{k[:-2].replace('_', ' ')} <= {v * 1e3:g} ms" for k, v in limits.items())
 
 
-def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str = "", poll_steps: int = 1) -> View:
+def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str = "", poll_steps: int = 1,
+                   sized: dict[str, Any] | None = None) -> View:
     """Sizing for a rate: the fewest devices per device kind and placement whose percentiles meet the limits
-    (``poll_steps``: the scheduler lets waiting prompts in every this many steps)."""
+    (``poll_steps``: the scheduler lets waiting prompts in every this many steps; ``sized``: at a confidence, the
+    confidence and each device kind's lowered limits, for the JSON)."""
     L = target.workload.lengths
     title = (f"{model_id}: {target.rate_per_s:g} requests/s, {_limits_text(dict(target.limits))}; lengths "
              f"{L.name} (mean {L.mean_input_tokens:,.0f} in / {L.mean_output_tokens:,.0f} out)")
@@ -58,7 +60,8 @@ def size_load_view(model_id: str, target: Any, options: Sequence[Any], note: str
             "lengths": {"name": L.name, "mean_input_tokens": L.mean_input_tokens,
                         "mean_output_tokens": L.mean_output_tokens},
             "arrival_cv2": target.workload.arrival_cv2, "prefix_hit": target.workload.prefix_hit,
-            "poll_steps": poll_steps, "options": rows, "tokens_per_s": target.rate_per_s * L.mean_output_tokens}
+            "poll_steps": poll_steps, "options": rows, "tokens_per_s": target.rate_per_s * L.mean_output_tokens,
+            **(sized or {})}
     return View(tables=out, data=data, rows=rows)
 
 

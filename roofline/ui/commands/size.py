@@ -10,7 +10,7 @@ from rich.console import Console
 from ...errors import RooflineError
 from ...serving.admission import Admission
 from ...serving.emit import ENGINES, launch_command
-from ...serving.load_sizing import LoadTarget, size_at_rate
+from ...serving.load_sizing import LoadTarget, pessimistic_limits, size_at_rate
 from ...serving.serve import Request
 from ...serving.sizing import Target, size
 from ...specs.devices import Device
@@ -143,7 +143,10 @@ def _size_at_rate(args: argparse.Namespace, console: Console, model: Any, device
             + (f" What-if: {', '.join(wi.describe())}." if wi.describe() else "") + idle_note(device_of(d) for d in devices)
             + (f" Prompts are let in every {poll} steps (--poll-steps): they wait for the next admission." if poll > 1
                else ""))
-    emit(console, size_load_view(model.id, target, options, note, poll_steps=poll), args, eng)
+    sized = {"confidence": args.confidence, "sized_limits": {
+        device_of(d).id: dict(pessimistic_limits(target, device_of(d), args.confidence, stack).limits)
+        for d in devices}} if sure else None
+    emit(console, size_load_view(model.id, target, options, note, poll_steps=poll, sized=sized), args, eng)
     return 0 if any(o.feasible for o in options) else NOTHING_MEETS_TARGET
 
 
