@@ -279,15 +279,14 @@ class IntervalTable:
         # a kind kept apart answers from its own scores where the platform is fitted (a pool of times' errors would
         # be no evidence of it); with no fitted rows, from the unfitted times' pool, widened to its own kind's range
         own = kind in APART_KINDS and fitted
+        extremes = self._extremes(kind, level) if kind in APART_KINDS else None
         got = self._fallback(platform, stack, kind, level, fitted, FALLBACK if not own else
-                             tuple(f for f in FALLBACK if "kind" in f))
-        if got is None and kind in APART_KINDS:
-            got = self._extremes(kind, level)
+                             tuple(f for f in FALLBACK if "kind" in f)) or extremes
         if got is None:
             raise WorkloadError(f"too few held-out errors for a {level:.0%} interval of {kind} (level too high)")
         if kind in APART_KINDS and not fitted:
             widest = [self._fallback(p, "*", kind, level, True, (("platform", "kind", "fitted"), ("kind", "fitted")))
-                      or self._extremes(kind, level) for p in sorted({s.platform for s in self.scores if s.kind == kind})]
+                      or extremes for p in sorted({s.platform for s in self.scores if s.kind == kind})]
             got = envelope([got, *(w for w in widest if w is not None)])
         return got
 
