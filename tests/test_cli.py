@@ -1089,3 +1089,19 @@ def test_show_prints_every_source_url_whole_at_80_columns():
     assert code == 0
     for url in set(rl.load_device("h100-sxm").sources.values()):
         assert any(line.endswith(url) and line.startswith("[") for line in out.splitlines()), url
+
+
+def test_a_command_line_leaves_nothing_behind_for_the_next(run_cli):
+    """The parser is built once per process: a what-if, a stack or a placement given to one call must not reach
+    the next call that does not give them (argparse's list defaults are shared by every parse)."""
+    plain = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--json")
+    code, _, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--json", "--stack", "trtllm",
+                           "--set", "h100-sxm.hbm.bandwidth=1TB/s", "--set", "h100-sxm.hbm.capacity=40GB")
+    assert code == 0, err
+    assert run_cli("stage", "llama-3.1-8b", "h100-sxm", "--json") == plain
+    two = ["pareto", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--alpha", "0.8", "--json",
+           "--placement", "a: prefill=h100-sxm, decode=h100-sxm, draft=h100-sxm"]
+    first = run_cli(*two)
+    assert first[0] == 0, first[2]
+    run_cli(*two, "--placement", "b: prefill=b200, decode=b200, draft=b200")
+    assert run_cli(*two) == first
