@@ -1092,8 +1092,8 @@ def test_show_prints_every_source_url_whole_at_80_columns():
 
 
 def test_a_command_line_leaves_nothing_behind_for_the_next(run_cli):
-    """The parser is built once per process: a what-if, a stack or a placement given to one call must not reach
-    the next call that does not give them (argparse's list defaults are shared by every parse)."""
+    """A what-if, a stack or a placement given to one call must not reach the next call that does not give them:
+    nothing a command line sets may stay behind in a cached device, profile or parser default."""
     plain = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--json")
     code, _, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--json", "--stack", "trtllm",
                            "--set", "h100-sxm.hbm.bandwidth=1TB/s", "--set", "h100-sxm.hbm.capacity=40GB")

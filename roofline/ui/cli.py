@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import signal
 import sys
 import threading
@@ -37,10 +36,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-@functools.cache
 def build_parser() -> argparse.ArgumentParser:
-    """The command line's parser, built once per process (its ~300 options take ~12 ms to add, and a script or the
-    tests may call :func:`main` many times); parsing never changes it (list defaults are copied before appending)."""
     from .commands import evidence, inspect, serving, size, spec, stage
     p = _Parser(prog="roofline", description="How fast, and at what energy, an LLM runs on given hardware, "
                                              "stage by stage, from first principles.",
