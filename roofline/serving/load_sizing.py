@@ -110,16 +110,18 @@ class LoadOption(Option):
 def _fewest(at: Any, start: int, most: int = MAX_REPLICAS) -> tuple[int, LoadResult] | None:
     """The smallest count n in [``start``, ``most``] with ``at(n)`` = (True, result), given that a larger count never
     turns a met limit into a missed one: doubling until one meets (the last try at ``most``), then bisecting; None
-    where even ``most`` misses."""
+    where even ``most`` misses. Where ``start`` misses, ``most`` is tried next: a limit that even ``most`` misses
+    (a latency floor above it, which no count lowers) costs two tries instead of a doubling to ``most``."""
     lo, hi = start - 1, min(start, most)
     if hi < start:
         return None
     ok, r = at(hi)
+    top = None if ok or hi >= most else at(most)
+    if not ok and (top is None or not top[0]):
+        return None
     while not ok:
-        if hi >= most:
-            return None
         lo, hi = hi, min(hi * 2, most)
-        ok, r = at(hi)
+        ok, r = top if hi == most and top is not None else at(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         mid_ok, mid_r = at(mid)

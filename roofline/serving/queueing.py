@@ -369,15 +369,39 @@ def weighted_quantiles(values: Array, weights: Array, qs: ArrayLike) -> Array:
     return np.take_along_axis(v, idx, axis=-1)
 
 
-def atoms(pmf: Array, edges: tuple[float, ...]) -> tuple[Index, Array]:
-    """Atoms of pmfs over an ordered axis (per row), one per slice of probability between ``edges``: the index
-    at the slice's middle level, weighted by the slice's width."""
+def atoms(pmf: Array, edges: tuple[float, ...], middle: bool = False) -> tuple[Array, Array]:
+    """Atoms of pmfs over an ordered axis (per row), one per slice of probability between ``edges``: the slice's
+    mean position (the quantile function averaged over the slice, a fractional index; :func:`at_position` reads an
+    array there), weighted by the slice's width. A slice's mean moves continuously, and never down as the law
+    moves up (a stochastically larger law has a larger quantile function at every level, Shaked and
+    Shanthikumar, *Stochastic Orders*, 2007, §1.A.1), where the index at the slice's middle level jumps a whole
+    cell at a time and jumps back when the grid under it moves with the load (a p99 TTFT of 4,096-token prompts
+    went 1,378 -> 1,541 -> 1,356 ms between 0.31 and 0.32 requests/s, a review found). ``middle``: the index at
+    each slice's middle level instead (a cell that occurs, where averaging a lumpy law would make one that does
+    not)."""
     cum = np.cumsum(pmf, axis=-1)
     cum = cum / np.maximum(cum[..., -1:], 1e-300)
-    e = np.asarray(edges)
-    levels = (e[:-1] + e[1:]) / 2
-    idx = np.minimum(np.sum(cum[..., None, :] < levels[:, None], axis=-1), pmf.shape[-1] - 1)
-    return idx, np.broadcast_to(np.diff(e), idx.shape)
+    if middle:
+        e = np.asarray(edges)
+        levels = (e[:-1] + e[1:]) / 2
+        idx = np.minimum(np.sum(cum[..., None, :] < levels[:, None], axis=-1), pmf.shape[-1] - 1).astype(float)
+        return idx, np.broadcast_to(np.diff(e), idx.shape)
+    before = np.concatenate([np.zeros(cum.shape[:-1] + (1,)), cum[..., :-1]], axis=-1)
+    e = np.asarray(edges, dtype=float)
+    lo, hi = e[:-1, None], e[1:, None]
+    share = np.clip(np.minimum(cum[..., None, :], hi) - np.maximum(before[..., None, :], lo), 0.0, None)
+    pos = (share @ np.arange(pmf.shape[-1], dtype=float)) / np.diff(e)
+    return pos, np.broadcast_to(np.diff(e), pos.shape)
+
+
+def at_position(values: Array, pos: Array) -> Array:
+    """``values`` along their last axis read at the fractional positions ``pos`` (same leading axes), linearly
+    between neighbouring cells."""
+    top = values.shape[-1] - 1
+    low = np.clip(np.floor(pos), 0, top).astype(int)
+    high = np.minimum(low + 1, top)
+    frac = np.clip(pos - low, 0.0, 1.0)
+    return np.take_along_axis(values, low, axis=-1) * (1 - frac) + np.take_along_axis(values, high, axis=-1) * frac
 
 
 #: Slices of probability the faster of two waits is read in (its atoms at their conditional means).
