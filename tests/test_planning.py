@@ -508,3 +508,20 @@ def test_the_sizings_take_records_below_the_door():
                                                        limits={"ttft_p99_s": 1.0}))
     with pytest.raises(WorkloadError, match="resolved by the public functions"):
         placements.enumerate_placements(rl.load_model("llama-3.1-8b"), ["h100-sxm"], REQ, batch=1)
+
+
+def test_the_readme_counts_what_ships():
+    """The README's counts of devices and of shipped measurements are the shipped ones (a review found 31 devices
+    and 2,087 rows where 33 and 2,107 ship)."""
+    import csv
+    import re
+    from pathlib import Path
+
+    import roofline as rl
+    root = Path(__file__).resolve().parents[1]
+    text = " ".join((root / "README.md").read_text().split())
+    devices = int(re.search(r"`roofline devices` lists the (\d+) devices", text).group(1))
+    assert devices == len(rl.list_devices())
+    rows = int(re.search(r"reads ([\d,]+) published measurements", text).group(1).replace(",", ""))
+    with open(root / "roofline" / "validation" / "measurements.csv", newline="") as f:
+        assert rows == sum(1 for _ in csv.DictReader(f))

@@ -275,3 +275,16 @@ def test_a_decode_loop_plans_its_batch_once():
     for i, c in enumerate(contexts):
         one = rl.decode_step("llama-3.1-8b", "h200-sxm", batch=2, context=c)
         assert float(one.time_s) == grid.time_s[i] and float(one.kv_memory_s) == grid.kv_memory_s[i]
+
+
+def test_a_stage_result_says_why_a_point_does_not_fit():
+    """The README promises `why_infeasible()` on results: a stage sweep's says the first point that does not fit
+    in bytes needed against usable, and nothing where every point fits (a review found stage results lacked it)."""
+    import numpy as np
+
+    import roofline as rl
+    swept = rl.decode_step("llama-3.1-8b", "h100-sxm", batch=np.array([1, 1000]), context=8192)
+    assert list(swept.fits) == [True, False]
+    said = swept.why_infeasible()
+    assert "does not fit on h100-sxm" in said and "usable" in said
+    assert rl.decode_step("llama-3.1-8b", "h100-sxm", batch=1, context=8192).why_infeasible() == ""

@@ -215,6 +215,15 @@ class StageResult(ArrayRecord):
         """Weights + KV + workspace held by one device."""
         return self._full(self.footprint.memory_held())
 
+    def why_infeasible(self) -> str:
+        """Why the first point that does not fit does not ("" where every point fits): the bytes it needs per device
+        against those usable, as :class:`ServingResult.why_infeasible <roofline.serving.serve.ServingResult>` says."""
+        try:
+            require_feasible(self)
+        except InfeasibleError as e:
+            return str(e)
+        return ""
+
     @functools.cached_property
     def bound(self) -> NDArray[np.str_]:
         """The largest term per point: ``compute``, ``memory:<tier>``, ``communication``, ``overhead``
