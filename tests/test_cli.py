@@ -1026,6 +1026,8 @@ def test_fourth_review_answers(run_cli):
     from roofline.ui.cli import EPILOG
     code, _, err = run_cli("compare", "llama-3.1-70b", "h200-sxm:2.hbm.bandwidth=9.6TB/s")
     assert code == 2 and "needs a name, NAME=ID[:N].FIELD=VALUE" in err and "--set" not in err
+    code, _, err = run_cli("compare", "llama-3.1-70b", "bad=h100-sxm.hbm.bandwidth")   # a name, no value
+    assert code == 2 and "variant 'bad' gives no value" in err and "fast=" not in err
     code, _, err = run_cli("placements", "--target", "gpt-oss-120b", "--devices", "b200", "--gamma", "3")
     assert code == 2 and "--gamma (a draft length) needs a draft model (--draft)" in err
     code, _, err = run_cli("pareto", "--target", "llama-3.1-8b", "--placement", "a: decode=h100-sxm", "--gamma", "3")
@@ -1105,3 +1107,24 @@ def test_a_command_line_leaves_nothing_behind_for_the_next(run_cli):
     assert first[0] == 0, first[2]
     run_cli(*two, "--placement", "b: prefill=b200, decode=b200, draft=b200")
     assert run_cli(*two) == first
+
+
+def test_the_verify_table_counts_tokens_per_sequence_not_per_user(run_cli):
+    """A verify pass processes gamma + 1 tokens per sequence whatever is accepted: its rate column is per sequence
+    (a review read 715 tok/s per user off it, every drafted token counted)."""
+    code, out, err = run_cli("stage", "llama-3.1-8b", "h100-sxm", "--batch", "1", "--context", "2048", "--gamma", "4")
+    assert code == 0, err
+    verify = out[out.index("verify:"):]
+    decode = out[out.index("decode:"):out.index("verify:")]
+    assert "/seq" in verify and "/user" not in verify and "/user" in decode
+
+
+def test_compare_says_when_no_batch_fits_a_group(run_cli):
+    """A group on which no batch asked for fits is said in one line, with the bytes it needs, as stage says it: a
+    table of "no fit" cells that exited 0 was the answer (a review); beside a group that fits, its row carries the
+    reason."""
+    code, out, err = run_cli("compare", "llama-3.1-70b", "h100-sxm")
+    assert code == 1 and out == "" and "does not fit on h100-sxm" in err and len(err.strip().splitlines()) == 1
+    data = json.loads(run_cli("compare", "llama-3.1-70b", "h100-sxm", "h100-sxm:4", "--json")[1])
+    rows = {r["name"]: r for r in data["rows"]}
+    assert "usable" in rows["h100-sxm"]["error"] and "error" not in rows["h100-sxm:4"]

@@ -697,3 +697,24 @@ def test_one_token_outputs_have_no_gap_to_bound(run_cli, tmp_path):
 def _write(path, text):
     path.write_text(text)
     return str(path)
+
+
+def test_a_bad_lengths_file_is_named_with_its_row(run_cli, tmp_path):
+    """A lengths histogram with a zero-token row says which file and row, not a numpy repr of the column (a review)."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text("input_tokens,output_tokens,weight\n100,50,1\n0,20,1\n")
+    code, _, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "1", "--p99-ttft-ms", "1000",
+                           "--p99-itl-ms", "50", "--lengths", str(bad))
+    assert code == 1 and f"lengths file {bad}: row 2: input_tokens must be a token count >= 1, got 0" in err
+    assert "array(" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_burstiness_outside_its_range_is_one_kind_of_error(run_cli):
+    """0 and 1000 are both outside [0.01, 100]: one message and one exit status for both (0 was a usage error, 1000
+    bad input, a review found)."""
+    said = []
+    for value in ("0", "1000"):
+        code, _, err = run_cli("size", "llama-3.1-8b", "--devices", "h100-sxm", "--rate", "1", "--p99-ttft-ms", "1000",
+                               "--burstiness", value)
+        said.append((code, "[0.01, 100]" in err))
+    assert said == [(1, True), (1, True)]

@@ -90,7 +90,10 @@ class Lengths:
             raise WorkloadError(f"lengths file {p}: every row must be three numbers") from None
         if rows.ndim != 2 or rows.shape[1] != 3:
             raise WorkloadError(f"lengths file {p}: needs at least one row of three numbers")
-        return cls.of(rows[:, 0], rows[:, 1], rows[:, 2], name=p.stem)
+        try:
+            return cls.of(rows[:, 0], rows[:, 1], rows[:, 2], name=p.stem)
+        except WorkloadError as e:   # which file, and the row, not a numpy repr of a column
+            raise WorkloadError(f"lengths file {p}: {_first_bad(rows) or e}") from e
 
     def mean(self, values: ArrayLike) -> float:
         return float(np.sum(self.weights * np.asarray(values)))
@@ -102,6 +105,16 @@ class Lengths:
     @property
     def mean_output_tokens(self) -> float:
         return self.mean(self.output_tokens)
+
+
+def _first_bad(rows: Array) -> str:
+    """The first data row (1-based after the header) whose tokens are not counts >= 1 or whose weight is not a
+    finite number >= 0, said in words ("" where every row is)."""
+    for i, (n, o, w) in enumerate(rows, start=1):
+        for name, v, least in (("input_tokens", n, 1.0), ("output_tokens", o, 1.0), ("weight", w, 0.0)):
+            if not (math.isfinite(v) and v >= least):
+                return f"row {i}: {name} must be {'a token count >= 1' if least else 'a number >= 0'}, got {v:g}"
+    return ""
 
 
 def _lognormal_atoms(mean: float, cv: float, n: int) -> Array:

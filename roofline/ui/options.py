@@ -528,7 +528,7 @@ def add_load_options(sp: argparse.ArgumentParser) -> None:
 def load_workload(args: argparse.Namespace) -> Workload:
     """The --lengths/--burstiness/--prefix-hit workload."""
     return Workload(lengths=lengths_option(args.lengths or "fixed", args.isl, args.osl),
-                    arrival_cv2=number(args.burstiness or "1", "--burstiness", positive=True),
+                    arrival_cv2=number(args.burstiness or "1", "--burstiness"),   # its range: the library's, said once
                     prefix_hit=number(args.prefix_hit or "0", "--prefix-hit"))
 
 

@@ -61,7 +61,8 @@ def _gb(v: float) -> str:
 
 def stage_table(r: StageResult, caption: str | None) -> Table:
     """One stage, a row per batch; the communication column only where the group communicates."""
-    per_user = r.stage.startswith(("decode", "draft", "verify"))
+    # a verify pass's gamma + 1 tokens are what it processes per sequence, not what a user gets (acceptance decides)
+    per_user = r.stage.startswith(("decode", "draft"))
     rows = stage_rows(r)
     n, ctx = rows[0]["new_tokens"], rows[0]["context"]
     where = f"{n:.0f} new tokens/seq after {ctx:.0f} cached" if r.stage != "decode" else f"context {ctx:.0f}"

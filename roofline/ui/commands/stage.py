@@ -199,6 +199,9 @@ def _variants(args: argparse.Namespace) -> tuple[list[tuple[str, DeviceGroup]], 
     wi = what_if(args)
     for item in args.devices:
         name, eq, expr = item.partition("=")
+        if eq and "=" not in expr and "." not in name and "." in expr:   # NAME=ID.FIELD: the value is missing
+            raise UsageError(f"compare {item!r}: variant {name!r} gives no value, NAME=ID[:N].FIELD=VALUE "
+                             f"(e.g. {item}=VALUE)")
         if eq and "=" not in expr:   # ID.FIELD=VALUE without a name: the field would be taken for the name
             raise UsageError(f"compare {item!r}: a what-if variant needs a name, NAME=ID[:N].FIELD=VALUE "
                              f"(e.g. fast={item})")
@@ -239,6 +242,8 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
                    **({"variant": changed[r.name]} if r.name in changed else {})}
         if r.decode is None or r.prefill is None:
             d["error"] = r.error
+        elif not np.any(r.decode.fits) and not np.any(r.prefill.fits):   # no batch asked for fits: said, not a table
+            d["error"] = r.decode.why_infeasible() or r.prefill.why_infeasible()
         else:
             d.update(formats=r.decode.formats.as_dict(),
                      decode=stage_rows(r.decode), prefill=stage_rows(r.prefill)[0], max_batch=r.max_batch,
