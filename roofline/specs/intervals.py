@@ -307,8 +307,9 @@ class IntervalTable:
             name = ", ".join(f"{f} {probe[f]}" for f in fields if f != "fitted") or "every platform and kind"
             if q is not None:
                 lo, hi = min([q[0], *(t[0] for t in thin_groups)]), max([q[1], *(t[1] for t in thin_groups)])
-                if (lo, hi) != q:
-                    name += f", widened to the widest errors of {thin_groups[-1][2]} ({thin_groups[-1][3]})"
+                wider = [f"{t[2]} ({t[3]})" for t in thin_groups if t[0] < q[0] or t[1] > q[1]]
+                if wider:
+                    name += ", widened to the widest errors of " + "; ".join(wider)
                 return Interval(level=level, low_factor=math.exp(lo), high_factor=math.exp(hi), group=name,
                                 n=len(got), fitted=fitted)
             if got and (not thin_groups or thin_groups[-1][3] != len(got)):   # a coarser group with more errors
