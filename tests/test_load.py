@@ -718,3 +718,18 @@ def test_burstiness_outside_its_range_is_one_kind_of_error(run_cli):
                                "--burstiness", value)
         said.append((code, "[0.01, 100]" in err))
     assert said == [(1, True), (1, True)]
+
+
+@given(weights=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=40), shift=st.integers(1, 5))
+def test_slice_atoms_keep_the_mean_and_move_up_with_the_law(weights, shift):
+    """queueing.atoms: the slices' mean positions, weighted by the slices' widths, are the law's mean exactly (the
+    quantile function integrates to the mean); shifting the law up shifts every atom up by as much."""
+    from roofline.serving.queueing import atoms
+    pmf = np.array(weights)
+    if pmf.sum() < 1e-6:   # a law's weights (the chain's are probabilities, summing to 1)
+        pmf[0] = 1.0
+    edges = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99, 1.0)
+    pos, w = atoms(pmf[None, :], edges)
+    assert float(np.sum(pos * w)) == pytest.approx(float(pmf @ np.arange(pmf.size) / pmf.sum()), rel=1e-9, abs=1e-9)
+    up, _ = atoms(np.concatenate([np.zeros(shift), pmf])[None, :], edges)
+    assert np.allclose(up, pos + shift)
