@@ -611,3 +611,14 @@ def test_a_higher_level_never_gives_a_narrower_range():
                         narrower.append((platform, stack, kind, level))
                     prev = got
     assert not narrower, narrower[:5]
+
+
+def test_a_kept_publications_lone_outlier_never_widens_a_range():
+    """A thin group widens its pool only with the errors the quantiles count: a kept publication's single score is
+    left out of both (a review found the lone x47 TTFT row back on a 97% range through the widening)."""
+    scores = [Score(id=f"r{i}", source=f"s{i % 4}", platform="tpu", stack="*", kind="decode", fitted=True,
+                    score=0.01 * i) for i in range(40)]
+    lone = Score(id="k1", source="kept-pub", platform="gaudi", stack="*", kind="decode", fitted=True, score=3.85,
+                 kept=True)
+    got = rl.specs.intervals.IntervalTable(scores=(*scores, lone)).interval("gaudi", "*", "decode")
+    assert got.high_factor < math.exp(1.0) and "widened" not in got.group

@@ -313,7 +313,7 @@ class IntervalTable:
                 return Interval(level=level, low_factor=math.exp(lo), high_factor=math.exp(hi), group=name,
                                 n=len(got), fitted=fitted)
             if got and (not thin_groups or thin_groups[-1][3] != len(got)):   # a coarser group with more errors
-                kept = _counted([g.source for g in got], thin)   # a kept publication's lone outlier is left out, as there
+                kept = _counted([g.source for g in got], thin)   # a kept publication's lone outlier: out, as in the quantiles
                 if kept:
                     thin_groups.append((*_widest([g.score for g in got if g.source in kept], fitted), name, len(got)))
         return None
